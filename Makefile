@@ -1,0 +1,49 @@
+# xidpipe: the two commands for a fresh machine are `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: help install demo test lint unit services kafka-jars testcluster bench clean
+
+help:
+	@echo "make demo   run xidpipe on the bundled sample cluster (embedded defaults)"
+	@echo "make test   lint, type-check, architecture contracts and every test (what CI runs)"
+	@echo "make bench  run the benchmarks in benchmarks/ (prints JSON)"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/xidpipe demo
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+# Everything the tests need that is not a Python package: the Kafka jars from Maven Central,
+# a PostgreSQL server from Debian, the kube-apiserver and etcd built from Go modules.
+services: install kafka-jars testcluster
+	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
+
+kafka-jars: install
+	$(BIN)/xidpipe dev kafka fetch
+
+testcluster:
+	@if [ -x deploy/testcluster/build.sh ]; then deploy/testcluster/build.sh; fi
+
+test: lint services
+	$(BIN)/python -m pytest
+
+bench: install kafka-jars
+	$(BIN)/python benchmarks/parse_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts var

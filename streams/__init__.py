@@ -1,0 +1,1 @@
+"""xidpipe streams package."""
