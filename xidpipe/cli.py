@@ -13,6 +13,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xidpipe.commands.scan",
     "xidpipe.commands.demo",
     "xidpipe.commands.dev",
+    "xidpipe.commands.agent",
 )
 
 

@@ -1,0 +1,1 @@
+"""Kernel-log sources: /dev/kmsg, journald and plain files, each resumable from a cursor."""

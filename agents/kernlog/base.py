@@ -1,0 +1,53 @@
+"""What every kernel-log source yields: lines and gaps, each with the cursor just after it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from models.node_records import KernelSource
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLine:
+    """One record read from a source. `cursor` is where to resume once this line is handled."""
+
+    source: KernelSource
+    message: str
+    record_id: str
+    cursor: dict[str, Any]
+    boot_id: str | None = None
+    seq: int | None = None
+    journal_cursor: str | None = None
+    file_path: str | None = None
+    file_offset: int | None = None
+    content_hash: str | None = None
+    priority: int | None = None
+    monotonic_us: int | None = None
+    continuation: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceGap:
+    source: KernelSource
+    record_id: str
+    cursor: dict[str, Any]
+    reason: str
+    lost: int
+    boot_id: str | None = None
+    after_seq: int | None = None
+    next_seq: int | None = None
+
+
+SourceItem = SourceLine | SourceGap
+
+
+class KernelLogSource(Protocol):
+    name: KernelSource
+
+    def items(self) -> Iterator[SourceItem | None]:
+        """Yield items as they are read; yield None when idle so the caller can check for stop."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,141 @@
+"""journald through a `journalctl` subprocess, resumable by journal cursor.
+
+We run `journalctl _TRANSPORT=kernel -o json --follow --no-tail --cursor-file=F`. The match
+`_TRANSPORT=kernel` selects what `-k` selects without its implicit "current boot only", so lines
+the previous boot logged after our cursor (often the fault that preceded a crash) are still read.
+journalctl itself would write the cursor of the last line it *printed*; we want the last line
+Kafka *acknowledged*, so F is a scratch copy seeded from our own cursor file at each start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from agents.kernlog.base import SourceItem, SourceLine
+from agents.statefile import read_json
+from models.node_records import KernelSource
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_S = 0.2
+
+
+def _message(value: Any) -> str:
+    if isinstance(value, list):  # non-UTF-8 messages come as byte arrays
+        return bytes(v & 0xFF for v in value if isinstance(v, int)).decode("utf-8", "replace")
+    return str(value) if value is not None else ""
+
+
+class JournaldSource:
+    name: KernelSource = "journald"
+
+    def __init__(
+        self,
+        cursor: dict[str, Any] | None,
+        scratch_cursor_file: Path,
+        *,
+        journalctl: str = "journalctl",
+        journal_file: Path | None = None,
+        journal_directory: Path | None = None,
+        follow: bool = True,
+    ) -> None:
+        self._cursor = (cursor or {}).get("cursor")
+        self._scratch = scratch_cursor_file
+        self._journalctl = journalctl
+        self._file = journal_file
+        self._directory = journal_directory
+        self._follow = follow
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @staticmethod
+    def load_cursor(path: Path) -> dict[str, Any] | None:
+        data = read_json(path)
+        return data if isinstance(data, dict) else None
+
+    def command(self) -> list[str]:
+        cmd = [self._journalctl, "_TRANSPORT=kernel", "-o", "json", "--no-pager", "--no-tail",
+               f"--cursor-file={self._scratch}"]
+        if self._follow:
+            cmd.append("--follow")
+        if self._file is not None:
+            cmd.append(f"--file={self._file}")
+        if self._directory is not None:
+            cmd.append(f"--directory={self._directory}")
+        return cmd
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def items(self) -> Iterator[SourceItem | None]:
+        self._scratch.parent.mkdir(parents=True, exist_ok=True)
+        if self._cursor:
+            self._scratch.write_text(self._cursor)
+        else:
+            self._scratch.unlink(missing_ok=True)
+        cmd = self.command()
+        log.info("starting journalctl", extra={"cmd": " ".join(cmd)})
+        self._proc = proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        buf = b""
+        try:
+            while True:
+                ready, _, _ = select.select([fd], [], [], IDLE_POLL_S)
+                if not ready:
+                    yield None
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    rc = proc.wait()
+                    if rc != 0 and self._proc is proc:  # not stopped by close()
+                        err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
+                        raise RuntimeError(f"journalctl exited with {rc}: {err.strip()[:500]}")
+                    return
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for raw in lines:
+                    if raw.strip():
+                        item = self._item(raw)
+                        if item is not None:
+                            yield item
+        finally:
+            self.close()
+
+    def _item(self, raw: bytes) -> SourceLine | None:
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            log.warning("undecodable journalctl line skipped", extra={"raw": raw[:200].decode("utf-8", "replace")})
+            return None
+        cursor = entry.get("__CURSOR")
+        if not isinstance(cursor, str):
+            return None
+        cont = {k: str(entry[k]) for k in ("_KERNEL_SUBSYSTEM", "_KERNEL_DEVICE") if k in entry}
+        prio = entry.get("PRIORITY")
+        fac = entry.get("SYSLOG_FACILITY")
+        mono = entry.get("__MONOTONIC_TIMESTAMP")
+        return SourceLine(
+            source="journald",
+            message=_message(entry.get("MESSAGE")),
+            record_id=f"journald:{cursor}",
+            cursor={"cursor": cursor},
+            boot_id=entry.get("_BOOT_ID"),
+            journal_cursor=cursor,
+            priority=(int(fac) * 8 + int(prio)) if str(prio).isdigit() and str(fac).isdigit() else None,
+            monotonic_us=int(mono) if str(mono).isdigit() else None,
+            continuation=cont,
+        )

@@ -1,0 +1,65 @@
+"""Keep only GPU-relevant kernel lines; mark the ones that report a fault."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+DEFAULT_KEEP_PATTERNS: tuple[str, ...] = (
+    r"NVRM",
+    r"\bS?Xid\b",
+    r"nvswitch",
+    r"\bnvidia",
+    r"fallen off the bus",
+)
+DEFAULT_FAULT_PATTERNS: tuple[str, ...] = (
+    r"\bS?Xid\b",
+    r"fallen off the bus",
+    r"AER: (Uncorrected|Multiple Uncorrected)",
+    r"severity=(Uncorrected|Fatal|Uncorrectable)",
+    r"GPU has fallen off",
+    r"RmInitAdapter failed",
+)
+# AER and PCIe Bus Error lines are kept when they name a GPU or a GPU's root port (or any device
+# while the GPU addresses are not known yet).
+_AER = re.compile(r"\bAER:|PCIe Bus Error")
+_BDF = re.compile(r"\b([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\b")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    keep: bool
+    fault: bool
+
+
+class PreFilter:
+    def __init__(self, keep_patterns: Sequence[str], fault_patterns: Sequence[str]) -> None:
+        self._keep = re.compile("|".join(f"(?:{p})" for p in keep_patterns)) if keep_patterns else None
+        self._fault = re.compile("|".join(f"(?:{p})" for p in fault_patterns)) if fault_patterns else None
+        self._lock = threading.Lock()
+        self._pci: frozenset[str] | None = None
+
+    def set_gpu_pci_addresses(self, addresses: Iterable[str]) -> None:
+        """GPU and root-port addresses (`0000:3b:00.0`); AER lines for other devices are then dropped."""
+        with self._lock:
+            self._pci = frozenset(normalize_bdf(a) for a in addresses)
+
+    def __call__(self, message: str) -> Verdict:
+        keep = bool(self._keep and self._keep.search(message))
+        if not keep and _AER.search(message):
+            with self._lock:
+                pci = self._pci
+            keep = pci is None or any(normalize_bdf(m) in pci for m in _BDF.findall(message))
+        if not keep:
+            return Verdict(False, False)
+        return Verdict(True, bool(self._fault and self._fault.search(message)))
+
+
+def normalize_bdf(address: str) -> str:
+    """`00000000:3B:00.0` or `0000:3b:00.0` → `0000:3b:00.0`."""
+    address = address.strip().lower()
+    domain, _, rest = address.rpartition(":")
+    domain, _, bus = domain.rpartition(":")
+    return f"{int(domain or '0', 16):04x}:{bus}:{rest}"

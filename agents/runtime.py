@@ -1,0 +1,278 @@
+"""The node agent: kernel-log source → pre-filter → spool → Kafka, plus the NVML, PodResources and
+evidence side paths. Each path runs in its own thread; none of them can block the kernel path."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from agents.cursors import CursorTracker, later_cursor
+from agents.health import HealthServer
+from agents.kernlog.base import KernelLogSource, SourceGap, SourceLine
+from agents.kernlog.prefilter import PreFilter
+from agents.metrics import Metrics
+from agents.publisher import Publisher
+from agents.settings import AgentSettings
+from agents.spool import Spool
+from models.node_records import (
+    KernelGap,
+    KernelLine,
+    NodeRecord,
+    SpoolDrops,
+    encode_node_record,
+    topic_for,
+)
+
+log = logging.getLogger(__name__)
+
+DROP_REPORT_INTERVAL_S = 10.0
+
+
+def build_source(settings: AgentSettings, cursor: dict[str, Any] | None) -> KernelLogSource:
+    if settings.source == "kmsg":
+        from agents.kernlog.kmsg import KmsgSource
+
+        return KmsgSource(settings.kmsg_path, settings.boot_id_path, cursor, follow=settings.follow)
+    if settings.source == "journald":
+        from agents.kernlog.journald import JournaldSource
+
+        return JournaldSource(
+            cursor,
+            settings.state_dir / "journald.cursor-scratch",
+            journalctl=settings.journalctl,
+            journal_file=settings.journal_file,
+            journal_directory=settings.journal_directory,
+            follow=settings.follow,
+        )
+    from agents.kernlog.filetail import FileSource
+
+    return FileSource(settings.log_file, cursor, follow=settings.follow, replay_rate=settings.replay_rate)
+
+
+def _security(settings: AgentSettings) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if settings.security_protocol != "PLAINTEXT":
+        out["security_protocol"] = settings.security_protocol
+    if settings.sasl_mechanism:
+        out["sasl_mechanism"] = settings.sasl_mechanism
+        out["sasl_plain_username"] = settings.sasl_username
+        if settings.sasl_password is not None:
+            out["sasl_plain_password"] = settings.sasl_password.get_secret_value()
+    if settings.ssl_cafile:
+        out["ssl_cafile"] = str(settings.ssl_cafile)
+    return out
+
+
+class Agent:
+    def __init__(self, settings: AgentSettings, *, source: KernelLogSource | None = None) -> None:
+        self.settings = settings
+        self.node = settings.node
+        self.metrics = Metrics()
+        self.stop_event = threading.Event()
+        state = settings.state_dir
+        state.mkdir(parents=True, exist_ok=True)
+        self.spool = Spool(
+            state / "spool",
+            self.metrics,
+            max_bytes=settings.spool_max_bytes,
+            fault_reserve_bytes=settings.spool_fault_reserve_bytes,
+        )
+        self.tracker = CursorTracker(state / f"cursor-{settings.source}.json")
+        self.prefilter = PreFilter(settings.keep_patterns, settings.fault_patterns)
+        self.publisher = Publisher(
+            self.spool,
+            self.metrics,
+            node=self.node,
+            bootstrap_servers=settings.bootstrap_servers,
+            on_acked=self.tracker.acked_through,
+            linger_ms=settings.linger_ms,
+            security=_security(settings),
+        )
+        self._source = source
+        self._threads: list[threading.Thread] = []
+        self._kernel_thread: threading.Thread | None = None
+        self._kernel_error: BaseException | None = None
+        self._side: list[Any] = []  # NVML, PodResources: objects with start(stop) / close()
+        self.evidence: Any = None
+        self.health_server: HealthServer | None = None
+        self._last_drop_report = time.monotonic()
+        self.kernel_done = threading.Event()
+
+    # --- publishing -----------------------------------------------------------------------
+    def publish(
+        self,
+        record: NodeRecord,
+        *,
+        fault: bool = True,
+        cursor: dict[str, Any] | None = None,
+    ) -> int | None:
+        """Hand a record to the spool (thread-safe). Fault records are never dropped."""
+        return self.spool.append(
+            topic_for(record),
+            self.node,
+            encode_node_record(record).decode(),
+            fault=fault,
+            record_id=record.record_id,
+            source=self.settings.source if cursor is not None else None,
+            cursor=cursor,
+            stop=self.stop_event,
+        )
+
+    # --- kernel path ----------------------------------------------------------------------
+    def resume_cursor(self) -> dict[str, Any] | None:
+        """The persisted cursor, or the last line already spooled when that is further along."""
+        persisted = self.tracker.load()
+        spooled = None
+        for entry in self.spool.pending_entries():
+            if entry.source == self.settings.source and entry.cursor is not None:
+                spooled = entry.cursor
+        return later_cursor(persisted, spooled) if persisted else spooled
+
+    def _kernel_loop(self) -> None:
+        try:
+            source = self._source or build_source(self.settings, self.resume_cursor())
+            self._source = source
+            for item in source.items():
+                if self.stop_event.is_set():
+                    break
+                if item is None:
+                    self.tracker.maybe_flush()
+                    self._maybe_report_drops()
+                    continue
+                if isinstance(item, SourceGap):
+                    self._on_gap(item)
+                else:
+                    self._on_line(item)
+            self.tracker.flush()
+        except BaseException as exc:
+            self._kernel_error = exc
+            log.exception("kernel-log path failed")
+        finally:
+            if self._source is not None:
+                self._source.close()
+            self.kernel_done.set()
+
+    def _on_gap(self, gap: SourceGap) -> None:
+        self.metrics.inc("xidpipe_agent_kernel_gaps_total")
+        self.metrics.inc("xidpipe_agent_kernel_lost_records_total", gap.lost)
+        log.warning("kernel log gap", extra={"reason": gap.reason, "lost": gap.lost, "boot_id": gap.boot_id})
+        record = KernelGap(
+            node=self.node,
+            record_id=gap.record_id,
+            source=gap.source,
+            boot_id=gap.boot_id,
+            after_seq=gap.after_seq,
+            next_seq=gap.next_seq,
+            lost=gap.lost,
+            reason=gap.reason,  # type: ignore[arg-type]
+        )
+        number = self.publish(record, fault=True, cursor=gap.cursor)
+        self.tracker.note(number, gap.cursor)
+
+    def _on_line(self, line: SourceLine) -> None:
+        self.metrics.inc("xidpipe_agent_kernel_lines_read_total")
+        if self.evidence is not None:
+            self.evidence.observe_line(line.message)
+        verdict = self.prefilter(line.message)
+        if not verdict.keep:
+            self.metrics.inc("xidpipe_agent_prefilter_dropped_total")
+            self.tracker.note(None, line.cursor)
+            return
+        self.metrics.inc("xidpipe_agent_prefilter_kept_total")
+        record = KernelLine(
+            node=self.node,
+            record_id=line.record_id,
+            source=line.source,
+            message=line.message,
+            fault=verdict.fault,
+            boot_id=line.boot_id,
+            seq=line.seq,
+            cursor=line.journal_cursor,
+            file_path=line.file_path,
+            file_offset=line.file_offset,
+            content_hash=line.content_hash,
+            priority=line.priority,
+            monotonic_us=line.monotonic_us,
+            continuation=line.continuation,
+        )
+        number = self.publish(record, fault=verdict.fault, cursor=line.cursor)
+        self.tracker.note(number, line.cursor)
+        if verdict.fault and self.evidence is not None:
+            self.evidence.on_kernel_fault(line.record_id, line.message)
+
+    def _maybe_report_drops(self) -> None:
+        if time.monotonic() - self._last_drop_report < DROP_REPORT_INTERVAL_S:
+            return
+        self._last_drop_report = time.monotonic()
+        total, since = self.spool.take_drop_report()
+        if since:
+            log.warning("spool full: non-fault records dropped", extra={"dropped": since, "total": total})
+            self.publish(
+                SpoolDrops(node=self.node, record_id=f"spool-drops:{time.time_ns()}",
+                           dropped_total=total, dropped_since_last=since),
+                fault=True,
+            )
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def add_side_path(self, component: Any) -> None:
+        self._side.append(component)
+
+    def health(self) -> dict[str, Any]:
+        kernel_alive = self._kernel_thread is not None and self._kernel_thread.is_alive()
+        return {
+            "ok": kernel_alive or (self.kernel_done.is_set() and self._kernel_error is None),
+            "node": self.node,
+            "kernel_source": self.settings.source,
+            "kernel_path_alive": kernel_alive,
+            "kafka_connected": self.publisher.connected,
+            "spool_pending": self.spool.pending_count(),
+            "spool_bytes": self.spool.size,
+        }
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        return thread
+
+    def start(self) -> None:
+        if self.settings.metrics_port is not None:
+            self.health_server = HealthServer(
+                self.settings.metrics_host, self.settings.metrics_port, self.metrics, self.health
+            )
+            self.health_server.start()
+        self._spawn("publisher", lambda: self.publisher.run(self.stop_event))
+        for component in self._side:
+            component.start(self.stop_event)
+        self._kernel_thread = self._spawn("kernel-log", self._kernel_loop)
+
+    def run(self, *, drain_timeout_s: float = 30.0) -> int:
+        """Run until stopped; with `follow=False`, until the source is read and the spool drained."""
+        self.start()
+        try:
+            while not self.stop_event.is_set():
+                if self.kernel_done.wait(0.5):
+                    break
+            if self._kernel_error is None and not self.stop_event.is_set():
+                deadline = time.monotonic() + drain_timeout_s
+                while self.spool.pending_count() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        finally:
+            self.stop()
+        return 1 if self._kernel_error is not None else 0
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.spool.notify()
+        for component in self._side:
+            component.close()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self.publisher.close()
+        self.tracker.flush()
+        self.spool.close()
+        if self.health_server is not None:
+            self.health_server.stop()

@@ -1,0 +1,88 @@
+"""The node agent's settings: one object, loaded once at start (env prefix `XIDPIPE_AGENT_`)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from agents.kernlog.prefilter import DEFAULT_FAULT_PATTERNS, DEFAULT_KEEP_PATTERNS
+
+MiB = 1024 * 1024
+
+
+class AgentSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="XIDPIPE_AGENT_", extra="ignore")
+
+    node: str = Field(
+        default_factory=socket.gethostname,
+        validation_alias=AliasChoices("XIDPIPE_AGENT_NODE", "NODE_NAME", "node"),
+        description="node name, the Kafka key of every record; the DaemonSet sets NODE_NAME from spec.nodeName",
+    )
+
+    # --- kernel log -------------------------------------------------------------------------
+    source: Literal["kmsg", "journald", "file"] = "kmsg"
+    kmsg_path: Path = Path("/dev/kmsg")
+    boot_id_path: Path = Path("/proc/sys/kernel/random/boot_id")
+    journalctl: str = Field(default="journalctl", description="journalctl binary (systemd 242+ for --cursor-file)")
+    journal_file: Path | None = Field(default=None, description="read this journal file instead of the system journal")
+    journal_directory: Path | None = Field(default=None, description="read journals from this directory")
+    log_file: Path = Path("/var/log/kern.log")
+    replay_rate: float | None = Field(
+        default=None, gt=0, description="lines per second when replaying a file (demos, benchmarks)"
+    )
+    follow: bool = Field(default=True, description="keep reading when the end is reached (False: stop at the end)")
+    keep_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_KEEP_PATTERNS))
+    fault_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_FAULT_PATTERNS))
+
+    # --- state and spool --------------------------------------------------------------------
+    state_dir: Path = Field(default=Path("/var/lib/xidpipe-agent"), description="cursors and the spool")
+    spool_max_bytes: int = Field(
+        default=256 * MiB, ge=MiB, description="spool size above which non-fault records are dropped"
+    )
+    spool_fault_reserve_bytes: int = Field(
+        default=16 * MiB, ge=0, description="room beyond spool_max_bytes kept for fault records"
+    )
+
+    # --- Kafka ------------------------------------------------------------------------------
+    bootstrap_servers: str = "localhost:9092"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    linger_ms: int = Field(default=2, ge=0, description="producer batching delay; latency budget is 50 ms")
+
+    # --- NVML -------------------------------------------------------------------------------
+    nvml_enabled: bool = True
+    nvml_call_timeout_s: float = Field(default=5.0, gt=0, description="a hung NVML call is abandoned after this")
+    nvml_event_wait_ms: int = Field(default=1000, ge=10, description="nvmlEventSetWait_v2 timeout per poll")
+    inventory_interval_s: float = Field(default=300.0, gt=0, description="inventory republished at least this often")
+    inventory_check_s: float = Field(default=30.0, gt=0, description="inventory re-read to detect changes")
+    processes_interval_s: float = Field(default=10.0, gt=0)
+    proc_root: Path = Field(default=Path("/proc"), description="host /proc (pid cgroups and command lines)")
+    sysfs_root: Path = Path("/sys")
+
+    # --- kubelet PodResources ---------------------------------------------------------------
+    podresources_enabled: bool = True
+    podresources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    podresources_interval_s: float = Field(default=10.0, gt=0)
+    podresources_timeout_s: float = Field(default=10.0, gt=0)
+    gpu_resource_prefixes: list[str] = Field(default_factory=lambda: ["nvidia.com/gpu", "nvidia.com/mig-"])
+
+    # --- evidence ---------------------------------------------------------------------------
+    evidence_enabled: bool = True
+    evidence_window_s: float = Field(default=600.0, ge=0, description="at most one dossier per GPU per window")
+    evidence_timeout_s: float = Field(default=10.0, gt=0, description="per capture command")
+    evidence_max_bytes: int = Field(default=256 * 1024, gt=0, description="per capture, before compression")
+    evidence_kernel_lines: int = Field(default=200, ge=0, description="kernel-log lines kept around a fault")
+    nvidia_smi: str = "nvidia-smi"
+    lspci: str = "lspci"
+
+    # --- health and metrics -----------------------------------------------------------------
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = Field(default=9464, description="/healthz and /metrics; None disables")
+    log_level: str = "INFO"

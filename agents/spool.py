@@ -1,0 +1,281 @@
+"""A bounded, ordered on-disk spool between the sources and Kafka (a write-ahead log).
+
+Every record is appended here first and numbered; the publisher reads in order and, once Kafka
+acknowledged through number N, calls `ack(N)`, which persists the position and deletes segments
+that are fully acknowledged. When the spool holds more than `max_bytes`, non-fault records are
+dropped (and counted); fault records may use `fault_reserve_bytes` more, and beyond that the
+append blocks (back-pressure on the reader) rather than drop a fault.
+
+Segment files hold one JSON object per line:
+`{"n": number, "t": topic, "k": key, "f": fault, "s": source, "c": cursor, "id": record id, "v": value}`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agents.metrics import Metrics
+from agents.statefile import read_json, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+SEGMENT_BYTES = 4 * 1024 * 1024
+STATE_FILE = "spool-state.json"
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolEntry:
+    number: int
+    topic: str
+    key: str
+    value: str
+    fault: bool
+    record_id: str
+    source: str | None = None
+    cursor: dict[str, Any] | None = None
+
+    def encode(self) -> bytes:
+        return (
+            json.dumps(
+                {"n": self.number, "t": self.topic, "k": self.key, "f": self.fault, "s": self.source,
+                 "c": self.cursor, "id": self.record_id, "v": self.value},
+                separators=(",", ":"),
+            )
+            + "\n"
+        ).encode()
+
+    @staticmethod
+    def decode(line: bytes) -> SpoolEntry:
+        d = json.loads(line)
+        return SpoolEntry(d["n"], d["t"], d["k"], d["v"], d["f"], d["id"], d.get("s"), d.get("c"))
+
+
+class SpoolFull(Exception):
+    """Not raised to callers: kept for clarity of the blocking path."""
+
+
+class Spool:
+    def __init__(
+        self,
+        directory: Path,
+        metrics: Metrics,
+        *,
+        max_bytes: int = 256 * 1024 * 1024,
+        fault_reserve_bytes: int = 16 * 1024 * 1024,
+        segment_bytes: int = SEGMENT_BYTES,
+    ) -> None:
+        self._dir = directory
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._metrics = metrics
+        self._max = max_bytes
+        self._reserve = fault_reserve_bytes
+        self._segment_bytes = segment_bytes
+        self._cond = threading.Condition()
+        state = read_json(self._dir / STATE_FILE) or {}
+        self.acked: int = int(state.get("acked", 0))
+        self.state_written_at: float | None = state.get("written_at")
+        self.dropped_total = 0
+        self._dropped_unreported = 0
+        self._closed = False
+        # segment number -> (size, last number in it)
+        self._segments: dict[int, list[int]] = {}
+        self._last_number = self.acked
+        for path in sorted(self._dir.glob("*.seg")):
+            seg = int(path.stem)
+            size, last = self._recover_segment(path)
+            self._segments[seg] = [size, last]
+            self._last_number = max(self._last_number, last)
+        if not self._segments:
+            self._segments[1] = [0, self._last_number]
+        self.last_number_at_open = self._last_number
+        self._write_seg = max(self._segments)
+        self._fd = os.open(self._seg_path(self._write_seg), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        # reader position
+        self._rseg = min(self._segments)
+        self._rpos = 0
+        self._rlast = self.acked
+        self._update_gauges()
+
+    # --- internals ------------------------------------------------------------------------
+    def _seg_path(self, seg: int) -> Path:
+        return self._dir / f"{seg:010d}.seg"
+
+    def _recover_segment(self, path: Path) -> tuple[int, int]:
+        data = path.read_bytes()
+        good = data.rfind(b"\n") + 1
+        if good != len(data):
+            log.warning("dropping a torn spool tail", extra={"segment": path.name, "bytes": len(data) - good})
+            with open(path, "r+b") as fh:
+                fh.truncate(good)
+            data = data[:good]
+        last = 0
+        tail = data[: good - 1].rsplit(b"\n", 1)[-1] if good else b""
+        if tail:
+            last = SpoolEntry.decode(tail).number
+        return good, last
+
+    @property
+    def size(self) -> int:
+        return sum(s for s, _ in self._segments.values())
+
+    def _update_gauges(self) -> None:
+        self._metrics.set("xidpipe_agent_spool_bytes", self.size)
+        self._metrics.set("xidpipe_agent_spool_pending", self._last_number - self.acked)
+
+    # --- writer side ----------------------------------------------------------------------
+    def append(
+        self,
+        topic: str,
+        key: str,
+        value: str,
+        *,
+        fault: bool,
+        record_id: str,
+        source: str | None = None,
+        cursor: dict[str, Any] | None = None,
+        stop: threading.Event | None = None,
+    ) -> int | None:
+        """Append a record; its number, or None when dropped (non-fault, spool full)."""
+        with self._cond:
+            warned = False
+            while True:
+                size = self.size
+                if size < self._max:
+                    break
+                if not fault:
+                    self.dropped_total += 1
+                    self._dropped_unreported += 1
+                    self._metrics.inc("xidpipe_agent_spool_dropped_total")
+                    return None
+                if size < self._max + self._reserve:
+                    break
+                if not warned:
+                    log.error("spool full even for fault records: pausing the reader until Kafka drains it")
+                    warned = True
+                if stop is not None and stop.is_set():
+                    break  # shutting down: write anyway rather than lose a fault
+                self._cond.wait(0.5)
+            number = self._last_number + 1
+            entry = SpoolEntry(number, topic, key, value, fault, record_id, source, cursor)
+            data = entry.encode()
+            if self._segments[self._write_seg][0] >= self._segment_bytes:
+                os.close(self._fd)
+                self._write_seg += 1
+                self._segments[self._write_seg] = [0, self._last_number]
+                self._fd = os.open(self._seg_path(self._write_seg), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                                   0o600)
+            os.write(self._fd, data)
+            self._segments[self._write_seg][0] += len(data)
+            self._segments[self._write_seg][1] = number
+            self._last_number = number
+            self._metrics.inc("xidpipe_agent_records_spooled_total")
+            self._update_gauges()
+            self._cond.notify_all()
+            return number
+
+    def take_drop_report(self) -> tuple[int, int]:
+        """(dropped in total, dropped since the last report) and reset the latter."""
+        with self._cond:
+            since, self._dropped_unreported = self._dropped_unreported, 0
+            return self.dropped_total, since
+
+    def sync(self) -> None:
+        with self._cond:
+            os.fsync(self._fd)
+
+    # --- reader side ----------------------------------------------------------------------
+    def pending_count(self) -> int:
+        with self._cond:
+            return self._last_number - self.acked
+
+    def wait_for_data(self, after: int, timeout: float) -> bool:
+        with self._cond:
+            if self._last_number > after:
+                return True
+            self._cond.wait(timeout)
+            return self._last_number > after
+
+    def notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def rewind(self) -> None:
+        """Read again from the first unacknowledged record (after a producer reset)."""
+        with self._cond:
+            self._rseg = min(self._segments)
+            self._rpos = 0
+            self._rlast = self.acked
+
+    def read(self, limit: int) -> list[SpoolEntry]:
+        """Up to `limit` records after the last one read, in order."""
+        out: list[SpoolEntry] = []
+        with self._cond:
+            segments = sorted(self._segments)
+        while len(out) < limit:
+            if self._rseg not in segments:
+                later = [s for s in segments if s > self._rseg]
+                if not later:
+                    break
+                self._rseg, self._rpos = later[0], 0
+            try:
+                with open(self._seg_path(self._rseg), "rb") as fh:
+                    fh.seek(self._rpos)
+                    while len(out) < limit:
+                        line = fh.readline()
+                        if not line.endswith(b"\n"):
+                            break
+                        self._rpos += len(line)
+                        entry = SpoolEntry.decode(line)
+                        if entry.number > self._rlast:
+                            self._rlast = entry.number
+                            out.append(entry)
+            except FileNotFoundError:
+                pass
+            if len(out) >= limit:
+                break
+            later = [s for s in segments if s > self._rseg]
+            if not later:
+                break
+            self._rseg, self._rpos = later[0], 0
+        return out
+
+    def pending_entries(self, through: int | None = None) -> list[SpoolEntry]:
+        """Unacknowledged records, up to number `through` (the reader position is not moved)."""
+        saved = (self._rseg, self._rpos, self._rlast)
+        self.rewind()
+        out: list[SpoolEntry] = []
+        while batch := self.read(10_000):
+            out.extend(e for e in batch if through is None or e.number <= through)
+            if through is not None and batch[-1].number >= through:
+                break
+        self._rseg, self._rpos, self._rlast = saved
+        return out
+
+    def ack(self, number: int) -> None:
+        """Kafka acknowledged every record through `number`."""
+        with self._cond:
+            if number <= self.acked:
+                return
+            self.acked = number
+            for seg in sorted(self._segments):
+                if seg != self._write_seg and self._segments[seg][1] <= number:
+                    self._seg_path(seg).unlink(missing_ok=True)
+                    del self._segments[seg]
+            self.state_written_at = time.time()
+            write_json_atomic(self._dir / STATE_FILE, {"acked": number, "written_at": self.state_written_at})
+            self._update_gauges()
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            if not self._closed:
+                os.fsync(self._fd)
+                os.close(self._fd)
+                self._closed = True

@@ -1,0 +1,34 @@
+"""Small JSON state files written atomically: temp file, fsync, rename, fsync of the directory."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    payload = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, payload)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def read_json(path: Path) -> Any | None:
+    """The file's JSON, or None when it is absent or unreadable (a torn write is never visible)."""
+    try:
+        return json.loads(path.read_bytes())
+    except (FileNotFoundError, ValueError):
+        return None

@@ -1,0 +1,100 @@
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from agents.kernlog.base import SourceGap, SourceItem, SourceLine
+from agents.kernlog.filetail import FileSource
+
+XID = "Nov 29 10:00:00 gpu1 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus."
+
+
+def _take(it: Iterator[SourceItem | None], n: int, deadline_s: float = 10.0) -> list[SourceItem]:
+    out: list[SourceItem] = []
+    end = time.monotonic() + deadline_s
+    while len(out) < n:
+        assert time.monotonic() < end, f"only {len(out)} of {n} items"
+        item = next(it)
+        if item is not None:
+            out.append(item)
+    return out
+
+
+def _drain_idle(it: Iterator[SourceItem | None]) -> None:
+    assert next(it) is None
+
+
+def _write(path: Path, lines: list[str], mode: str = "a") -> None:
+    with open(path, mode) as fh:
+        fh.write("".join(line + "\n" for line in lines))
+
+
+def test_lines_carry_offset_and_content_hash(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    _write(log, ["first", XID, "third"], "w")
+    items = [i for i in FileSource(log, None, follow=False).items() if i is not None]
+    assert [i.message for i in items if isinstance(i, SourceLine)] == ["first", XID, "third"]
+    xid = items[1]
+    assert isinstance(xid, SourceLine) and xid.file_offset == len("first\n")
+    assert xid.record_id == f"file:{xid.content_hash}:6"
+    assert xid.cursor["offset"] == len("first\n") + len(XID) + 1
+
+
+def test_partial_line_waits_for_its_end(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("complete\npart")
+    it = FileSource(log, None).items()
+    assert [i.message for i in _take(it, 1)] == ["complete"]  # type: ignore[union-attr]
+    _drain_idle(it)
+    with open(log, "a") as fh:
+        fh.write("ial\n")
+    assert [i.message for i in _take(it, 1)] == ["partial"]  # type: ignore[union-attr]
+
+
+def test_rotation_by_rename_drains_old_file_then_follows_new(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    _write(log, ["a1", "a2"], "w")
+    it = FileSource(log, None).items()
+    _take(it, 2)
+    _drain_idle(it)
+    _write(log, ["a3"])  # written just before rotation, not yet read
+    os.rename(log, tmp_path / "kern.log.1")
+    _write(log, ["b1", "b2"], "w")
+    got = _take(it, 3)
+    assert [i.message for i in got] == ["a3", "b1", "b2"]  # type: ignore[union-attr]
+    assert got[1].cursor["offset"] == 3 and got[1].cursor["inode"] == os.stat(log).st_ino
+
+
+def test_copytruncate_restarts_at_zero_and_reports_it(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    _write(log, ["old line one", "old line two"], "w")
+    it = FileSource(log, None).items()
+    _take(it, 2)
+    _drain_idle(it)
+    with open(log, "r+") as fh:  # what logrotate's copytruncate does after copying
+        fh.truncate(0)
+    _write(log, ["new"])
+    got = _take(it, 2)
+    assert isinstance(got[0], SourceGap) and got[0].reason == "truncated"
+    assert isinstance(got[1], SourceLine) and got[1].message == "new" and got[1].file_offset == 0
+
+
+def test_restart_resumes_from_cursor_and_finds_the_rotated_file(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    _write(log, ["a1", "a2", "a3"], "w")
+    first = [i for i in FileSource(log, None, follow=False).items() if i is not None]
+    cursor = first[1].cursor  # handled through a2
+    os.rename(log, tmp_path / "kern.log.1")
+    _write(log, ["b1"], "w")
+    again = [i for i in FileSource(log, cursor, follow=False).items() if i is not None]
+    assert [i.message for i in again] == ["a3", "b1"]  # type: ignore[union-attr]
+
+
+def test_replay_rate_paces_lines(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    _write(log, [f"line {i}" for i in range(21)], "w")
+    began = time.monotonic()
+    items = [i for i in FileSource(log, None, follow=False, replay_rate=100).items() if i is not None]
+    elapsed = time.monotonic() - began
+    assert len(items) == 21
+    assert 0.18 <= elapsed < 2.0

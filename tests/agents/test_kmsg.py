@@ -1,0 +1,115 @@
+import errno
+import os
+import threading
+from pathlib import Path
+
+from agents.kernlog.base import SourceGap, SourceLine
+from agents.kernlog.kmsg import KmsgSource, parse_kmsg_record
+from tests.agents.kmsg_records import XID79, boot_stream, record
+
+BOOT_A = "6f3b2a8e-0c51-4d7e-9a53-0d8a1f0e2b11"
+BOOT_B = "a1b2c3d4-0000-4000-8000-123456789abc"
+
+
+def _boot(tmp_path: Path, boot: str) -> Path:
+    p = tmp_path / "boot_id"
+    p.write_text(boot + "\n")
+    return p
+
+
+def _read_all(src: KmsgSource) -> list[SourceLine | SourceGap]:
+    return [i for i in src.items() if i is not None]
+
+
+def test_parse_record_with_continuation_and_unknown_fields() -> None:
+    raw = record(339, XID79, prio=3, ts=12345, cont={"SUBSYSTEM": "pci", "DEVICE": "+pci:0000:3b:00.0"},
+                 extra_fields=",caller=T123")
+    prio, seq, ts, msg, cont = parse_kmsg_record(raw)  # type: ignore[misc]
+    assert (prio, seq, ts, msg) == (3, 339, 12345, XID79)
+    assert cont == {"SUBSYSTEM": "pci", "DEVICE": "+pci:0000:3b:00.0"}
+    assert parse_kmsg_record(b"garbage without header\n") is None
+
+
+def test_recorded_stream_with_continuations_and_a_gap(tmp_path: Path) -> None:
+    stream = tmp_path / "kmsg"
+    stream.write_bytes(boot_stream([*range(0, 30), *range(42, 60)]))
+    items = _read_all(KmsgSource(stream, _boot(tmp_path, BOOT_A), None, follow=False))
+    lines = [i for i in items if isinstance(i, SourceLine)]
+    gaps = [i for i in items if isinstance(i, SourceGap)]
+    assert [ln.seq for ln in lines] == [*range(0, 30), *range(42, 60)]
+    assert len(gaps) == 1 and gaps[0].lost == 12 and gaps[0].after_seq == 29 and gaps[0].next_seq == 42
+    assert gaps[0].reason == "seq_jump"
+    xid = next(ln for ln in lines if ln.seq == 5)
+    assert xid.message == XID79 and xid.continuation["DEVICE"] == "+pci:0000:3b:00.0"
+    assert xid.record_id == f"kmsg:{BOOT_A}:5" and xid.cursor == {"boot_id": BOOT_A, "seq": 5}
+
+
+def test_resume_in_same_boot_skips_handled_records(tmp_path: Path) -> None:
+    stream = tmp_path / "kmsg"
+    stream.write_bytes(boot_stream(range(0, 50)))
+    src = KmsgSource(stream, _boot(tmp_path, BOOT_A), {"boot_id": BOOT_A, "seq": 24}, follow=False)
+    items = _read_all(src)
+    assert [i.seq for i in items if isinstance(i, SourceLine)] == list(range(25, 50))
+    assert not [i for i in items if isinstance(i, SourceGap)]
+
+
+def test_resume_after_ring_buffer_wrapped_reports_lost_records(tmp_path: Path) -> None:
+    stream = tmp_path / "kmsg"
+    stream.write_bytes(boot_stream(range(100, 120)))  # records 25..99 were overwritten meanwhile
+    items = _read_all(KmsgSource(stream, _boot(tmp_path, BOOT_A), {"boot_id": BOOT_A, "seq": 24}, follow=False))
+    gap = items[0]
+    assert isinstance(gap, SourceGap) and gap.lost == 75 and gap.cursor == {"boot_id": BOOT_A, "seq": 99}
+
+
+def test_new_boot_starts_at_the_first_record(tmp_path: Path) -> None:
+    stream = tmp_path / "kmsg"
+    stream.write_bytes(boot_stream(range(0, 10)))
+    src = KmsgSource(stream, _boot(tmp_path, BOOT_B), {"boot_id": BOOT_A, "seq": 500}, follow=False)
+    items = _read_all(src)
+    assert [i.seq for i in items if isinstance(i, SourceLine)] == list(range(10))
+    assert all(i.record_id.startswith(f"kmsg:{BOOT_B}:") for i in items)
+
+
+def test_epipe_reports_an_overrun_gap(tmp_path: Path) -> None:
+    stream = tmp_path / "kmsg"
+    chunks = [record(0, "a"), record(1, "b"), OSError(errno.EPIPE, "Broken pipe"), record(7, XID79), b""]
+
+    def fake_read(_fd: int, _n: int) -> bytes:
+        # Stands in for the device's read(): one record per call, EPIPE once when overwritten.
+        nxt = chunks.pop(0)
+        if isinstance(nxt, Exception):
+            raise nxt
+        return nxt
+
+    stream.write_bytes(b"")
+    items = _read_all(KmsgSource(stream, _boot(tmp_path, BOOT_A), None, follow=False, read=fake_read,
+                                  one_record_per_read=True))
+    gap = next(i for i in items if isinstance(i, SourceGap))
+    assert gap.reason == "overrun" and gap.lost == 5 and gap.after_seq == 1 and gap.next_seq == 7
+
+
+def test_fifo_stream_is_read_as_it_is_written(tmp_path: Path) -> None:
+    fifo = tmp_path / "kmsg.fifo"
+    os.mkfifo(fifo)
+    src = KmsgSource(fifo, _boot(tmp_path, BOOT_A), None, follow=True)
+    data = boot_stream(range(0, 40))
+
+    def writer() -> None:
+        with open(fifo, "wb") as fh:
+            for i in range(0, len(data), 97):  # split records across writes on purpose
+                fh.write(data[i : i + 97])
+                fh.flush()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    seen: list[int] = []
+    for item in src.items():
+        if isinstance(item, SourceLine):
+            seen.append(item.seq or 0)
+            if item.seq == 5:
+                assert item.continuation == {"SUBSYSTEM": "pci", "DEVICE": "+pci:0000:3b:00.0"}
+        if len(seen) == 40:
+            break
+    src.close()
+    t.join(5)
+    assert seen == list(range(40))

@@ -1,0 +1,78 @@
+import threading
+from pathlib import Path
+
+from agents.metrics import Metrics
+from agents.spool import Spool
+
+KiB = 1024
+
+
+def _spool(tmp_path: Path, **kw: int) -> Spool:
+    return Spool(tmp_path / "spool", Metrics(), **kw)  # type: ignore[arg-type]
+
+
+def _add(s: Spool, i: int, *, fault: bool = False, size: int = 100) -> int | None:
+    return s.append("t", "node", "x" * size, fault=fault, record_id=f"r{i}", source="kmsg",
+                    cursor={"boot_id": "b", "seq": i})
+
+
+def test_records_come_back_in_order_and_survive_reopening(tmp_path: Path) -> None:
+    s = _spool(tmp_path, segment_bytes=1000)
+    numbers = [_add(s, i) for i in range(30)]
+    assert numbers == list(range(1, 31))
+    assert [e.record_id for e in s.read(10)] == [f"r{i}" for i in range(10)]
+    s.ack(10)
+    s.close()
+    again = _spool(tmp_path, segment_bytes=1000)
+    assert again.pending_count() == 20
+    assert [e.number for e in again.read(100)] == list(range(11, 31))
+    assert _add(again, 99) == 31
+
+
+def test_ack_deletes_fully_acknowledged_segments(tmp_path: Path) -> None:
+    s = _spool(tmp_path, segment_bytes=1000)
+    for i in range(50):
+        _add(s, i)
+    before = len(list((tmp_path / "spool").glob("*.seg")))
+    s.read(50)
+    s.ack(50)
+    after = len(list((tmp_path / "spool").glob("*.seg")))
+    assert before > 3 and after == 1
+
+
+def test_when_full_non_fault_records_drop_and_faults_use_the_reserve(tmp_path: Path) -> None:
+    m = Metrics()
+    s = Spool(tmp_path / "spool", m, max_bytes=10 * KiB, fault_reserve_bytes=4 * KiB, segment_bytes=2 * KiB)
+    kept = [_add(s, i, size=400) for i in range(40)]
+    dropped = kept.count(None)
+    assert dropped > 0 and m.get("xidpipe_agent_spool_dropped_total") == dropped
+    assert s.take_drop_report() == (dropped, dropped) and s.take_drop_report() == (dropped, 0)
+    assert _add(s, 100, fault=True, size=400) is not None  # within the reserve
+
+
+def test_a_fault_beyond_the_reserve_waits_for_room_instead_of_dropping(tmp_path: Path) -> None:
+    s = Spool(tmp_path / "spool", Metrics(), max_bytes=4 * KiB, fault_reserve_bytes=1 * KiB, segment_bytes=1 * KiB)
+    while s.size < 5 * KiB:
+        _add(s, 0, fault=True, size=300)
+    result: list[int | None] = []
+    t = threading.Thread(target=lambda: result.append(_add(s, 1, fault=True, size=300)))
+    t.start()
+    t.join(0.5)
+    assert t.is_alive() and not result  # blocked, not dropped
+    s.read(1000)
+    s.ack(s.pending_count())
+    t.join(5)
+    assert result and result[0] is not None
+
+
+def test_torn_tail_is_discarded_on_open(tmp_path: Path) -> None:
+    s = _spool(tmp_path)
+    _add(s, 1)
+    _add(s, 2)
+    s.close()
+    seg = next((tmp_path / "spool").glob("*.seg"))
+    with open(seg, "ab") as fh:
+        fh.write(b'{"n":3,"t":"t","k":"node","f":fa')
+    again = _spool(tmp_path)
+    assert [e.number for e in again.read(10)] == [1, 2]
+    assert _add(again, 3) == 3
