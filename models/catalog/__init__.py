@@ -1,0 +1,86 @@
+"""xidpipe's own Xid and SXid catalog, loaded from the bundled TSV files beside this module.
+
+The files carry a provenance header (`# catalog_version:` and `# source:`); they are written by
+`scripts/build_catalog.py` from the transcription of NVIDIA's published catalog.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+CATEGORIES = ("application", "hardware", "driver", "interconnect", "thermal", "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class XidInfo:
+    code: int
+    mnemonic: str
+    description: str
+    immediate_action: str | None
+    investigatory_action: str | None
+    category: str
+    category_reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SxidInfo:
+    code: int
+    name: str
+    fatal: bool
+    klass: str
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    version: str
+    xids: dict[int, XidInfo]
+    sxids: dict[int, SxidInfo]
+
+    def xid(self, code: int) -> XidInfo | None:
+        return self.xids.get(code)
+
+    def sxid(self, code: int) -> SxidInfo | None:
+        return self.sxids.get(code)
+
+
+def _read(name: str) -> tuple[dict[str, str], list[dict[str, str]]]:
+    text = resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+    header: dict[str, str] = {}
+    body: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            key, _, value = line[1:].partition(":")
+            header[key.strip()] = value.strip()
+        elif line:
+            body.append(line)
+    return header, list(csv.DictReader(body, delimiter="\t"))
+
+
+@cache
+def load_catalog() -> Catalog:
+    """The bundled catalog (parsed once per process)."""
+    xhead, xrows = _read("xid.tsv")
+    shead, srows = _read("sxid.tsv")
+    version = xhead["catalog_version"]
+    if shead.get("catalog_version") != version:
+        raise ValueError("xid.tsv and sxid.tsv carry different catalog versions")
+    xids = {
+        int(r["code"]): XidInfo(
+            code=int(r["code"]),
+            mnemonic=r["mnemonic"],
+            description=r["description"],
+            immediate_action=r["immediate_action"] or None,
+            investigatory_action=r["investigatory_action"] or None,
+            category=r["category"],
+            category_reason=r["category_reason"],
+        )
+        for r in xrows
+    }
+    sxids = {
+        int(r["code"]): SxidInfo(code=int(r["code"]), name=r["name"], fatal=r["fatal"] == "fatal", klass=r["class"])
+        for r in srows
+    }
+    return Catalog(version=version, xids=xids, sxids=sxids)
