@@ -1,0 +1,118 @@
+"""Classify a group of faults on one GPU: application or hardware, and why.
+
+NVIDIA's workflow for application-class Xids (13, 31, 43, 45 ...): the same GPU repeating the fault
+across different workloads points at the GPU ("suspected hardware"); the fault following one
+workload across GPUs points at the application. Everything else starts from the catalog's category.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+VERDICTS = ("application", "suspected_hardware", "hardware", "driver", "interconnect", "thermal", "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifyPolicy:
+    """Thresholds for the application-vs-hardware judgement.
+
+    repeat_threshold: occurrences of application-class faults on one GPU from which a repeat is
+        suspicious (default 3: one crash commonly logs two lines, e.g. Xid 13 then Xid 43).
+    min_distinct_workloads: distinct processes that must have hit the fault on that GPU before the
+        GPU rather than the job is suspected (default 2).
+    """
+
+    repeat_threshold: int = 3
+    min_distinct_workloads: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class FaultGroup:
+    """What the classifier needs to know about one (node, GPU, family) group."""
+
+    family: str
+    categories: Sequence[str]
+    codes: Sequence[str]  # e.g. "Xid 13", "SXid 12028", "fallen off the bus"
+    count: int
+    workloads: Sequence[str]  # distinct process names (or pids) that faulted on this GPU
+    gpu: str
+    # Workloads from this group that also faulted on other GPUs, with those GPUs' count.
+    workload_gpu_spread: dict[str, int]
+    severity: str | None = None  # for PCIe AER: corrected / non-fatal / fatal
+    recovery_action: str | None = None  # for Xid 154: the driver's latest recovery action
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    category: str
+    reason: str
+
+
+_FAMILY_CATEGORY = {
+    "gpu_lost": "hardware",
+    "memory": "hardware",
+    "gpu_hardware": "hardware",
+    "pcie": "hardware",
+    "nvlink": "interconnect",
+    "nvswitch": "interconnect",
+    "gsp": "hardware",
+    "driver": "driver",
+    "thermal": "thermal",
+    "recovery_action": "driver",
+}
+
+
+def classify(group: FaultGroup, policy: ClassifyPolicy | None = None) -> Verdict:
+    p = policy or ClassifyPolicy()
+    codes = ", ".join(group.codes)
+    if group.family == "application":
+        return _classify_application(group, p, codes)
+    category = _FAMILY_CATEGORY.get(group.family)
+    if category is None:
+        category = group.categories[0] if group.categories else "unknown"
+    times = "once" if group.count == 1 else f"{group.count} times"
+    reason = f"{codes} seen {times} on {group.gpu}"
+    if group.family == "gpu_lost":
+        reason = f"GPU fell off the bus ({codes}): the device no longer answers; hardware or PCIe path"
+    elif group.family == "memory":
+        reason = f"GPU memory error ({codes}) seen {times} on {group.gpu}"
+    elif group.family == "pcie":
+        reason = f"PCIe AER {group.severity or 'error'} reported {times} for {group.gpu} ({codes})"
+    elif group.family == "recovery_action" and group.recovery_action:
+        reason = f"the driver's GPU recovery action for {group.gpu} is now '{group.recovery_action}' ({codes})"
+    elif group.family == "gsp":
+        reason = f"GPU System Processor failure ({codes}) {times} on {group.gpu}"
+    return Verdict(category, reason)
+
+
+def _classify_application(group: FaultGroup, p: ClassifyPolicy, codes: str) -> Verdict:
+    distinct = sorted(set(group.workloads))
+    followed = {w: n for w, n in group.workload_gpu_spread.items() if n >= 2}
+    only_here = [w for w in distinct if w not in followed]
+    if group.count >= p.repeat_threshold and len(only_here) >= p.min_distinct_workloads:
+        return Verdict(
+            "suspected_hardware",
+            f"{codes} repeated {group.count} times on {group.gpu} across {len(only_here)} different workloads "
+            f"({', '.join(only_here)}) that faulted on no other GPU: the fault stays with the GPU",
+        )
+    if followed:
+        w, n = sorted(followed.items())[0]
+        return Verdict(
+            "application",
+            f"{codes} from workload '{w}', which faulted on {n} different GPUs: the fault follows the workload",
+        )
+    if group.count >= p.repeat_threshold and not distinct:
+        return Verdict(
+            "suspected_hardware",
+            f"{codes} repeated {group.count} times on {group.gpu} with no process attribution: "
+            "check whether different jobs hit it",
+        )
+    who = f"workload '{distinct[0]}'" if len(distinct) == 1 else "an unattributed process"
+    if len(distinct) > 1:
+        who = f"{len(distinct)} workloads ({', '.join(distinct)})"
+    return Verdict(
+        "application",
+        f"{codes} {group.count} time(s) on {group.gpu} from {who}, below the repeat threshold "
+        f"of {p.repeat_threshold}: an application error",
+    )

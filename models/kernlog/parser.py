@@ -1,0 +1,392 @@
+"""The kernel-log fault parser: lines in, `FaultRecord`s out.
+
+`KernelLogParser` is a streaming state machine: feed it lines one at a time, and it returns the
+records that are complete. Multi-line messages (the three-line "fallen off the bus", an identity
+line followed by its serial number, AER error groups, SXid detail lines, the crash-dump notice,
+`/dev/kmsg` continuation lines) become one record spanning `line`..`line_end`. A record that a
+truncated input leaves incomplete is dropped rather than guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from models.catalog import Catalog, load_catalog
+from models.kernlog.messages import CRASH_DUMP_TAIL, NVRM, SERIAL, Match, aer_continuation, recognise
+from models.kernlog.prefix import Prefix, parse_prefix
+from models.kernlog.record import FaultRecord
+
+# Substrings at least one of which every line we recognise contains. Lines without any are skipped
+# with a handful of substring tests, which keeps the parser near the speed of reading the file.
+ANCHORS = ("NVRM", "nvidia", "SXid", "AER", "PCIe Bus Error")
+# The same for block scanning; '"MESSAGE":[' finds journal JSON entries whose message is a byte array.
+BLOCK_ANCHORS = ("NVRM", "nvidia", "SXid", "AER", "PCIe Bus Error", '"MESSAGE":[')
+MAX_LINE_CHARS = 64 * 1024  # a longer "line" is not a kernel message; it is scanned only up to here
+_GROUP_GAP = 8  # lines of unrelated text after which an open multi-line record is closed
+_AER_ROOT_DRIVERS = ("pcieport",)
+NVIDIA_VENDOR = "10de"
+
+
+@dataclass(frozen=True, slots=True)
+class ParseOptions:
+    """`year` completes yearless syslog timestamps; None means the year of `now`."""
+
+    year: int | None = None
+    now: datetime | None = None
+
+
+class _Open:
+    """A record still accepting continuation lines."""
+
+    __slots__ = ("complete", "driver", "expects", "kmsg", "record")
+
+    def __init__(self, record: FaultRecord, expects: str | None, kmsg: bool, complete: bool,
+                 driver: str | None) -> None:
+        self.record = record
+        self.expects = expects
+        self.kmsg = kmsg
+        self.complete = complete
+        self.driver = driver
+
+
+class KernelLogParser:
+    def __init__(self, options: ParseOptions | None = None, catalog: Catalog | None = None) -> None:
+        self.options = options or ParseOptions()
+        self.catalog = catalog or load_catalog()
+        self._now = self.options.now or datetime.now(UTC)
+        self._open: _Open | None = None
+        self._known_gpus: set[str] = set()
+        self._gpu_root_ports: set[str] = set()
+        self._lineno = 0
+
+    # -- public API -------------------------------------------------------------------------
+
+    def feed(self, line: str, lineno: int | None = None) -> list[FaultRecord]:
+        """Consume one input line (without or with its newline); return records now complete."""
+        self._lineno = n = lineno if lineno is not None else self._lineno + 1
+        opened = self._open
+        anchored = "NVRM" in line or "nvidia" in line or "SXid" in line or "AER" in line or "PCIe Bus Error" in line
+        if opened is None and not anchored and line[:1] != "{":
+            return []
+        if len(line) > MAX_LINE_CHARS:
+            line = line[:MAX_LINE_CHARS]
+        line = line.rstrip("\r\n")
+        if opened is not None:
+            if opened.kmsg and line[:1] == " " and "=" in line:
+                self._kmsg_continuation(opened, line, n)
+                return []
+            if (
+                opened.expects == "aer"
+                and ((opened.record.pci or "@") in line or (opened.record.source_pci or "@") in line)
+                and self._aer_continuation(opened, line, n)
+            ):
+                return []
+        if not anchored:
+            if line[:1] == "{" and '"MESSAGE":[' in line:
+                return self._json_line(line, n)
+            if opened is not None and n - opened.record.line_end > _GROUP_GAP:
+                return self._close()
+            return []
+        if line[:1] == "{":
+            return self._json_line(line, n)
+        return self._text_line(line, n, None)
+
+    def finish(self) -> list[FaultRecord]:
+        """End of input: return the last complete record, if any."""
+        return self._close()
+
+    def parse(self, lines: Iterable[str]) -> Iterator[FaultRecord]:
+        for line in lines:
+            yield from self.feed(line)
+        yield from self.finish()
+
+    def parse_blocks(self, blocks: Iterable[str]) -> Iterator[FaultRecord]:
+        """Parse text that arrives in arbitrary blocks (e.g. 1 MiB reads of a file).
+
+        Equivalent to `parse()` over the lines of the concatenated blocks, but much faster on large
+        logs: candidate lines are located with `str.find` over whole blocks, so lines that carry no
+        anchor are never visited one by one.
+        """
+        carry = ""
+        for block in blocks:
+            text = carry + block if carry else block
+            cut = text.rfind("\n") + 1
+            if cut == 0:
+                carry = text
+                continue
+            carry = text[cut:]
+            yield from self._scan_block(text, cut)
+        if carry:
+            yield from self._scan_block(carry + "\n", len(carry) + 1)
+        yield from self.finish()
+
+    def _scan_block(self, text: str, end: int) -> Iterator[FaultRecord]:
+        """Feed the candidate lines of text[:end] (whole lines), keeping line numbers exact."""
+        anchors = BLOCK_ANCHORS
+        next_hit = [text.find(a, 0, end) for a in anchors]
+        pos = 0
+        n = self._lineno  # lines consumed before `pos`
+        while pos < end:
+            if self._open is not None:
+                stop = text.find("\n", pos, end)
+                n += 1
+                yield from self.feed(text[pos:stop], n)
+                pos = stop + 1
+                continue
+            hit = end
+            for i, at in enumerate(next_hit):
+                if 0 <= at < pos:
+                    at = next_hit[i] = text.find(anchors[i], pos, end)
+                if 0 <= at < hit:
+                    hit = at
+            if hit >= end:
+                n += text.count("\n", pos, end)
+                break
+            start = text.rfind("\n", pos, hit) + 1 or pos
+            n += text.count("\n", pos, start) + 1
+            stop = text.find("\n", hit, end)
+            yield from self.feed(text[start:stop], n)
+            pos = stop + 1
+        self._lineno = n
+
+    # -- line handling ----------------------------------------------------------------------
+
+    def _json_line(self, line: str, n: int) -> list[FaultRecord]:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            return self._text_line(line, n, None)
+        if not isinstance(entry, dict):
+            return []
+        message = entry.get("MESSAGE")
+        if isinstance(message, list):
+            try:
+                message = bytes(int(b) & 0xFF for b in message).decode("utf-8", "replace")
+            except (TypeError, ValueError):
+                return []
+        if not isinstance(message, str):
+            return []
+        prefix = Prefix(
+            timestamp=_epoch_us(entry.get("__REALTIME_TIMESTAMP")),
+            uptime_s=_us(entry.get("_SOURCE_MONOTONIC_TIMESTAMP")),
+            host=entry.get("_HOSTNAME") if isinstance(entry.get("_HOSTNAME"), str) else None,
+            format="journal-json",
+        )
+        out: list[FaultRecord] = []
+        for part in message.splitlines() or [""]:
+            out.extend(self._text_line(part, n, prefix, raw=line))
+        return out
+
+    def _text_line(self, line: str, n: int, given: Prefix | None, raw: str | None = None) -> list[FaultRecord]:
+        opened = self._open
+        if opened is not None and not opened.complete and opened.expects == "fallen" and "NVRM" in line:
+            m = NVRM.search(line)
+            if m and n - opened.record.line_end <= 3:
+                self._extend(opened, raw or line, n, m["text"].strip())
+                if "fallen off the bus" in line:
+                    opened.complete = True
+                    opened.expects = None
+                return []
+        if opened is not None and opened.expects == "crash_dump" and CRASH_DUMP_TAIL.search(line):
+            m = NVRM.search(line)
+            self._extend(opened, raw or line, n, m["text"].strip() if m else line)
+            return []
+        if opened is not None and opened.expects == "serial" and SERIAL.search(line):
+            s = SERIAL.search(line)
+            if s:
+                opened.record.serial = s["serial"]
+                opened.expects = None
+                self._extend(opened, raw or line, n, None)
+            return []
+        match = recognise(line)
+        if match is None:
+            return []
+        if match.kind == "device_line":
+            self._note_device(match)
+            return []
+        if opened is not None and match.kind == "sxid" and opened.expects == "sxid" and self._sxid_detail(
+            opened, match, raw or line, n
+        ):
+            return []
+        out = self._close()
+        prefix = given or parse_prefix(line[: match.start], self.options.year, self._now)
+        record = self._record(match, prefix, raw or line, n)
+        expects = match.expects or ("sxid" if match.kind == "sxid" else None)
+        kmsg = prefix.format == "kmsg"
+        if expects is None and not kmsg:
+            out.append(record)  # nothing can continue it: complete now
+            return out
+        self._open = _Open(record, expects=expects, kmsg=kmsg, complete=match.expects != "fallen",
+                           driver=match.driver)
+        return out
+
+    # -- assembly ---------------------------------------------------------------------------
+
+    def _record(self, match: Match, prefix: Prefix, raw: str, n: int) -> FaultRecord:
+        rec = FaultRecord(
+            line=n,
+            line_end=n,
+            kind=match.kind,
+            raw=raw,
+            message=match.message,
+            timestamp=prefix.timestamp,
+            uptime_s=prefix.uptime_s,
+            host=prefix.host,
+            pci=match.pci,
+            source_pci=match.source_pci,
+            xid=match.xid,
+            sxid=match.sxid,
+            pid=match.pid,
+            process=match.process,
+            gpu_uuid=match.gpu_uuid,
+            serial=match.serial,
+            format=prefix.format,
+            details=match.details,
+        )
+        if prefix.kmsg_seq is not None:
+            rec.details["kmsg_seq"] = prefix.kmsg_seq
+        self._enrich(rec)
+        if rec.kind in ("xid", "gpu_identity", "gpu_fallen_off_bus", "ecc", "driver_error") and rec.pci:
+            self._known_gpus.add(rec.pci)
+        if match.driver == "nvidia" and rec.pci:
+            self._known_gpus.add(rec.pci)
+        return rec
+
+    def _enrich(self, rec: FaultRecord) -> None:
+        cat = self.catalog
+        rec.catalog_version = cat.version
+        if rec.kind == "xid" and rec.xid is not None:
+            info = cat.xids.get(rec.xid)
+            if info:
+                rec.mnemonic = info.mnemonic
+                rec.immediate_action = info.immediate_action
+                rec.category = info.category
+                details = rec.details
+                details["description"] = info.description
+                if info.investigatory_action:
+                    details["investigatory_action"] = info.investigatory_action
+            else:
+                rec.category = "unknown"
+        elif rec.kind == "sxid" and rec.sxid is not None:
+            sinfo = cat.sxid(rec.sxid)
+            rec.category = "interconnect"
+            if sinfo:
+                rec.mnemonic = sinfo.name
+                rec.details.setdefault("fatal", sinfo.fatal)
+        elif rec.kind in ("gpu_fallen_off_bus", "ecc", "pcie_aer"):
+            rec.category = "hardware"
+            if rec.kind == "gpu_fallen_off_bus":
+                info = cat.xid(79)
+                rec.immediate_action = info.immediate_action if info else None
+        elif rec.kind == "driver_error":
+            rec.category = "hardware" if rec.details.get("error") in ("gpu_lost", "reset_required") else "driver"
+
+    def _extend(self, opened: _Open, raw: str, n: int, text: str | None) -> None:
+        rec = opened.record
+        if rec.raw != raw:
+            rec.raw = f"{rec.raw}\n{raw}"
+        rec.line_end = n
+        if text:
+            rec.message = f"{rec.message} {text}".strip()
+
+    def _kmsg_continuation(self, opened: _Open, line: str, n: int) -> None:
+        rec = opened.record
+        rec.raw = f"{rec.raw}\n{line}"
+        rec.line_end = n
+        key, _, value = line.strip().partition("=")
+        rec.details.setdefault("kmsg_dict", {})[key] = value
+        if key == "DEVICE" and value.startswith("+pci:") and rec.pci is None:
+            rec.pci = value[5:].lower()
+
+    def _aer_continuation(self, opened: _Open, line: str, n: int) -> bool:
+        match = recognise(line)
+        if match is None or match.kind not in ("device_line", "pcie_aer") or match.pci not in (
+            opened.record.pci,
+            opened.record.source_pci,
+        ):
+            return False
+        if match.kind == "pcie_aer" and match.source_pci != match.pci:
+            return False  # a new "error received" report starts a new record
+        fields = aer_continuation(match.message if match.kind == "device_line" else line)
+        if fields is None:
+            return False
+        rec = opened.record
+        if match.kind == "pcie_aer" and "error_type" in rec.details:
+            return False  # a second error header: a new error
+        if match.driver == "nvidia" and match.pci:
+            self._known_gpus.add(match.pci)
+            opened.driver = opened.driver if opened.driver == "nvidia" else "nvidia"
+        errors: list[str] = rec.details.setdefault("errors", [])
+        if "error" in fields:
+            errors.append(fields["error"])
+        for key in ("error_type", "agent", "vendor_id", "device_id"):
+            if key in fields:
+                rec.details[key] = fields[key]
+        if "severity" in fields and rec.details.get("severity") == "corrected":
+            rec.details["severity"] = fields["severity"]
+        self._extend(opened, line, n, None)
+        return True
+
+    def _sxid_detail(self, opened: _Open, match: Match, raw: str, n: int) -> bool:
+        rec = opened.record
+        if rec.pci != match.pci or rec.sxid != match.sxid:
+            return False
+        msg = match.message
+        if not (msg.startswith("Severity") or msg.startswith("Data")):
+            return False
+        if msg.startswith("Severity"):
+            rec.details["detail"] = msg
+        else:
+            rec.details["data"] = msg
+        self._extend(opened, raw, n, None)
+        return True
+
+    def _note_device(self, match: Match) -> None:
+        if match.driver == "nvidia" and match.pci:
+            self._known_gpus.add(match.pci)
+
+    def _aer_is_gpu(self, opened: _Open) -> bool:
+        rec = opened.record
+        if opened.driver == "nvidia" or rec.details.get("vendor_id") == NVIDIA_VENDOR:
+            return True
+        devices = {rec.pci, rec.source_pci}
+        if devices & self._known_gpus:
+            return True
+        return rec.pci in self._gpu_root_ports and rec.source_pci == rec.pci
+
+    def _close(self) -> list[FaultRecord]:
+        opened, self._open = self._open, None
+        if opened is None or not opened.complete:
+            return []
+        rec = opened.record
+        if rec.kind == "pcie_aer":
+            if not self._aer_is_gpu(opened):
+                return []
+            if rec.source_pci and rec.pci and rec.source_pci != rec.pci:
+                self._gpu_root_ports.add(rec.pci)
+            if not rec.details.get("errors"):
+                rec.details.pop("errors", None)
+        return [rec]
+
+
+def parse_lines(lines: Iterable[str], options: ParseOptions | None = None) -> Iterator[FaultRecord]:
+    """Parse an iterable of lines into records."""
+    return KernelLogParser(options).parse(lines)
+
+
+def _us(value: Any) -> float | None:
+    try:
+        return int(value) / 1_000_000
+    except (TypeError, ValueError):
+        return None
+
+
+def _epoch_us(value: Any) -> str | None:
+    try:
+        return datetime.fromtimestamp(int(value) / 1_000_000, UTC).isoformat()
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None

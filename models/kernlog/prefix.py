@@ -1,0 +1,219 @@
+"""Recognise what stands in front of a kernel message: timestamps, uptime, host, kmsg headers.
+
+Supported: raw `dmesg` (`[ 1843.308145] `), `dmesg -T`, `dmesg --delta`, `dmesg --time-format=iso`,
+`journalctl -k` short, short-iso, short-precise (and `-o json`, handled by the parser), syslog
+RFC 3164 (with or without host, localised month names) and RFC 5424, rsyslog `kern.log`, and
+`/dev/kmsg` records. Whatever else stands in front (another tool's prefix) is ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+from datetime import date, datetime, timedelta
+from functools import lru_cache
+
+KMSG_HEADER = re.compile(r"^(?P<prio>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),(?P<flags>[^;]*);")
+_DMESG_UPTIME = re.compile(r"\[\s*(?P<up>\d+\.\d+)(?:\s*<\s*[+-]?[\d.]+\s*>)?\s*\]")
+_DMESG_CTIME = re.compile(
+    r"\[\s*[^\W\d_]+\.?\s+(?P<mon>[^\W\d_]+\.?|\d{1,2}月)\s+(?P<day>\d{1,2})\s+"
+    r"(?P<time>\d{1,2}:\d\d:\d\d)\s+(?P<year>\d{4})(?:\s*<\s*[+-]?[\d.]+\s*>)?\s*\]"
+)
+_ISO = re.compile(
+    r"(?<!\d)(?P<date>\d{4}-\d\d-\d\d)[T ](?P<time>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,9}))?"
+    r"(?P<tz>Z|[+-]\d\d:?\d\d)?(?![\d])"
+)
+_RFC3164 = re.compile(
+    r"(?<![\w.])(?P<mon>[^\W\d_]{3,9}\.?|\d{1,2}[月월])\s+(?P<day>\d{1,2})\s+"
+    r"(?P<time>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))?(?![\d:])"
+)
+_RFC5424 = re.compile(
+    r"<\d{1,3}>1\s+(?P<ts>\S+)\s+(?P<host>\S+)\s+(?P<app>\S+)\s+\S+\s+\S+\s+(?:-|\[.*?\])\s*"
+)
+# Anchored whole-prefix forms, tried first (the common cases, one regex each).
+_FAST_DMESG = re.compile(r"^\[\s*(?P<up>\d+\.\d+)\]\s?$")
+_FAST_SYSLOG = re.compile(
+    r"^(?:<\d{1,3}>)?(?P<mon>[^\W\d_]{3,9}\.?|\d{1,2}[月월])\s+(?P<day>\d{1,2})\s+(?P<time>\d\d:\d\d:\d\d)"
+    r"(?:\.(?P<frac>\d{1,9}))?\s+(?:(?P<host>[^\s:\[\]<>]+)\s+)?(?P<tag>[^\s:\[\]<>]+)(?:\[\d+\])?:"
+    r"\s*(?:\[\s*(?P<up>\d+\.\d+)\]\s?)?$"
+)
+_FAST_ISO_SYSLOG = re.compile(
+    r"^(?:<\d{1,3}>)?(?P<date>\d{4}-\d\d-\d\d)[T ](?P<time>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,9}))?"
+    r"(?P<tz>Z|[+-]\d\d:?\d\d)?\s+(?:(?:(?P<host>[^\s:\[\]<>]+)\s+)?(?P<tag>[^\s:\[\]<>]+)(?:\[\d+\])?:"
+    r"\s*(?:\[\s*(?P<up>\d+\.\d+)\]\s?)?)?$"
+)
+_HOST_TAG = re.compile(r"^\s*(?:(?P<host>[^\s:\[\]<>]+)\s+)?(?P<tag>[^\s:\[\]<>]+)(?:\[\d+\])?:(?:\s|$)")
+
+_MONTHS: dict[str, int] = {}
+for _num, _names in enumerate(
+    (
+        "jan janv ene gen jän янв",
+        "feb fév févr fev фев",
+        "mar mär mrt mars мар",
+        "apr avr abr апр",
+        "may mai mei mag май",
+        "jun juin giu июн",
+        "jul juil lug июл",
+        "aug aoû août ago авг",
+        "sep sept set сен",
+        "oct okt out ott окт",
+        "nov ноя",
+        "dec dez déc dic дек",
+    ),
+    start=1,
+):
+    for _name in _names.split():
+        _MONTHS[_name] = _num
+
+
+@lru_cache(maxsize=512)
+def month_number(token: str) -> int | None:
+    """Month number of an English or localised month name or abbreviation (`Nov`, `Dez`, `déc.`, `11月`)."""
+    t = token.lower().rstrip(".")
+    if t.endswith(("月", "월")):
+        digits = t[:-1]
+        return int(digits) if digits.isdigit() and 1 <= int(digits) <= 12 else None
+    for n in (4, 3):
+        got = _MONTHS.get(t[:n])
+        if got:
+            return got
+    return None
+
+
+class Prefix(NamedTuple):
+    timestamp: str | None = None
+    uptime_s: float | None = None
+    host: str | None = None
+    format: str = "plain"
+    kmsg_seq: int | None = None
+
+
+def _frac_us(frac: str | None) -> int:
+    return int((frac or "0")[:6].ljust(6, "0"))
+
+
+@lru_cache(maxsize=4096)
+def _valid_date(year: int, month: int, day: int) -> bool:
+    try:
+        date(year, month, day)
+    except ValueError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=256)
+def _tz_text(text: str | None) -> str:
+    if not text:
+        return ""
+    if text == "Z":
+        return "+00:00"
+    return f"{text[:3]}:{text[-2:]}"
+
+
+def _iso_text(day_text: str, clock: str, frac: str | None, tz: str | None) -> str | None:
+    """ISO 8601 text as `datetime.isoformat()` writes it, built without creating a datetime."""
+    y, m, d = int(day_text[:4]), int(day_text[5:7]), int(day_text[8:10])
+    if not _valid_date(y, m, d) or clock[:2] > "23" or clock[3:5] > "59" or clock[6:8] > "60":
+        return None
+    us = _frac_us(frac)
+    return f"{day_text}T{clock}{f'.{us:06d}' if us else ''}{_tz_text(tz)}"
+
+
+def _yearless(month: int, day: int, clock: str, frac: str | None, year: int | None, now: datetime) -> str | None:
+    y = year if year is not None else now.year
+    if year is None and _valid_date(y, month, day) and (
+        date(y, month, day) - now.date() > timedelta(days=2)
+    ):
+        y -= 1  # a December line read in January belongs to the year before
+    return _iso_text(f"{y:04d}-{month:02d}-{day:02d}", clock, frac, None)
+
+
+def _iso(m: re.Match[str]) -> str | None:
+    return _iso_text(m["date"], m["time"], m["frac"], m["tz"])
+
+
+def _host_after(rest: str) -> str | None:
+    m = _HOST_TAG.match(rest)
+    return m["host"] if m else None
+
+
+def parse_prefix(prefix: str, year: int | None, now: datetime) -> Prefix:
+    """Read the timestamp, uptime and host out of the text in front of a kernel message."""
+    head = prefix[:1]
+    if head == "[":
+        fd = _FAST_DMESG.match(prefix)
+        if fd:
+            return Prefix(uptime_s=float(fd["up"]), format="dmesg")
+    elif head.isdigit():
+        km = KMSG_HEADER.match(prefix)
+        if km:
+            return Prefix(uptime_s=int(km["usec"]) / 1_000_000, format="kmsg", kmsg_seq=int(km["seq"]))
+        fi = _FAST_ISO_SYSLOG.match(prefix)
+        if fi:
+            up = fi["up"]
+            return Prefix(timestamp=_iso(fi), uptime_s=float(up) if up else None, host=fi["host"],
+                          format="iso-syslog" if fi["tag"] else "dmesg-iso")
+    if head and not head.isspace():
+        fs = _FAST_SYSLOG.match(prefix)
+        if fs:
+            month = month_number(fs["mon"])
+            if month:
+                up = fs["up"]
+                return Prefix(
+                    timestamp=_yearless(month, int(fs["day"]), fs["time"], fs["frac"], year, now),
+                    uptime_s=float(up) if up else None, host=fs["host"], format="syslog",
+                )
+    return _parse_prefix_general(prefix, year, now)
+
+
+def _parse_prefix_general(prefix: str, year: int | None, now: datetime) -> Prefix:
+    timestamp: str | None = None
+    uptime: float | None = None
+    host: str | None = None
+    fmt = "plain"
+    seq: int | None = None
+
+    km = KMSG_HEADER.match(prefix)
+    if km:
+        return Prefix(uptime_s=int(km["usec"]) / 1_000_000, format="kmsg", kmsg_seq=int(km["seq"]))
+
+    m5 = _RFC5424.search(prefix)
+    if m5:
+        iso = _ISO.match(m5["ts"])
+        return Prefix(
+            timestamp=_iso(iso) if iso else None,
+            uptime_s=_uptime(prefix[m5.end() :]),
+            host=None if m5["host"] == "-" else m5["host"],
+            format="rfc5424",
+        )
+
+    ct = _DMESG_CTIME.search(prefix)
+    if ct:
+        month = month_number(ct["mon"])
+        if month:
+            timestamp = _yearless(month, int(ct["day"]), ct["time"], None, int(ct["year"]), now)
+        return Prefix(timestamp=timestamp, format="dmesg-T")
+
+    iso_m = _ISO.search(prefix)
+    if iso_m:
+        timestamp = _iso(iso_m)
+        rest = prefix[iso_m.end() :]
+        host = _host_after(rest)
+        fmt = "iso-syslog" if host or ":" in rest else "dmesg-iso"
+    else:
+        sm = _RFC3164.search(prefix)
+        if sm:
+            month = month_number(sm["mon"])
+            if month:
+                timestamp = _yearless(month, int(sm["day"]), sm["time"], sm["frac"], year, now)
+                host = _host_after(prefix[sm.end() :])
+                fmt = "syslog"
+    uptime = _uptime(prefix)
+    if uptime is not None and fmt == "plain":
+        fmt = "dmesg"
+    return Prefix(timestamp=timestamp, uptime_s=uptime, host=host, format=fmt, kmsg_seq=seq)
+
+
+def _uptime(text: str) -> float | None:
+    m = _DMESG_UPTIME.search(text)
+    return float(m["up"]) if m else None
