@@ -1,0 +1,74 @@
+"""Reading kernel-log input files robustly: any bytes, any size, clear errors."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from datetime import datetime
+from typing import BinaryIO
+
+from models.kernlog import ParseOptions
+
+
+class InputError(Exception):
+    """An input cannot be read; the message names the file and the reason."""
+
+
+def open_input(path: str) -> BinaryIO:
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise InputError(f"cannot read {path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"cannot read {path}: it is a directory") from None
+    except PermissionError:
+        raise InputError(f"cannot read {path}: permission denied") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+BLOCK_BYTES = 1 << 20
+
+
+def iter_blocks(path: str) -> Iterator[str]:
+    """The file as text blocks cut at line ends; invalid UTF-8 is replaced, never fatal."""
+    stream = open_input(path)
+    carry = b""
+    try:
+        while True:
+            chunk = stream.read(BLOCK_BYTES)
+            if not chunk:
+                break
+            data = carry + chunk if carry else chunk
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                carry = data
+                continue
+            carry = data[cut:]
+            yield data[:cut].decode("utf-8", "replace")
+        if carry:
+            yield carry.decode("utf-8", "replace")
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def add_year_option(parser: object) -> None:
+    import argparse
+
+    assert isinstance(parser, argparse.ArgumentParser)
+    parser.add_argument(
+        "--year",
+        type=int,
+        default=None,
+        help="year for syslog timestamps that carry none (default: the current year, "
+        "or the year before for dates more than two days ahead)",
+    )
+
+
+def parse_options(year: int | None) -> ParseOptions:
+    return ParseOptions(year=year, now=datetime.now().astimezone())

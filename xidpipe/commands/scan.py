@@ -1,0 +1,99 @@
+"""`xidpipe scan FILE...`: the single-node tool: classified incidents from kernel logs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from models.classify import ClassifyPolicy
+from models.kernlog import FaultRecord, KernelLogParser
+from models.scan import ScanIncident, scan
+from xidpipe.commands._input import InputError, add_year_option, iter_blocks, parse_options
+
+EXIT_CLEAN, EXIT_FAULTS, EXIT_INPUT_ERROR = 0, 1, 2
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "scan",
+        help="group GPU faults in kernel logs into classified incidents",
+        description="Parse kernel logs, attach identity lines to their GPU, group faults into incidents "
+        "by (host, GPU, fault family) and classify each with a reason. Exit status: 0 no fault found, "
+        "1 faults found, 2 an input could not be read.",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="kernel log files (- for standard input)")
+    p.add_argument("--json", action="store_true", help="print the incidents as a JSON array")
+    p.add_argument("--host", default=None,
+                   help="host name for lines that carry none (default: the file's name without extension)")
+    p.add_argument("--repeat-threshold", type=int, default=ClassifyPolicy().repeat_threshold,
+                   help="application-fault repeats on one GPU from which hardware is suspected (default: %(default)s)")
+    add_year_option(p)
+    p.set_defaults(func=run)
+
+
+def _default_host(path: str, given: str | None) -> str:
+    if given:
+        return given
+    if path == "-":
+        return "stdin"
+    name = os.path.basename(path)
+    for ext in (".gz", ".log", ".txt", ".json", ".jsonl"):
+        name = name.removesuffix(ext)
+    return name or path
+
+
+def collect(paths: list[str], host: str | None, year: int | None) -> Iterator[tuple[str, FaultRecord]]:
+    for path in paths:
+        default = _default_host(path, host)
+        parser = KernelLogParser(parse_options(year))
+        for record in parser.parse_blocks(iter_blocks(path)):
+            yield default, record
+
+
+def run(args: argparse.Namespace) -> int:
+    policy = ClassifyPolicy(repeat_threshold=args.repeat_threshold)
+    try:
+        incidents = scan(collect(args.files, args.host, args.year), policy)
+    except InputError as exc:
+        print(f"xidpipe scan: {exc}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    if args.json:
+        json.dump([i.to_dict() for i in incidents], sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        print_table(incidents)
+    return EXIT_FAULTS if incidents else EXIT_CLEAN
+
+
+def print_table(incidents: list[ScanIncident], out: Any = None) -> None:
+    out = out or sys.stdout
+    if not incidents:
+        print("No GPU faults found.", file=out)
+        return
+    rows = []
+    for inc in incidents:
+        d = inc.to_dict()
+        gpu = d["gpu_uuid"] or d["pci"] or "-"
+        if d["gpu_uuid"] and d["pci"]:
+            gpu = f"{d['pci']}/{d['gpu_uuid'][:12]}"
+        rows.append([
+            d["host"], gpu, d["serial"] or "-", d["family"], d["category"], str(d["count"]),
+            ", ".join(d["codes"]), d["first_seen"] or "-", d["last_seen"] or "-",
+        ])
+    header = ["HOST", "GPU", "SERIAL", "FAMILY", "CATEGORY", "COUNT", "CODES", "FIRST", "LAST"]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(), file=out)
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip(), file=out)
+    print(file=out)
+    for n, inc in enumerate(incidents, 1):
+        actions = ", ".join(inc.to_dict()["immediate_actions"]) or "-"
+        print(f"[{n}] {inc.host} {inc.family} → {inc.category}: {inc.reason} (NVIDIA action: {actions})",
+              file=out)
+    faults = sum(i.count for i in incidents)
+    print(f"\n{len(incidents)} incident(s) from {faults} fault record(s); "
+          f"catalog {incidents[0].records[0].catalog_version}", file=out)
