@@ -1,0 +1,44 @@
+"""The bundled Xid/SXid catalog: provenance, coverage and the categories the rest relies on."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from models.catalog import CATEGORIES, load_catalog
+
+
+def test_catalog_has_provenance_and_a_version() -> None:
+    text = resources.files("models.catalog").joinpath("xid.tsv").read_text(encoding="utf-8")
+    assert text.startswith("# catalog_version: ")
+    assert "docs.nvidia.com/deploy/xid-errors" in text.splitlines()[1]
+    assert load_catalog().version == "2026.11-1"
+
+
+def test_every_xid_from_1_to_172_with_a_known_category() -> None:
+    cat = load_catalog()
+    assert sorted(cat.xids) == list(range(1, 173))
+    assert {x.category for x in cat.xids.values()} <= set(CATEGORIES)
+
+
+def test_nvidia_actions_and_categories_for_well_known_codes() -> None:
+    cat = load_catalog()
+    expect = {13: ("RESTART_APP", "application"), 31: ("RESTART_APP", "application"),
+              43: ("IGNORE", "application"), 48: ("WORKFLOW_XID_48", "hardware"), 79: ("RESTART_BM", "hardware"),
+              74: ("WORKFLOW_NVLINK_ERR", "interconnect"), 95: ("RESET_GPU", "hardware"),
+              119: ("RESET_GPU", "hardware")}
+    for code, (action, category) in expect.items():
+        info = cat.xid(code)
+        assert info is not None and (info.immediate_action, info.category) == (action, category), code
+
+
+def test_codes_without_published_action_have_none() -> None:
+    info = load_catalog().xid(167)
+    assert info is not None and info.immediate_action is None
+
+
+def test_sxid_fatality() -> None:
+    cat = load_catalog()
+    s1, s2 = cat.sxid(12028), cat.sxid(20034)
+    assert s1 is not None and not s1.fatal
+    assert s2 is not None and s2.fatal
+    assert len(cat.sxids) == 93

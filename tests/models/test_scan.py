@@ -1,0 +1,76 @@
+"""The single-node scan: grouping, identity attachment and classification of incidents."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from models.fingerprint import incident_fingerprint
+from models.kernlog import ParseOptions, parse_lines
+from models.scan import scan
+
+OPTS = ParseOptions(year=2025, now=datetime(2025, 12, 20, tzinfo=UTC))
+
+
+def run(lines: list[str], host: str = "n1"):  # type: ignore[no-untyped-def]
+    return scan((host, r) for r in parse_lines(lines, OPTS))
+
+
+def test_storm_is_one_incident_with_its_count() -> None:
+    line = ("NVRM: Xid (PCI:0000:9a:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on "
+            "link 14(0x0)")
+    (inc,) = run([f"[{1000 + i}.000000] {line}" for i in range(5000)])
+    assert inc.count == 5000 and inc.family == "nvlink" and inc.category == "interconnect"
+    d = inc.to_dict()
+    assert d["first_seen"] == "uptime 1000.000000s" and d["last_seen"] == "uptime 5999.000000s"
+
+
+def test_identity_lines_attach_uuid_and_serial_wherever_they_appear() -> None:
+    lines = [
+        "NVRM: Xid (PCI:0000:3b:00): 48, pid='<unknown>', name=<unknown>, DBE",
+        "NVRM: GPU at PCI:0000:3b:00: GPU-2b7e9c4a-1111-2222-3333-444455556666",
+        "NVRM: GPU Board Serial Number: 1650922001234",
+    ]
+    (inc,) = run(lines)
+    assert inc.gpu == "GPU-2b7e9c4a-1111-2222-3333-444455556666"
+    assert inc.serial == "1650922001234" and inc.pci == "0000:3b:00.0"
+
+
+def test_grouping_is_by_host_gpu_and_family() -> None:
+    lines = [
+        "n1 kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a, Graphics Exception",
+        "n1 kernel: NVRM: Xid (PCI:0000:3b:00): 43, pid=1, name=a, Ch 00000010",
+        "n1 kernel: NVRM: Xid (PCI:0000:3b:00): 48, pid='<unknown>', name=<unknown>, DBE",
+        "n1 kernel: NVRM: Xid (PCI:0000:5e:00): 13, pid=2, name=b, Graphics Exception",
+        "Nov 18 14:02:11 n2 kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=3, name=c, Graphics Exception",
+    ]
+    incs = run(lines, host="n1")
+    keys = [(i.host, i.pci, i.family, i.count) for i in incs]
+    assert keys == [
+        ("n1", "0000:3b:00.0", "application", 2),
+        ("n1", "0000:3b:00.0", "memory", 1),
+        ("n1", "0000:5e:00.0", "application", 1),
+        ("n2", "0000:3b:00.0", "application", 1),
+    ]
+    assert incs[0].fingerprint == incident_fingerprint("n1", "0000:3b:00.0", "application")
+
+
+def test_application_xid_repeating_on_one_gpu_is_suspected_hardware_with_evidence() -> None:
+    lines = [f"NVRM: Xid (PCI:0000:b7:00): 13, pid={100 + i}, name=job{i}, Graphics Exception" for i in range(3)]
+    lines.append("NVRM: Xid (PCI:0000:ca:00): 13, pid=200, name=other, Graphics Exception")
+    incs = run(lines)
+    assert incs[0].category == "suspected_hardware"
+    assert "job0, job1, job2" in incs[0].reason
+    assert incs[1].category == "application"
+
+
+def test_node_level_line_joins_the_gpu_incident_of_its_family() -> None:
+    lines = [
+        "NVRM: Xid (PCI:0000:63:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+        "NVRM: nvCheckOkFailedNoLog: Check failed: GPU lost from the bus [NV_ERR_GPU_IS_LOST] (0x0000000F)",
+    ]
+    (inc,) = run(lines)
+    assert inc.count == 2 and inc.family == "gpu_lost"
+
+
+def test_no_faults_no_incidents() -> None:
+    assert run(["NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.127.05"]) == []
