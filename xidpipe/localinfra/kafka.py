@@ -66,11 +66,8 @@ TOOL_JVM_OPTIONS: tuple[str, ...] = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX
 def cache_dir() -> Path:
     """Where the jars live: `$XIDPIPE_CACHE/kafka-4.0.2`, else `$XDG_CACHE_HOME/xidpipe/...`,
     else `~/.cache/xidpipe/kafka-4.0.2`. Outside the source tree, shared by every checkout."""
-    root = os.environ.get("XIDPIPE_CACHE")
-    if root:
-        base = Path(root)
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xidpipe"
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xidpipe"
+    base = Path(os.environ.get("XIDPIPE_CACHE") or default)
     return base.expanduser() / f"kafka-{KAFKA_VERSION}"
 
 
