@@ -17,7 +17,7 @@ JOURNAL_REMOTE = Path("/lib/systemd/systemd-journal-remote")
 
 def missing(reason: str) -> None:
     """A test that cannot reach what it needs fails under CI and skips elsewhere."""
-    if os.environ.get("CI", "").lower() == "true":
+    if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
         pytest.fail(reason)
     pytest.skip(reason)
 
@@ -64,3 +64,34 @@ def consume(
 @pytest.fixture
 def unique_node(request: pytest.FixtureRequest) -> str:
     return f"node-{request.node.name[:40]}-{time.time_ns() % 10**9}"
+
+
+def find_nvml_header() -> Path | None:
+    """nvml.h from the nvidia-nvml-dev wheel (nvidia/<cuda>/include/nvml.h in site-packages)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("nvidia")
+    for base in list(spec.submodule_search_locations or []) if spec else []:
+        for header in sorted(Path(base).glob("*/include/nvml.h")):
+            return header
+    return None
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Compile tests/fakes/nvml/fake_nvml.c into <dir>/libnvidia-ml.so.1; returns <dir>."""
+    import subprocess
+
+    gcc = require_tool("gcc", "gcc")
+    header = find_nvml_header()
+    if header is None:
+        missing("nvml.h not found: pip install nvidia-nvml-dev (a dev dependency)")
+    assert header is not None
+    out = tmp_path_factory.mktemp("fake-nvml")
+    source = Path(__file__).resolve().parents[1] / "fakes" / "nvml" / "fake_nvml.c"
+    subprocess.run(
+        [gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-Wno-unused-parameter", f"-I{header.parent}",
+         "-o", str(out / "libnvidia-ml.so.1"), str(source), "-lpthread"],
+        check=True, capture_output=True, text=True,
+    )
+    return out

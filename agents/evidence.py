@@ -1,0 +1,249 @@
+"""Evidence captured at fault time, before anyone resets anything.
+
+On a fault line or an NVML fault event, at most once per GPU per window, a worker thread
+captures: `nvidia-smi -q -i <bus id>`, the kernel-log lines around the fault, `lspci -vvv -s
+<bdf>`, `nvidia-smi topo -m`, and the faulting pid's cgroup and command line. Each capture has a
+timeout and a size cap and is gzip-compressed; commands run with a minimal environment, no
+environment variables are ever read from /proc, and token/password/key-looking values in command
+lines are redacted. The dossier goes to the evidence topic keyed by node.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import logging
+import os
+import queue
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agents.kernlog.prefilter import normalize_bdf
+from agents.metrics import Metrics
+from models.node_records import Evidence, EvidenceItem, GpuInfo, NodeRecord, NvmlEvent
+
+log = logging.getLogger(__name__)
+
+_XID = re.compile(
+    r"\bXid \(PCI:(?P<bus>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, pid=(?P<pid>'?<unknown>'?|\d+))?"
+)
+_GPU_AT = re.compile(r"GPU (?:at PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)")
+_SECRET_KEY = (
+    r"(?:[\w.-]*(?:token|passw(?:or)?d|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential|auth)[\w.-]*)"
+)
+_SECRET_ASSIGN = re.compile(rf"(?i)\b({_SECRET_KEY})(\s*[=:]\s*)((?:(?:bearer|basic)\s+)?\S+)")
+_SECRET_FLAG = re.compile(rf"(?i)^--?{_SECRET_KEY}$")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
+REDACTED = "[REDACTED]"
+
+
+def redact_text(text: str) -> str:
+    text = _SECRET_ASSIGN.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if _SECRET_FLAG.match(arg):
+            out.append(arg)
+            hide_next = True
+            continue
+        out.append(redact_text(arg))
+    return out
+
+
+def full_bdf(bus: str) -> str:
+    """`0000:3b:00` (as Xid lines print it) → `0000:3b:00.0`."""
+    bdf = normalize_bdf(bus if "." in bus.rsplit(":", 1)[-1] else f"{bus}.0")
+    return bdf
+
+
+@dataclass(frozen=True)
+class FaultContext:
+    trigger_record_id: str
+    bus: str | None
+    gpu_uuid: str | None
+    xid: int | None
+    pid: int | None
+
+
+def parse_fault_line(message: str) -> tuple[str | None, int | None, int | None]:
+    """(PCI address, Xid, pid) from an NVRM fault line, where present."""
+    m = _XID.search(message)
+    if m:
+        pid = m.group("pid")
+        return full_bdf(m.group("bus")), int(m.group("xid")), int(pid) if pid and pid.isdigit() else None
+    g = _GPU_AT.search(message)
+    if g:
+        return full_bdf(g.group("bus")), None, None
+    return None, None, None
+
+
+class EvidenceCollector:
+    def __init__(
+        self,
+        *,
+        node: str,
+        publish: Callable[[NodeRecord], Any],
+        metrics: Metrics,
+        window_s: float = 600.0,
+        timeout_s: float = 10.0,
+        max_bytes: int = 256 * 1024,
+        kernel_lines: int = 200,
+        nvidia_smi: str = "nvidia-smi",
+        lspci: str = "lspci",
+        proc_root: Path = Path("/proc"),
+    ) -> None:
+        self.node = node
+        self._publish = publish
+        self._metrics = metrics
+        self._window = window_s
+        self._timeout = timeout_s
+        self._max_bytes = max_bytes
+        self._lines: deque[str] = deque(maxlen=max(kernel_lines, 1))
+        self._lines_lock = threading.Lock()
+        self._nvidia_smi = nvidia_smi
+        self._lspci = lspci
+        self._proc_root = proc_root
+        self._last: dict[str, float] = {}
+        self._last_lock = threading.Lock()
+        self._queue: queue.Queue[FaultContext] = queue.Queue(maxsize=64)
+        self._gpu_lookup: Callable[[str], GpuInfo | None] = lambda _bus: None
+        self._worker = threading.Thread(target=self._work, name="evidence", daemon=True)
+        self._worker.start()
+
+    @classmethod
+    def from_settings(cls, settings: Any, *, publish: Callable[[NodeRecord], Any], metrics: Metrics
+                      ) -> EvidenceCollector:
+        return cls(node=settings.node, publish=publish, metrics=metrics, window_s=settings.evidence_window_s,
+                   timeout_s=settings.evidence_timeout_s, max_bytes=settings.evidence_max_bytes,
+                   kernel_lines=settings.evidence_kernel_lines, nvidia_smi=settings.nvidia_smi,
+                   lspci=settings.lspci, proc_root=settings.proc_root)
+
+    def set_gpu_lookup(self, lookup: Callable[[str], GpuInfo | None]) -> None:
+        self._gpu_lookup = lookup
+
+    # --- triggers (called from the kernel and NVML paths: never block) -----------------------
+    def observe_line(self, message: str) -> None:
+        with self._lines_lock:
+            self._lines.append(message)
+
+    def on_kernel_fault(self, record_id: str, message: str) -> None:
+        bus, xid, pid = parse_fault_line(message)
+        gpu = self._gpu_lookup(bus) if bus else None
+        self._trigger(FaultContext(record_id, bus, gpu.uuid if gpu else None, xid, pid))
+
+    def on_nvml_fault(self, event: NvmlEvent) -> None:
+        bus = full_bdf(event.pci_bus_id) if event.pci_bus_id else None
+        self._trigger(FaultContext(event.record_id, bus, event.gpu_uuid, event.xid, None))
+
+    def _trigger(self, ctx: FaultContext) -> None:
+        key = ctx.bus or ctx.gpu_uuid or "unknown-gpu"
+        now = time.monotonic()
+        with self._last_lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self._window:
+                self._metrics.inc("xidpipe_agent_evidence_suppressed_total")
+                return
+            self._last[key] = now
+        try:
+            self._queue.put_nowait(ctx)
+        except queue.Full:
+            log.error("evidence queue full; capture skipped", extra={"pci_bus_id": ctx.bus})
+
+    # --- capture --------------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            ctx = self._queue.get()
+            try:
+                self._publish(self.capture(ctx))
+                self._metrics.inc("xidpipe_agent_evidence_captures_total")
+            except Exception:
+                log.exception("evidence capture failed", extra={"pci_bus_id": ctx.bus})
+
+    def capture(self, ctx: FaultContext) -> Evidence:
+        items: list[EvidenceItem] = []
+        smi = shutil.which(self._nvidia_smi)
+        if ctx.bus:
+            items.append(self._run("nvidia-smi-q", smi, ["-q", "-i", ctx.bus]))
+        else:
+            items.append(self._run("nvidia-smi-q", smi, ["-q"]))
+        if ctx.bus:
+            items.append(self._run("lspci", shutil.which(self._lspci), ["-vvv", "-s", ctx.bus]))
+        items.append(self._run("nvidia-smi-topo", smi, ["topo", "-m"]))
+        if ctx.pid is not None:
+            items.extend(self._process(ctx.pid))
+        with self._lines_lock:
+            window = "\n".join(self._lines) + "\n"
+        items.append(self._item("kernel-log", (), "ok", window.encode()))
+        log.info("evidence captured", extra={"pci_bus_id": ctx.bus, "gpu_uuid": ctx.gpu_uuid, "xid": ctx.xid,
+                                             "items": len(items)})
+        return Evidence(
+            node=self.node,
+            record_id=f"evidence:{ctx.trigger_record_id}",
+            trigger_record_id=ctx.trigger_record_id,
+            gpu_uuid=ctx.gpu_uuid,
+            pci_bus_id=ctx.bus,
+            xid=ctx.xid,
+            pid=ctx.pid,
+            items=tuple(items),
+        )
+
+    def _item(self, name: str, command: tuple[str, ...], status: str, data: bytes, detail: str | None = None
+              ) -> EvidenceItem:
+        truncated = len(data) > self._max_bytes
+        data = data[: self._max_bytes]
+        return EvidenceItem(
+            name=name, command=command, status=status,  # type: ignore[arg-type]
+            truncated=truncated, size_bytes=len(data),
+            data=base64.b64encode(gzip.compress(data, 6)).decode(), detail=detail,
+        )
+
+    def _run(self, name: str, binary: str | None, args: list[str]) -> EvidenceItem:
+        if binary is None:
+            return self._item(name, (), "absent", b"", detail="command not found")
+        cmd = (binary, *args)
+        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C"}
+        try:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                    stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            return self._item(name, cmd, "failed", b"", detail=str(exc))
+        try:
+            out, _ = proc.communicate(timeout=self._timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+            return self._item(name, cmd, "timeout", redact_text(out.decode("utf-8", "replace")).encode(),
+                              detail=f"killed after {self._timeout} s")
+        status = "ok" if proc.returncode == 0 else "failed"
+        return self._item(name, cmd, status, redact_text(out.decode("utf-8", "replace")).encode(),
+                          detail=None if status == "ok" else f"exit {proc.returncode}")
+
+    def _process(self, pid: int) -> list[EvidenceItem]:
+        base = self._proc_root / str(pid)
+        items = []
+        try:
+            items.append(self._item("process-cgroup", (), "ok", (base / "cgroup").read_bytes()))
+        except OSError as exc:
+            items.append(self._item("process-cgroup", (), "failed", b"", detail=str(exc)))
+        try:
+            argv = [a.decode("utf-8", "replace") for a in (base / "cmdline").read_bytes().split(b"\0") if a]
+            items.append(self._item("process-cmdline", (), "ok", "\n".join(redact_argv(argv)).encode()))
+        except OSError as exc:
+            items.append(self._item("process-cmdline", (), "failed", b"", detail=str(exc)))
+        return items

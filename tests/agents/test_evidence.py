@@ -1,0 +1,86 @@
+import base64
+import gzip
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.evidence import EvidenceCollector, FaultContext, parse_fault_line, redact_argv, redact_text
+from agents.metrics import Metrics
+from agents.nvml.cgroup import parse_cgroup
+from models.node_records import Evidence, NodeRecord
+
+CID = "3f1b9c0d2e4a5b6c7d8e9f00112233445566778899aabbccddeeff0011223344"
+
+
+def _data(item: object) -> bytes:
+    return gzip.decompress(base64.b64decode(item.data))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("line", "want"), [
+    ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.", ("0000:3b:00.0", 79, 1234)),
+    ("NVRM: Xid (PCI:0000:3b:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable", ("0000:3b:00.0", 48, None)),
+    ("NVRM: GPU at PCI:0000:5e:00: GPU-1c7e4c02", ("0000:5e:00.0", None, None)),
+    ("eth0: link up", (None, None, None)),
+])
+def test_parse_fault_line(line: str, want: tuple[object, ...]) -> None:
+    assert parse_fault_line(line) == want
+
+
+def test_redaction() -> None:
+    argv = ["python", "train.py", "--api-key", "s3cr3t", "--hf_token=hf_abcdef", "PASSWORD=hunter2", "--lr=0.1"]
+    out = redact_argv(argv)
+    assert out == ["python", "train.py", "--api-key", "[REDACTED]", "--hf_token=[REDACTED]",
+                   "PASSWORD=[REDACTED]", "--lr=0.1"]
+    assert redact_text("Authorization: Bearer abcdefghijklmnop") == "Authorization: [REDACTED]"
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    (f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1f2e3d4c_5b6a_4978_8695_a4b3c2d1e0f9.slice/cri-containerd-{CID}.scope",
+     (CID, "1f2e3d4c-5b6a-4978-8695-a4b3c2d1e0f9")),
+    (f"12:devices:/kubepods/burstable/pod1f2e3d4c-5b6a-4978-8695-a4b3c2d1e0f9/{CID}\n11:cpu:/kubepods/burstable",
+     (CID, "1f2e3d4c-5b6a-4978-8695-a4b3c2d1e0f9")),
+    (f"0::/system.slice/docker-{CID}.scope", (CID, None)),
+    ("0::/user.slice/user-1000.slice/session-2.scope", (None, None)),
+])
+def test_parse_cgroup(text: str, want: tuple[object, ...]) -> None:
+    assert parse_cgroup(text) == want
+
+
+def _collector(sink: list[NodeRecord], tmp_path: Path, **kw: object) -> EvidenceCollector:
+    return EvidenceCollector(node="n1", publish=sink.append, metrics=Metrics(), proc_root=tmp_path,
+                             **kw)  # type: ignore[arg-type]
+
+
+def test_capture_caps_size_times_out_and_marks_absent_tools(tmp_path: Path) -> None:
+    slow = tmp_path / "slow-smi"
+    slow.write_text(f"#!{sys.executable}\nimport time, sys\nprint('x' * 5000, flush=True)\ntime.sleep(30)\n")
+    slow.chmod(0o755)
+    c = _collector([], tmp_path, nvidia_smi=str(slow), lspci="lspci-absent", timeout_s=0.5, max_bytes=1000)
+    for i in range(5):
+        c.observe_line(f"line {i}")
+    began = time.monotonic()
+    ev = c.capture(FaultContext("kmsg:b:1", "0000:3b:00.0", None, 79, None))
+    assert time.monotonic() - began < 5
+    items = {i.name: i for i in ev.items}
+    assert items["nvidia-smi-q"].status == "timeout" and items["nvidia-smi-q"].truncated
+    assert items["nvidia-smi-q"].size_bytes == 1000 and len(_data(items["nvidia-smi-q"])) == 1000
+    assert items["lspci"].status == "absent"
+    assert _data(items["kernel-log"]).decode().splitlines() == [f"line {i}" for i in range(5)]
+
+
+def test_at_most_one_dossier_per_gpu_per_window(tmp_path: Path) -> None:
+    sink: list[NodeRecord] = []
+    c = _collector(sink, tmp_path, nvidia_smi="absent-smi", lspci="absent-lspci", window_s=60)
+    line = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    c.on_kernel_fault("r1", line)
+    c.on_kernel_fault("r2", line)
+    c.on_kernel_fault("r3", line.replace("3b:00", "5e:00"))
+    deadline = time.monotonic() + 10
+    while len(sink) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.1)
+    assert sorted(e.pci_bus_id for e in sink if isinstance(e, Evidence)) == ["0000:3b:00.0", "0000:5e:00.0"]
+    assert c._metrics.get("xidpipe_agent_evidence_suppressed_total") == 1
