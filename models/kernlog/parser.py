@@ -22,10 +22,15 @@ from models.kernlog.record import FaultRecord
 
 # Substrings at least one of which every line we recognise contains. Lines without any are skipped
 # with a handful of substring tests, which keeps the parser near the speed of reading the file.
-ANCHORS = ("NVRM", "nvidia", "SXid", "AER", "PCIe Bus Error")
-# The same for block scanning; '"MESSAGE":[' finds journal JSON entries whose message is a byte array.
-BLOCK_ANCHORS = ("NVRM", "nvidia", "SXid", "AER", "PCIe Bus Error", '"MESSAGE":[')
+# NVRM: the driver's messages; nvidia: NVSwitch (SXid) lines and lines of the nvidia PCI driver;
+# pcieport: the PCIe port services that report AER errors for a GPU and its root port.
+ANCHORS = ("NVRM", "nvidia", "pcieport")
+# In a journal JSON block, '"MESSAGE":[' also finds entries whose message is a byte array.
+JSON_ANCHOR = '"MESSAGE":['
+JSON_BLOCK_ANCHORS = (*ANCHORS, JSON_ANCHOR)
 MAX_LINE_CHARS = 64 * 1024  # a longer "line" is not a kernel message; it is scanned only up to here
+_MESSAGE_CACHE_SIZE = 4096  # distinct message texts remembered (storms repeat one text thousands of times)
+_MISSING: Any = object()
 _GROUP_GAP = 8  # lines of unrelated text after which an open multi-line record is closed
 _AER_ROOT_DRIVERS = ("pcieport",)
 NVIDIA_VENDOR = "10de"
@@ -62,6 +67,7 @@ class KernelLogParser:
         self._known_gpus: set[str] = set()
         self._gpu_root_ports: set[str] = set()
         self._lineno = 0
+        self._message_cache: dict[str, Match | None] = {}
 
     # -- public API -------------------------------------------------------------------------
 
@@ -69,7 +75,7 @@ class KernelLogParser:
         """Consume one input line (without or with its newline); return records now complete."""
         self._lineno = n = lineno if lineno is not None else self._lineno + 1
         opened = self._open
-        anchored = "NVRM" in line or "nvidia" in line or "SXid" in line or "AER" in line or "PCIe Bus Error" in line
+        anchored = "NVRM" in line or "nvidia" in line or "pcieport" in line
         if opened is None and not anchored and line[:1] != "{":
             return []
         if len(line) > MAX_LINE_CHARS:
@@ -86,7 +92,7 @@ class KernelLogParser:
             ):
                 return []
         if not anchored:
-            if line[:1] == "{" and '"MESSAGE":[' in line:
+            if line[:1] == "{" and JSON_ANCHOR in line:
                 return self._json_line(line, n)
             if opened is not None and n - opened.record.line_end > _GROUP_GAP:
                 return self._close()
@@ -109,7 +115,8 @@ class KernelLogParser:
 
         Equivalent to `parse()` over the lines of the concatenated blocks, but much faster on large
         logs: candidate lines are located with `str.find` over whole blocks, so lines that carry no
-        anchor are never visited one by one.
+        anchor are never visited one by one. Journal JSON is recognised by a block that starts with
+        `{` (journalctl -o json output is JSON throughout).
         """
         carry = ""
         for block in blocks:
@@ -126,7 +133,7 @@ class KernelLogParser:
 
     def _scan_block(self, text: str, end: int) -> Iterator[FaultRecord]:
         """Feed the candidate lines of text[:end] (whole lines), keeping line numbers exact."""
-        anchors = BLOCK_ANCHORS
+        anchors = JSON_BLOCK_ANCHORS if text[:1] == "{" else ANCHORS
         next_hit = [text.find(a, 0, end) for a in anchors]
         pos = 0
         n = self._lineno  # lines consumed before `pos`
@@ -149,7 +156,14 @@ class KernelLogParser:
             start = text.rfind("\n", pos, hit) + 1 or pos
             n += text.count("\n", pos, start) + 1
             stop = text.find("\n", hit, end)
-            yield from self.feed(text[start:stop], n)
+            # An anchored line with nothing open: straight to the message recognisers.
+            line = text[start:stop] if stop - start <= MAX_LINE_CHARS else text[start : start + MAX_LINE_CHARS]
+            if line[-1:] == "\r":
+                line = line[:-1]
+            self._lineno = n
+            out = self._json_line(line, n) if line[:1] == "{" else self._text_line(line, n, None)
+            if out:
+                yield from out
             pos = stop + 1
         self._lineno = n
 
@@ -202,7 +216,22 @@ class KernelLogParser:
                 opened.expects = None
                 self._extend(opened, raw or line, n, None)
             return []
-        match = recognise(line)
+        start = line.find("NVRM: ")
+        if start < 0:
+            start = line.find("nvidia-nvswitch")
+        if start >= 0:
+            # Driver messages repeat verbatim in storms: recognise each distinct text once.
+            key = line[start:]
+            cache = self._message_cache
+            match = cache.get(key, _MISSING)
+            if match is _MISSING:
+                match = recognise(key)
+                if len(cache) >= _MESSAGE_CACHE_SIZE:
+                    cache.clear()
+                cache[key] = match
+        else:
+            match = recognise(line)
+            start = match.start if match is not None else 0
         if match is None:
             return []
         if match.kind == "device_line":
@@ -213,7 +242,7 @@ class KernelLogParser:
         ):
             return []
         out = self._close()
-        prefix = given or parse_prefix(line[: match.start], self.options.year, self._now)
+        prefix = given or parse_prefix(line[:start], self.options.year, self._now)
         record = self._record(match, prefix, raw or line, n)
         expects = match.expects or ("sxid" if match.kind == "sxid" else None)
         kmsg = prefix.format == "kmsg"
@@ -245,7 +274,7 @@ class KernelLogParser:
             gpu_uuid=match.gpu_uuid,
             serial=match.serial,
             format=prefix.format,
-            details=match.details,
+            details=dict(match.details),
         )
         if prefix.kmsg_seq is not None:
             rec.details["kmsg_seq"] = prefix.kmsg_seq

@@ -9,9 +9,9 @@ RFC 3164 (with or without host, localised month names) and RFC 5424, rsyslog `ke
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 from datetime import date, datetime, timedelta
 from functools import lru_cache
+from typing import NamedTuple
 
 KMSG_HEADER = re.compile(r"^(?P<prio>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),(?P<flags>[^;]*);")
 _DMESG_UPTIME = re.compile(r"\[\s*(?P<up>\d+\.\d+)(?:\s*<\s*[+-]?[\d.]+\s*>)?\s*\]")
@@ -144,6 +144,17 @@ def parse_prefix(prefix: str, year: int | None, now: datetime) -> Prefix:
         fd = _FAST_DMESG.match(prefix)
         if fd:
             return Prefix(uptime_s=float(fd["up"]), format="dmesg")
+        ct = _DMESG_CTIME.match(prefix)
+        if ct and ct.end() >= len(prefix.rstrip()):
+            month = month_number(ct["mon"])
+            stamp = _yearless(month, int(ct["day"]), ct["time"], None, int(ct["year"]), now) if month else None
+            return Prefix(timestamp=stamp, format="dmesg-T")
+    elif head == "<":
+        m5 = _RFC5424.match(prefix)
+        if m5 and m5.end() >= len(prefix):
+            iso = _ISO.match(m5["ts"])
+            return Prefix(timestamp=_iso(iso) if iso else None, host=None if m5["host"] == "-" else m5["host"],
+                          format="rfc5424")
     elif head.isdigit():
         km = KMSG_HEADER.match(prefix)
         if km:

@@ -117,14 +117,16 @@ CORPUS = [
     "pcieport 0000:60:01.1:    [ 5] SDES",
     "4,1,1000,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=a, DBE",
     " SUBSYSTEM=pci",
-    '{"_HOSTNAME":"n1","MESSAGE":[78,86,82,77,58,32,78,111,32,78,86,73,68,73,65,32,71,80,85,32,102,111,117,110,100,46]}',
     "",
+]
+JOURNAL = [
+    '{"_HOSTNAME":"n1","MESSAGE":"EXT4-fs (nvme0n1p2): re-mounted."}',
+    '{"_HOSTNAME":"n1","MESSAGE":[78,86,82,77,58,32,78,111,32,78,86,73,68,73,65,32,71,80,85,32,102,111,117,110,100,46]}',
+    '{"_HOSTNAME":"n1","MESSAGE":"NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=a, GPU has fallen off the bus."}',
 ]
 
 
-@settings(max_examples=300)
-@given(st.lists(st.sampled_from(CORPUS), max_size=60), st.lists(st.integers(1, 400), min_size=1, max_size=20))
-def test_block_scanning_equals_line_by_line_parsing(lines: list[str], cuts: list[int]) -> None:
+def _blocks_vs_lines(lines: list[str], cuts: list[int]) -> None:
     from models.kernlog import KernelLogParser
 
     text = "".join(f"{line}\n" for line in lines)
@@ -136,3 +138,23 @@ def test_block_scanning_equals_line_by_line_parsing(lines: list[str], cuts: list
     by_line = [r.to_dict() for r in KernelLogParser(OPTS).parse(text.splitlines(keepends=True))]
     by_block = [r.to_dict() for r in KernelLogParser(OPTS).parse_blocks(blocks)]
     assert by_block == by_line
+
+
+@settings(max_examples=300)
+@given(st.lists(st.sampled_from(CORPUS), max_size=60), st.lists(st.integers(1, 400), min_size=1, max_size=20))
+def test_block_scanning_equals_line_by_line_parsing(lines: list[str], cuts: list[int]) -> None:
+    _blocks_vs_lines(lines, cuts)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.sampled_from(JOURNAL), min_size=1, max_size=40), st.lists(st.integers(60, 600), max_size=10))
+def test_block_scanning_of_journal_json(lines: list[str], cuts: list[int]) -> None:
+    # Blocks are cut at line ends, as the readers cut them: a journal block starts with "{".
+    text = "".join(f"{line}\n" for line in lines)
+    ends = sorted({text.find("\n", c) + 1 for c in cuts if 0 < text.find("\n", c) + 1 < len(text)})
+    blocks = [text[a:b] for a, b in zip([0, *ends], [*ends, len(text)], strict=True)]
+    from models.kernlog import KernelLogParser
+
+    by_line = [r.to_dict() for r in KernelLogParser(OPTS).parse(text.splitlines(keepends=True))]
+    assert [r.to_dict() for r in KernelLogParser(OPTS).parse_blocks(blocks)] == by_line
+    assert sum(1 for line in lines if "NVRM" in line or "78,86,82,77" in line) == len(by_line)
