@@ -184,6 +184,21 @@ def test_cli_start_status_stop_leaves_nothing_running(tmp_path: Path) -> None:
     assert dev("status").returncode == 3
 
 
+def test_broker_that_dies_on_start_reports_its_error_and_leaves_nothing(tmp_path: Path) -> None:
+    _require_jars()
+    work_dir = tmp_path / "broker"
+    # Accepted by the storage tool, fatal in the broker's heartbeat thread.
+    broken = localkafka.LocalKafka(work_dir=work_dir, extra_properties={"broker.heartbeat.interval.ms": "-5"})
+    with pytest.raises(LocalInfraError) as failure:
+        broken.start()
+    message = str(failure.value)
+    assert "Kafka broker exited with status" in message
+    assert "timeout should be >= 0" in message  # the cause, taken from the broker's log
+    assert not work_dir.exists()
+    leftover = subprocess.run(["pgrep", "-f", str(work_dir)], capture_output=True, text=True, check=False)
+    assert leftover.stdout == ""
+
+
 def test_busy_port_is_reported_before_anything_starts(tmp_path: Path) -> None:
     _require_jars()
     import socket

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.services import service_unavailable
-from xidpipe.localinfra.postgres import SYSTEM_USER, LocalPostgres
+from xidpipe.localinfra.postgres import SYSTEM_USER, LocalPostgres, find_bin_dir
 from xidpipe.localinfra.process import LocalInfraError, pid_alive, process_cmdline
 
 pytestmark = pytest.mark.postgres
@@ -135,3 +135,19 @@ def test_cli_start_status_stop_leaves_nothing_running(tmp_path: Path) -> None:
     assert not pid_alive(pid)
     assert not Path(record["work_dir"]).exists()
     assert dev("status").returncode == 3
+
+
+def test_busy_port_is_reported_before_anything_starts(tmp_path: Path) -> None:
+    import socket
+
+    try:
+        find_bin_dir()
+    except LocalInfraError as exc:
+        service_unavailable("PostgreSQL", str(exc))
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        with pytest.raises(LocalInfraError, match=rf"port {busy} on 127.0.0.1 is already in use"):
+            LocalPostgres(port=busy, work_dir=tmp_path / "cluster").start()
+    assert not (tmp_path / "cluster").exists()

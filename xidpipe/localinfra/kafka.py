@@ -29,7 +29,7 @@ from xidpipe.localinfra.process import (
     LocalInfraError,
     RunRecord,
     free_port,
-    log_tail,
+    log_excerpt,
     owns_pid,
     remove_file,
     require_free_port,
@@ -411,13 +411,13 @@ class LocalKafka:
                 if time.monotonic() >= deadline:
                     raise LocalInfraError(
                         f"Kafka broker at {self.bootstrap} not ready after {self.ready_timeout:.0f} s; "
-                        f"last lines of {self.log_file}:\n{log_tail(self.log_file)}"
+                        f"from its log (kafka.log):\n{log_excerpt(self.log_file)}"
                     )
                 time.sleep(0.2)
-        tail = log_tail(self.log_file)
+        excerpt = log_excerpt(self.log_file)
         raise LocalInfraError(
-            f"Kafka broker exited with status {proc.returncode} during start-up{_java_hint(tail)}; "
-            f"last lines of {self.log_file}:\n{tail}"
+            f"Kafka broker exited with status {proc.returncode} during start-up{_java_hint(excerpt)}; "
+            f"from its log (kafka.log):\n{excerpt}"
         )
 
     def _answers_admin(self, timeout_ms: int) -> bool:

@@ -249,7 +249,7 @@ class LocalPostgres:
             )
         except subprocess.TimeoutExpired as exc:
             raise LocalInfraError(
-                f"{what} did not finish in {timeout:.0f} s; last lines of {self.log_file}:\n"
+                f"{what} did not finish in {timeout:.0f} s; the server log ends with:\n"
                 f"{log_tail(self.log_file)}"
             ) from exc
         if done.returncode != 0:
@@ -257,7 +257,7 @@ class LocalPostgres:
             server_log = log_tail(self.log_file) if self.log_file.exists() else ""
             raise LocalInfraError(
                 f"{what} failed (exit {done.returncode}):\n{output}"
-                + (f"\nlast lines of {self.log_file}:\n{server_log}" if server_log else "")
+                + (f"\nthe server log ends with:\n{server_log}" if server_log else "")
             )
 
     def _initdb(self, port: int) -> None:
@@ -303,8 +303,8 @@ class LocalPostgres:
                 conn.execute(f'CREATE DATABASE "{DATABASE}"')
         except psycopg.Error as exc:
             raise LocalInfraError(
-                f"cannot create database {DATABASE} at {conninfo}: {exc}; last lines of "
-                f"{self.log_file}:\n{log_tail(self.log_file)}"
+                f"cannot create database {DATABASE} at {conninfo}: {exc}; the server log ends with:\n"
+                f"{log_tail(self.log_file)}"
             ) from exc
 
 

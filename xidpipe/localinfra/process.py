@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -121,6 +122,21 @@ def log_tail(path: Path, lines: int = 40) -> str:
         return f"(no log at {path})"
     tail = text.splitlines()[-lines:]
     return "\n".join(tail) if tail else f"(empty log at {path})"
+
+
+def log_excerpt(path: Path, tail: int = 25, errors: int = 8) -> str:
+    """The first error lines of a log (the cause usually comes before the shutdown noise), then
+    its last lines."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no log at {path})"
+    flagged = [line for line in lines if _ERROR_LINE.search(line)][:errors]
+    excerpt = f"last lines:\n{log_tail(path, tail)}"
+    return f"first errors:\n{chr(10).join(flagged)}\n{excerpt}" if flagged else excerpt
+
+
+_ERROR_LINE = re.compile(r"\b(ERROR|FATAL)\b|Exception\b|Error\b")
 
 
 def write_pid_file(path: Path, pid: int) -> None:
