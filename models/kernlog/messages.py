@@ -116,6 +116,10 @@ class Match:
     # Multi-line assembly: what the parser may still merge into this record.
     expects: str | None = None
     driver: str | None = None
+    # Catalog enrichment, filled in by the parser once per distinct message.
+    mnemonic: str | None = None
+    immediate_action: str | None = None
+    category: str | None = None
 
 
 def _xid_details(xid: int, msg: str) -> dict[str, Any]:

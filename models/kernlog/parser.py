@@ -22,12 +22,12 @@ from models.kernlog.record import FaultRecord
 
 # Substrings at least one of which every line we recognise contains. Lines without any are skipped
 # with a handful of substring tests, which keeps the parser near the speed of reading the file.
-# NVRM: the driver's messages; nvidia: NVSwitch (SXid) lines and lines of the nvidia PCI driver;
-# pcieport: the PCIe port services that report AER errors for a GPU and its root port.
-ANCHORS = ("NVRM", "nvidia", "pcieport")
-# In a journal JSON block, '"MESSAGE":[' also finds entries whose message is a byte array.
+# NVRM: the driver's messages; SXid: NVSwitch errors; AER: PCIe error reports for a GPU or its root
+# port. Every line that starts a record carries one; continuation lines are read while one is open.
+ANCHORS = ("NVRM", "SXid", "AER")
+# In journal JSON, '"MESSAGE":[' marks an entry whose message is a byte array.
 JSON_ANCHOR = '"MESSAGE":['
-JSON_BLOCK_ANCHORS = (*ANCHORS, JSON_ANCHOR)
+
 MAX_LINE_CHARS = 64 * 1024  # a longer "line" is not a kernel message; it is scanned only up to here
 _MESSAGE_CACHE_SIZE = 4096  # distinct message texts remembered (storms repeat one text thousands of times)
 _MISSING: Any = object()
@@ -68,6 +68,7 @@ class KernelLogParser:
         self._gpu_root_ports: set[str] = set()
         self._lineno = 0
         self._message_cache: dict[str, Match | None] = {}
+        self._prefix_cache: dict[str, Prefix] = {}
 
     # -- public API -------------------------------------------------------------------------
 
@@ -75,7 +76,7 @@ class KernelLogParser:
         """Consume one input line (without or with its newline); return records now complete."""
         self._lineno = n = lineno if lineno is not None else self._lineno + 1
         opened = self._open
-        anchored = "NVRM" in line or "nvidia" in line or "pcieport" in line
+        anchored = "NVRM" in line or "SXid" in line or "AER" in line
         if opened is None and not anchored and line[:1] != "{":
             return []
         if len(line) > MAX_LINE_CHARS:
@@ -106,66 +107,37 @@ class KernelLogParser:
         return self._close()
 
     def parse(self, lines: Iterable[str]) -> Iterator[FaultRecord]:
-        for line in lines:
-            yield from self.feed(line)
-        yield from self.finish()
+        """Parse an iterable of lines: for text or journal JSON throughout, the same records as
+        `feed()` on every line, then `finish()`.
 
-    def parse_blocks(self, blocks: Iterable[str]) -> Iterator[FaultRecord]:
-        """Parse text that arrives in arbitrary blocks (e.g. 1 MiB reads of a file).
-
-        Equivalent to `parse()` over the lines of the concatenated blocks, but much faster on large
-        logs: candidate lines are located with `str.find` over whole blocks, so lines that carry no
-        anchor are never visited one by one. Journal JSON is recognised by a block that starts with
-        `{` (journalctl -o json output is JSON throughout).
+        A line that carries none of the anchors (and continues no open record) costs three
+        substring tests. Journal JSON input (first line starts with `{`) is fed line by line, since
+        a message stored as a byte array carries no anchor in its text.
         """
-        carry = ""
-        for block in blocks:
-            text = carry + block if carry else block
-            cut = text.rfind("\n") + 1
-            if cut == 0:
-                carry = text
-                continue
-            carry = text[cut:]
-            yield from self._scan_block(text, cut)
-        if carry:
-            yield from self._scan_block(carry + "\n", len(carry) + 1)
-        yield from self.finish()
-
-    def _scan_block(self, text: str, end: int) -> Iterator[FaultRecord]:
-        """Feed the candidate lines of text[:end] (whole lines), keeping line numbers exact."""
-        anchors = JSON_BLOCK_ANCHORS if text[:1] == "{" else ANCHORS
-        next_hit = [text.find(a, 0, end) for a in anchors]
-        pos = 0
-        n = self._lineno  # lines consumed before `pos`
-        while pos < end:
-            if self._open is not None:
-                stop = text.find("\n", pos, end)
-                n += 1
-                yield from self.feed(text[pos:stop], n)
-                pos = stop + 1
-                continue
-            hit = end
-            for i, at in enumerate(next_hit):
-                if 0 <= at < pos:
-                    at = next_hit[i] = text.find(anchors[i], pos, end)
-                if 0 <= at < hit:
-                    hit = at
-            if hit >= end:
-                n += text.count("\n", pos, end)
-                break
-            start = text.rfind("\n", pos, hit) + 1 or pos
-            n += text.count("\n", pos, start) + 1
-            stop = text.find("\n", hit, end)
-            # An anchored line with nothing open: straight to the message recognisers.
-            line = text[start:stop] if stop - start <= MAX_LINE_CHARS else text[start : start + MAX_LINE_CHARS]
-            if line[-1:] == "\r":
-                line = line[:-1]
-            self._lineno = n
-            out = self._json_line(line, n) if line[:1] == "{" else self._text_line(line, n, None)
-            if out:
-                yield from out
-            pos = stop + 1
+        feed = self.feed
+        n = self._lineno
+        it = iter(lines)
+        first = next(it, None)
+        if first is not None:
+            n += 1
+            yield from feed(first, n)
+            if first[:1] == "{":
+                for line in it:
+                    n += 1
+                    out = feed(line, n)
+                    if out:
+                        yield from out
+            else:
+                opened = self._open is not None
+                for line in it:
+                    n += 1
+                    if opened or "NVRM" in line or "SXid" in line or "AER" in line:
+                        out = feed(line, n)
+                        opened = self._open is not None
+                        if out:
+                            yield from out
         self._lineno = n
+        yield from self.finish()
 
     # -- line handling ----------------------------------------------------------------------
 
@@ -226,12 +198,17 @@ class KernelLogParser:
             match = cache.get(key, _MISSING)
             if match is _MISSING:
                 match = recognise(key)
+                if match is not None:
+                    self._enrich(match)
                 if len(cache) >= _MESSAGE_CACHE_SIZE:
                     cache.clear()
                 cache[key] = match
         else:
             match = recognise(line)
-            start = match.start if match is not None else 0
+            if match is None:
+                return []
+            start = match.start
+            self._enrich(match)
         if match is None:
             return []
         if match.kind == "device_line":
@@ -242,7 +219,17 @@ class KernelLogParser:
         ):
             return []
         out = self._close()
-        prefix = given or parse_prefix(line[:start], self.options.year, self._now)
+        if given is None:
+            ptext = line[:start]
+            prefix = self._prefix_cache.get(ptext)
+            if prefix is None:
+                prefix = parse_prefix(ptext, self.options.year, self._now)
+                if prefix.uptime_s is None:  # wall-clock prefixes repeat within a second; uptimes do not
+                    if len(self._prefix_cache) >= _MESSAGE_CACHE_SIZE:
+                        self._prefix_cache.clear()
+                    self._prefix_cache[ptext] = prefix
+        else:
+            prefix = given
         record = self._record(match, prefix, raw or line, n)
         expects = match.expects or ("sxid" if match.kind == "sxid" else None)
         kmsg = prefix.format == "kmsg"
@@ -275,44 +262,48 @@ class KernelLogParser:
             serial=match.serial,
             format=prefix.format,
             details=dict(match.details),
+            mnemonic=match.mnemonic,
+            immediate_action=match.immediate_action,
+            category=match.category,
+            catalog_version=self.catalog.version,
         )
         if prefix.kmsg_seq is not None:
             rec.details["kmsg_seq"] = prefix.kmsg_seq
-        self._enrich(rec)
         if rec.kind in ("xid", "gpu_identity", "gpu_fallen_off_bus", "ecc", "driver_error") and rec.pci:
             self._known_gpus.add(rec.pci)
         if match.driver == "nvidia" and rec.pci:
             self._known_gpus.add(rec.pci)
         return rec
 
-    def _enrich(self, rec: FaultRecord) -> None:
+    def _enrich(self, match: Match) -> Match:
+        """Catalog fields for a match (computed once per distinct message text)."""
         cat = self.catalog
-        rec.catalog_version = cat.version
-        if rec.kind == "xid" and rec.xid is not None:
-            info = cat.xids.get(rec.xid)
+        kind = match.kind
+        if kind == "xid" and match.xid is not None:
+            info = cat.xids.get(match.xid)
             if info:
-                rec.mnemonic = info.mnemonic
-                rec.immediate_action = info.immediate_action
-                rec.category = info.category
-                details = rec.details
-                details["description"] = info.description
+                match.mnemonic = info.mnemonic
+                match.immediate_action = info.immediate_action
+                match.category = info.category
+                match.details["description"] = info.description
                 if info.investigatory_action:
-                    details["investigatory_action"] = info.investigatory_action
+                    match.details["investigatory_action"] = info.investigatory_action
             else:
-                rec.category = "unknown"
-        elif rec.kind == "sxid" and rec.sxid is not None:
-            sinfo = cat.sxid(rec.sxid)
-            rec.category = "interconnect"
+                match.category = "unknown"
+        elif kind == "sxid" and match.sxid is not None:
+            sinfo = cat.sxids.get(match.sxid)
+            match.category = "interconnect"
             if sinfo:
-                rec.mnemonic = sinfo.name
-                rec.details.setdefault("fatal", sinfo.fatal)
-        elif rec.kind in ("gpu_fallen_off_bus", "ecc", "pcie_aer"):
-            rec.category = "hardware"
-            if rec.kind == "gpu_fallen_off_bus":
-                info = cat.xid(79)
-                rec.immediate_action = info.immediate_action if info else None
-        elif rec.kind == "driver_error":
-            rec.category = "hardware" if rec.details.get("error") in ("gpu_lost", "reset_required") else "driver"
+                match.mnemonic = sinfo.name
+                match.details.setdefault("fatal", sinfo.fatal)
+        elif kind in ("gpu_fallen_off_bus", "ecc", "pcie_aer"):
+            match.category = "hardware"
+            if kind == "gpu_fallen_off_bus":
+                info = cat.xids.get(79)
+                match.immediate_action = info.immediate_action if info else None
+        elif kind == "driver_error":
+            match.category = "hardware" if match.details.get("error") in ("gpu_lost", "reset_required") else "driver"
+        return match
 
     def _extend(self, opened: _Open, raw: str, n: int, text: str | None) -> None:
         rec = opened.record

@@ -126,35 +126,17 @@ JOURNAL = [
 ]
 
 
-def _blocks_vs_lines(lines: list[str], cuts: list[int]) -> None:
+def _fed(lines: list[str]) -> list[dict[str, object]]:
     from models.kernlog import KernelLogParser
 
-    text = "".join(f"{line}\n" for line in lines)
-    blocks, pos = [], 0
-    for c in cuts:
-        blocks.append(text[pos : pos + c])
-        pos += c
-    blocks.append(text[pos:])
-    by_line = [r.to_dict() for r in KernelLogParser(OPTS).parse(text.splitlines(keepends=True))]
-    by_block = [r.to_dict() for r in KernelLogParser(OPTS).parse_blocks(blocks)]
-    assert by_block == by_line
+    p = KernelLogParser(OPTS)
+    out = [r.to_dict() for line in lines for r in p.feed(line)]
+    return out + [r.to_dict() for r in p.finish()]
 
 
 @settings(max_examples=300)
-@given(st.lists(st.sampled_from(CORPUS), max_size=60), st.lists(st.integers(1, 400), min_size=1, max_size=20))
-def test_block_scanning_equals_line_by_line_parsing(lines: list[str], cuts: list[int]) -> None:
-    _blocks_vs_lines(lines, cuts)
-
-
-@settings(max_examples=100)
-@given(st.lists(st.sampled_from(JOURNAL), min_size=1, max_size=40), st.lists(st.integers(60, 600), max_size=10))
-def test_block_scanning_of_journal_json(lines: list[str], cuts: list[int]) -> None:
-    # Blocks are cut at line ends, as the readers cut them: a journal block starts with "{".
-    text = "".join(f"{line}\n" for line in lines)
-    ends = sorted({text.find("\n", c) + 1 for c in cuts if 0 < text.find("\n", c) + 1 < len(text)})
-    blocks = [text[a:b] for a, b in zip([0, *ends], [*ends, len(text)], strict=True)]
+@given(st.one_of(st.lists(st.sampled_from(CORPUS), max_size=60), st.lists(st.sampled_from(JOURNAL), max_size=30)))
+def test_parse_fast_path_equals_feeding_every_line(lines: list[str]) -> None:
     from models.kernlog import KernelLogParser
 
-    by_line = [r.to_dict() for r in KernelLogParser(OPTS).parse(text.splitlines(keepends=True))]
-    assert [r.to_dict() for r in KernelLogParser(OPTS).parse_blocks(blocks)] == by_line
-    assert sum(1 for line in lines if "NVRM" in line or "78,86,82,77" in line) == len(by_line)
+    assert [r.to_dict() for r in KernelLogParser(OPTS).parse(lines)] == _fed(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Iterator
 from datetime import datetime
@@ -29,32 +30,19 @@ def open_input(path: str) -> BinaryIO:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-BLOCK_BYTES = 1 << 20
-
-
-def iter_blocks(path: str) -> Iterator[str]:
-    """The file as text blocks cut at line ends; invalid UTF-8 is replaced, never fatal."""
+def iter_lines(path: str) -> Iterator[str]:
+    """Lines of a file as text; invalid UTF-8 is replaced, never fatal."""
     stream = open_input(path)
-    carry = b""
+    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
     try:
-        while True:
-            chunk = stream.read(BLOCK_BYTES)
-            if not chunk:
-                break
-            data = carry + chunk if carry else chunk
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                carry = data
-                continue
-            carry = data[cut:]
-            yield data[:cut].decode("utf-8", "replace")
-        if carry:
-            yield carry.decode("utf-8", "replace")
+        yield from text
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     finally:
-        if stream is not sys.stdin.buffer:
-            stream.close()
+        if stream is sys.stdin.buffer:
+            text.detach()
+        else:
+            text.close()
 
 
 def add_year_option(parser: object) -> None:

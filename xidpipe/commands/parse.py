@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from models.kernlog import KernelLogParser
-from xidpipe.commands._input import InputError, add_year_option, iter_blocks, parse_options
+from xidpipe.commands._input import InputError, add_year_option, iter_lines, parse_options
 
 
 def register(sub: Any) -> None:
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     parser = KernelLogParser(parse_options(args.year))
     out = sys.stdout
     try:
-        for record in parser.parse_blocks(iter_blocks(args.file)):
+        for record in parser.parse(iter_lines(args.file)):
             out.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
     except InputError as exc:
         print(f"xidpipe parse: {exc}", file=sys.stderr)

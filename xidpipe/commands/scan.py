@@ -12,7 +12,7 @@ from typing import Any
 from models.classify import ClassifyPolicy
 from models.kernlog import FaultRecord, KernelLogParser
 from models.scan import ScanIncident, scan
-from xidpipe.commands._input import InputError, add_year_option, iter_blocks, parse_options
+from xidpipe.commands._input import InputError, add_year_option, iter_lines, parse_options
 
 EXIT_CLEAN, EXIT_FAULTS, EXIT_INPUT_ERROR = 0, 1, 2
 
@@ -50,7 +50,7 @@ def collect(paths: list[str], host: str | None, year: int | None) -> Iterator[tu
     for path in paths:
         default = _default_host(path, host)
         parser = KernelLogParser(parse_options(year))
-        for record in parser.parse_blocks(iter_blocks(path)):
+        for record in parser.parse(iter_lines(path)):
             yield default, record
 
 
