@@ -20,10 +20,10 @@ from models.kernlog.messages import CRASH_DUMP_TAIL, NVRM, SERIAL, Match, aer_co
 from models.kernlog.prefix import Prefix, parse_prefix
 from models.kernlog.record import FaultRecord
 
-# Substrings at least one of which every line we recognise contains. Lines without any are skipped
-# with a handful of substring tests, which keeps the parser near the speed of reading the file.
-# NVRM: the driver's messages; SXid: NVSwitch errors; AER: PCIe error reports for a GPU or its root
-# port. Every line that starts a record carries one; continuation lines are read while one is open.
+# Every line that starts a record carries one of these (NVRM: the driver's messages; SXid: NVSwitch
+# errors; AER: PCIe error reports for a GPU or its root port); continuation lines are read while a
+# record is open. Other lines cost three substring tests, which keeps the parser near the speed of
+# reading the file. `feed()` and `parse()` spell the tests out for speed.
 ANCHORS = ("NVRM", "SXid", "AER")
 # In journal JSON, '"MESSAGE":[' marks an entry whose message is a byte array.
 JSON_ANCHOR = '"MESSAGE":['
@@ -32,7 +32,6 @@ MAX_LINE_CHARS = 64 * 1024  # a longer "line" is not a kernel message; it is sca
 _MESSAGE_CACHE_SIZE = 4096  # distinct message texts remembered (storms repeat one text thousands of times)
 _MISSING: Any = object()
 _GROUP_GAP = 8  # lines of unrelated text after which an open multi-line record is closed
-_AER_ROOT_DRIVERS = ("pcieport",)
 NVIDIA_VENDOR = "10de"
 
 
