@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test lint unit services kafka-jars testcluster bench clean
+.PHONY: help install demo test lint services system-packages kafka-jars testcluster bench clean
 
 help:
 	@echo "make demo   run xidpipe on the bundled sample cluster (embedded defaults)"
@@ -28,10 +28,18 @@ lint: install
 	$(BIN)/lint-imports
 
 # Everything the tests need that is not a Python package: the Kafka jars from Maven Central,
-# a PostgreSQL server from Debian, the kube-apiserver and etcd built from Go modules.
-services: install kafka-jars testcluster
-	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
+# Debian packages (PostgreSQL server; systemd-journal-remote to write real journal files),
+# the kube-apiserver and etcd built from Go modules.
+services: install system-packages kafka-jars testcluster
+
+system-packages:
+	@missing=""; \
+	  { command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	  test -x /lib/systemd/systemd-journal-remote || missing="$$missing systemd-journal-remote"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi
 
 kafka-jars: install
 	$(BIN)/xidpipe dev kafka fetch
@@ -42,8 +50,9 @@ testcluster:
 test: lint services
 	$(BIN)/python -m pytest
 
-bench: install kafka-jars
-	$(BIN)/python benchmarks/parse_bench.py
+# Each benchmark prints one JSON object; those that need Kafka or the control plane start their own.
+bench: services
+	@for b in benchmarks/*_bench.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts var
