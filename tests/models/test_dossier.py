@@ -1,0 +1,125 @@
+"""The fault dossier: golden files for Markdown and JSON, caps, and no secret in any output.
+
+Set UPDATE_GOLDEN=1 to rewrite the golden files after an intended change, then review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+from models.dossier import (
+    EVIDENCE_CAP_BYTES,
+    ActionItem,
+    Attribution,
+    CodeInfo,
+    Dossier,
+    EvidenceItem,
+    GpuInfo,
+    HistoryItem,
+    evidence_files,
+    render_json,
+    render_markdown,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+SECRETS = ["hunter2-db-pass", "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "s3cr3tWandbKey99"]
+
+
+def t(h: int, m: int = 0, s: int = 0) -> datetime:
+    return datetime(2025, 11, 27, h, m, s, tzinfo=UTC)
+
+
+def sample() -> Dossier:
+    return Dossier(
+        incident_id="inc-20251127-0042",
+        fingerprint="v1:5d2f0c1e9a8b7c6d",
+        cluster="train-east",
+        node="gpu-node-03",
+        family="gpu_lost",
+        category="hardware",
+        reason="GPU fell off the bus (Xid 79, fallen off the bus, gpu_lost): the device no longer answers",
+        status="mitigated",
+        count=3,
+        first_seen=t(5, 13, 31),
+        last_seen=t(5, 13, 32),
+        codes=[
+            CodeInfo(code="Xid 79", count=1, mnemonic="ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS",
+                     description="GPU has fallen off the bus", immediate_action="RESTART_BM",
+                     investigatory_action="CONTACT_SUPPORT"),
+            CodeInfo(code="fallen off the bus", count=2),
+        ],
+        catalog_version="2026.11-1",
+        driver_version="550.127.05",
+        gpu=GpuInfo(model="NVIDIA H100 80GB HBM3", uuid="GPU-c3b9d004-91aa-4e0f-b6d2-0e8f7a6c3d63",
+                    serial="1654923011263", pci="0000:63:00.0", numa_node=1),
+        attribution=Attribution(pod="llm-pretrain-7-worker-3", namespace="team-llm", container="trainer",
+                                owner="PyTorchJob/llm-pretrain-7", process="pt_main_thread", pid=41122),
+        evidence=[
+            EvidenceItem(name="nvidia-smi -q", source="node", captured_at=t(5, 13, 33), status="timeout",
+                         content="Unable to determine the device handle for GPU 0000:63:00.0: Unknown Error\n"),
+            EvidenceItem(name="kernel log window", source="node", captured_at=t(5, 13, 33),
+                         content="[20411.500000] NVRM: Xid (PCI:0000:63:00): 79, pid='<unknown>', name=<unknown>, "
+                                 "GPU has fallen off the bus.\n"),
+            EvidenceItem(name="pod description", source="cluster", captured_at=t(5, 13, 40),
+                         content="Name: llm-pretrain-7-worker-3\nEnvironment:\n  DB_PASSWORD=hunter2-db-pass\n"
+                                 "  GITHUB_TOKEN=ghp_abcdefghijklmnopqrstuvwxyz0123456789\n"
+                                 "Args: --wandb-api-key=s3cr3tWandbKey99 --epochs 3\n"),
+        ],
+        gpu_history=[HistoryItem(incident_id="inc-20251002-0007", node="gpu-node-11",
+                                 gpu_uuid="GPU-0a1b2c3d-0000-4000-8000-000000000011", family="memory",
+                                 category="hardware", first_seen=datetime(2025, 10, 2, 8, tzinfo=UTC),
+                                 status="returned")],
+        actions=[
+            ActionItem(at=t(5, 13, 32), action="cordon", outcome="done", detail="taint xidpipe.io/gpu-fault=gpu_lost"),
+            ActionItem(at=t(5, 13, 32), action="condition", outcome="done", detail="GPUHealthy=False"),
+        ],
+    )
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text, encoding="utf-8")
+    assert text == path.read_text(encoding="utf-8"), f"{name} differs from the golden file (UPDATE_GOLDEN=1)"
+
+
+def test_markdown_golden() -> None:
+    check_golden("dossier_gpu_lost.md", render_markdown(sample()))
+
+
+def test_json_golden() -> None:
+    check_golden("dossier_gpu_lost.json", json.dumps(render_json(sample()), indent=2, sort_keys=True) + "\n")
+
+
+def test_rendering_is_deterministic_whatever_the_input_order() -> None:
+    a, b = sample(), sample()
+    b.evidence.reverse()
+    b.actions.reverse()
+    assert render_markdown(a) == render_markdown(b)
+
+
+def test_no_secret_from_the_inputs_in_any_output() -> None:
+    d = sample()
+    outputs = [render_markdown(d), json.dumps(render_json(d))] + [v.decode() for v in evidence_files(d).values()]
+    for out in outputs:
+        for secret in SECRETS:
+            assert secret not in out
+
+
+def test_evidence_is_capped_in_the_body_but_attached_whole() -> None:
+    d = sample()
+    d.evidence = [EvidenceItem(name="dmesg", source="node", content="x" * (EVIDENCE_CAP_BYTES * 2))]
+    md = render_markdown(d)
+    assert "x" * EVIDENCE_CAP_BYTES in md and "x" * (EVIDENCE_CAP_BYTES + 1) not in md
+    assert "full capture is attached" in md
+    assert render_json(d)["evidence"][0]["truncated"] is True
+    assert evidence_files(d) == {"node-dmesg.txt": b"x" * (EVIDENCE_CAP_BYTES * 2)}
+
+
+def test_unknown_attribution_is_stated() -> None:
+    d = sample()
+    d.attribution = Attribution()
+    assert "- Pod: unknown in namespace unknown, container unknown" in render_markdown(d)
