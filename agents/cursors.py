@@ -38,7 +38,7 @@ def later_cursor(a: Cursor | None, b: Cursor | None) -> Cursor | None:
 
 
 class CursorTracker:
-    def __init__(self, path: Path, flush_interval_s: float = 0.5) -> None:
+    def __init__(self, path: Path, flush_interval_s: float = 1.0) -> None:
         self._path = path
         self._lock = threading.Lock()
         self._pending: deque[list[Any]] = deque()  # [spool number or None, cursor]

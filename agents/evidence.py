@@ -142,6 +142,10 @@ class EvidenceCollector:
         with self._lines_lock:
             self._lines.append(message)
 
+    def observe_lines(self, messages: list[str]) -> None:
+        with self._lines_lock:
+            self._lines.extend(messages)
+
     def on_kernel_fault(self, record_id: str, message: str) -> None:
         bus, xid, pid = parse_fault_line(message)
         gpu = self._gpu_lookup(bus) if bus else None

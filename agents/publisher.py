@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 WINDOW = 2000  # records in flight at most
 READBACK_MARGIN_S = 60.0
 STALL_S = 5.0
+PERSIST_EVERY_S = 0.5
+SPOOL_SYNC_S = 5.0  # fsync of the spool for power loss; a process crash loses nothing written
 _PERMANENT = ("RecordTooLargeError", "MessageSizeTooLargeError", "InvalidRecordError", "CorruptRecordError",
               "RecordListTooLargeError", "TopicAuthorizationFailedError", "InvalidTopicError")
 
@@ -42,11 +44,15 @@ def producer_config(
         "delivery_timeout_ms": 7 * 24 * 3600 * 1000,
         "request_timeout_ms": 10_000,
         "max_block_ms": 2_000,
+        # The constructor waits this long for a first broker; short, so shutdown is never held up.
+        "bootstrap_timeout_ms": 2_000,
         "reconnect_backoff_ms": 100,
         "reconnect_backoff_max_ms": 1_000,
         "retry_backoff_ms": 100,
         "max_request_size": 4 * 1024 * 1024,
         "client_id": "xidpipe-agent",
+        # kafka-python's own metrics sensors cost CPU on every request; the agent exports its own.
+        "metrics_enabled": False,
         **(security or {}),
     }
 
@@ -76,6 +82,8 @@ class Publisher:
         self._unsent: deque[SpoolEntry] = deque()
         self._recovered = False
         self._delivered: set[str] = set()
+        self._pending_ack: int | None = None
+        self._persisted_at = 0.0
         self.connected = False
         self._connected_at: float | None = None
         self.last_ack_at: float | None = None
@@ -143,7 +151,7 @@ class Publisher:
 
         consumer = KafkaConsumer(
             bootstrap_servers=self._bootstrap.split(","), enable_auto_commit=False, group_id=None,
-            consumer_timeout_ms=2000, **self._security,
+            consumer_timeout_ms=2000, bootstrap_timeout_ms=5000, **self._security,
         )
         found: set[str] = set()
         try:
@@ -194,16 +202,19 @@ class Publisher:
                 self._recover()
             self._send_more()
             self._collect_acks()
-            if time.monotonic() - last_sync > 1.0:
+            if self._pending_ack is not None and time.monotonic() - self._persisted_at >= PERSIST_EVERY_S:
+                self._persist_acks()
+            if time.monotonic() - last_sync > SPOOL_SYNC_S:
                 self._spool.sync()
                 last_sync = time.monotonic()
             self._watch_stall()
+            idle = 0.2 if self._pending_ack is None else PERSIST_EVERY_S
             if self._inflight:
                 with self._cond:
-                    if self._inflight and not self._inflight[0][1].is_done:
-                        self._cond.wait(0.05)
+                    if self._inflight and self._inflight[0][1] is not None and not self._inflight[0][1].is_done:
+                        self._cond.wait(min(idle, 0.05))
             elif not self._unsent:
-                self._spool.wait_for_data(self._spool_read_mark(), 0.2)
+                self._spool.wait_for_data(self._spool_read_mark(), idle)
             else:
                 stop.wait(0.2)
 
@@ -274,7 +285,18 @@ class Publisher:
             self._ack(acked)
 
     def _ack(self, number: int) -> None:
+        """Persist acknowledgements at most every PERSIST_EVERY_S (a crash in between resends at most
+        that much, which the read-back at start finds in Kafka)."""
         self.last_ack_at = time.time()
+        self._pending_ack = number
+        if time.monotonic() - self._persisted_at >= PERSIST_EVERY_S:
+            self._persist_acks()
+
+    def _persist_acks(self) -> None:
+        number, self._pending_ack = self._pending_ack, None
+        if number is None:
+            return
+        self._persisted_at = time.monotonic()
         self._on_acked(number)
         self._spool.ack(number)
 
@@ -286,6 +308,7 @@ class Publisher:
                 self._collect_acks_from(producer)
             finally:
                 producer.close(timeout=timeout)
+        self._persist_acks()
 
     def _collect_acks_from(self, producer: Any) -> None:
         self._producer = producer

@@ -11,7 +11,7 @@ from typing import Any
 
 from agents.cursors import CursorTracker, later_cursor
 from agents.health import HealthServer
-from agents.kernlog.base import KernelLogSource, SourceGap, SourceLine
+from agents.kernlog.base import KernelLogSource, SourceGap, SourceLine, SourceSkip
 from agents.kernlog.prefilter import PreFilter
 from agents.metrics import Metrics
 from agents.publisher import Publisher
@@ -31,7 +31,11 @@ log = logging.getLogger(__name__)
 DROP_REPORT_INTERVAL_S = 10.0
 
 
-def build_source(settings: AgentSettings, cursor: dict[str, Any] | None) -> KernelLogSource:
+def build_source(
+    settings: AgentSettings,
+    cursor: dict[str, Any] | None,
+    line_filter: Callable[[str], bool] | None = None,
+) -> KernelLogSource:
     if settings.source == "kmsg":
         from agents.kernlog.kmsg import KmsgSource
 
@@ -49,7 +53,8 @@ def build_source(settings: AgentSettings, cursor: dict[str, Any] | None) -> Kern
         )
     from agents.kernlog.filetail import FileSource
 
-    return FileSource(settings.log_file, cursor, follow=settings.follow, replay_rate=settings.replay_rate)
+    return FileSource(settings.log_file, cursor, follow=settings.follow, replay_rate=settings.replay_rate,
+                      line_filter=line_filter)
 
 
 def _security(settings: AgentSettings) -> dict[str, Any]:
@@ -99,6 +104,7 @@ class Agent:
         self.evidence: Any = None
         self.health_server: HealthServer | None = None
         self._last_drop_report = time.monotonic()
+        self._read_count = self._kept_count = 0
         self.kernel_done = threading.Event()
 
     # --- publishing -----------------------------------------------------------------------
@@ -133,19 +139,25 @@ class Agent:
 
     def _kernel_loop(self) -> None:
         try:
-            source = self._source or build_source(self.settings, self.resume_cursor())
+            source = self._source or build_source(
+                self.settings, self.resume_cursor(), lambda message: self.prefilter(message).keep
+            )
             self._source = source
             for item in source.items():
                 if self.stop_event.is_set():
                     break
                 if item is None:
+                    self._flush_counts()
                     self.tracker.maybe_flush()
                     self._maybe_report_drops()
                     continue
-                if isinstance(item, SourceGap):
+                if isinstance(item, SourceSkip):
+                    self._on_skip(item)
+                elif isinstance(item, SourceGap):
                     self._on_gap(item)
                 else:
                     self._on_line(item)
+            self._flush_counts()
             self.tracker.flush()
         except BaseException as exc:
             self._kernel_error = exc
@@ -172,16 +184,34 @@ class Agent:
         number = self.publish(record, fault=True, cursor=gap.cursor)
         self.tracker.note(number, gap.cursor)
 
+    def _flush_counts(self) -> None:
+        """Per-line counters are kept locally by the kernel thread and added in bulk."""
+        read, kept = self._read_count, self._kept_count
+        if read:
+            self.metrics.inc("xidpipe_agent_kernel_lines_read_total", read)
+            self.metrics.inc("xidpipe_agent_prefilter_kept_total", kept)
+            self.metrics.inc("xidpipe_agent_prefilter_dropped_total", read - kept)
+            self._read_count = self._kept_count = 0
+
+    def _on_skip(self, skip: SourceSkip) -> None:
+        self._read_count += len(skip.messages)
+        if self.evidence is not None:
+            self.evidence.observe_lines(skip.messages)
+        self.tracker.note(None, skip.cursor)
+        if self._read_count >= 256:
+            self._flush_counts()
+
     def _on_line(self, line: SourceLine) -> None:
-        self.metrics.inc("xidpipe_agent_kernel_lines_read_total")
+        self._read_count += 1
+        if self._read_count >= 256:
+            self._flush_counts()
         if self.evidence is not None:
             self.evidence.observe_line(line.message)
         verdict = self.prefilter(line.message)
         if not verdict.keep:
-            self.metrics.inc("xidpipe_agent_prefilter_dropped_total")
             self.tracker.note(None, line.cursor)
             return
-        self.metrics.inc("xidpipe_agent_prefilter_kept_total")
+        self._kept_count += 1
         record = KernelLine(
             node=self.node,
             record_id=line.record_id,

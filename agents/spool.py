@@ -97,7 +97,9 @@ class Spool:
         self.last_number_at_open = self._last_number
         self._write_seg = max(self._segments)
         self._fd = os.open(self._seg_path(self._write_seg), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        # reader position
+        # reader position (and the open segment file it reads)
+        self._rfile: Any = None
+        self._rfile_seg = -1
         self._rseg = min(self._segments)
         self._rpos = 0
         self._rlast = self.acked
@@ -225,17 +227,17 @@ class Spool:
                     break
                 self._rseg, self._rpos = later[0], 0
             try:
-                with open(self._seg_path(self._rseg), "rb") as fh:
-                    fh.seek(self._rpos)
-                    while len(out) < limit:
-                        line = fh.readline()
-                        if not line.endswith(b"\n"):
-                            break
-                        self._rpos += len(line)
-                        entry = SpoolEntry.decode(line)
-                        if entry.number > self._rlast:
-                            self._rlast = entry.number
-                            out.append(entry)
+                fh = self._reader_file(self._rseg)
+                fh.seek(self._rpos)
+                while len(out) < limit:
+                    line = fh.readline()
+                    if not line.endswith(b"\n"):
+                        break
+                    self._rpos += len(line)
+                    entry = SpoolEntry.decode(line)
+                    if entry.number > self._rlast:
+                        self._rlast = entry.number
+                        out.append(entry)
             except FileNotFoundError:
                 pass
             if len(out) >= limit:
@@ -245,6 +247,15 @@ class Spool:
                 break
             self._rseg, self._rpos = later[0], 0
         return out
+
+    def _reader_file(self, seg: int) -> Any:
+        if self._rfile_seg != seg or self._rfile is None:
+            if self._rfile is not None:
+                self._rfile.close()
+            self._rfile = None
+            self._rfile = open(self._seg_path(seg), "rb")  # noqa: SIM115 - kept open between reads
+            self._rfile_seg = seg
+        return self._rfile
 
     def pending_entries(self, through: int | None = None) -> list[SpoolEntry]:
         """Unacknowledged records, up to number `through` (the reader position is not moved)."""
@@ -275,6 +286,9 @@ class Spool:
 
     def close(self) -> None:
         with self._cond:
+            if self._rfile is not None:
+                self._rfile.close()
+                self._rfile = None
             if not self._closed:
                 os.fsync(self._fd)
                 os.close(self._fd)

@@ -40,7 +40,16 @@ class SourceGap:
     next_seq: int | None = None
 
 
-SourceItem = SourceLine | SourceGap
+@dataclass(frozen=True, slots=True)
+class SourceSkip:
+    """Lines the source's `line_filter` rejected, in bulk: only their text (for the evidence window)
+    and the cursor after the last of them. Saves building an item per uninteresting line."""
+
+    cursor: dict[str, Any]
+    messages: list[str]
+
+
+SourceItem = SourceLine | SourceGap | SourceSkip
 
 
 class KernelLogSource(Protocol):

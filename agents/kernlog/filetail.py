@@ -15,18 +15,24 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from agents.kernlog.base import SourceGap, SourceItem, SourceLine
+from agents.kernlog.base import SourceGap, SourceItem, SourceLine, SourceSkip
+from agents.kernlog.inotify import DirectoryWaiter
 from agents.statefile import read_json
 from models.node_records import KernelSource
 
 log = logging.getLogger(__name__)
 
-IDLE_POLL_S = 0.1
+# With inotify the source wakes when the directory changes, and checks anyway this often (rotation
+# on file systems without inotify events); without inotify it polls every FALLBACK_POLL_S.
+IDLE_POLL_S = 1.0
+FALLBACK_POLL_S = 0.02
+MIN_WAKE_INTERVAL_S = 0.02
 MAX_LINE = 64 * 1024
+CHUNK = 256 * 1024
 
 
 def content_hash(line: bytes) -> str:
@@ -43,13 +49,17 @@ class FileSource:
         *,
         follow: bool = True,
         replay_rate: float | None = None,
+        line_filter: Callable[[str], bool] | None = None,
     ) -> None:
+        """`line_filter`: lines it rejects come out in bulk as SourceSkip items."""
         self._path = path
+        self._filter = line_filter
         self._cursor = cursor or {}
         self._follow = follow
         self._interval = 1.0 / replay_rate if replay_rate else 0.0
         self._next_emit = time.monotonic()
         self._fh: BinaryIO | None = None
+        self._waiter: DirectoryWaiter | None = None
 
     @staticmethod
     def load_cursor(path: Path) -> dict[str, Any] | None:
@@ -60,6 +70,14 @@ class FileSource:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+        if self._waiter is not None:
+            self._waiter.close()
+            self._waiter = None
+
+    def _wait(self) -> None:
+        if self._waiter is None:
+            self._waiter = DirectoryWaiter(self._path.parent, FALLBACK_POLL_S, MIN_WAKE_INTERVAL_S)
+        self._waiter.wait(IDLE_POLL_S)
 
     def _open(self, path: Path) -> tuple[BinaryIO, int] | None:
         try:
@@ -77,30 +95,51 @@ class FileSource:
         self._next_emit = max(self._next_emit + self._interval, time.monotonic() - 1.0)
 
     def _lines(self, fh: BinaryIO, inode: int, offset: int, path: Path) -> Iterator[SourceItem]:
-        """Complete lines from `offset` to the current end of `fh`."""
-        fh.seek(offset)
+        """Complete lines from `offset` to the current end of `fh` (read in chunks with pread)."""
+        fd = fh.fileno()
+        spath = str(path)
         while True:
-            line = fh.readline(MAX_LINE)
-            if not line:
+            data = os.pread(fd, CHUNK, offset)
+            if not data:
                 return
-            if not line.endswith(b"\n") and len(line) < MAX_LINE:
-                fh.seek(offset)  # partial line: wait for the writer to finish it
-                return
-            start = offset
-            offset += len(line)
-            self._pace()
-            digest = content_hash(line)
-            yield SourceLine(
-                source="file",
-                message=line.rstrip(b"\r\n").decode("utf-8", "replace"),
-                record_id=f"file:{digest}:{start}",
-                cursor={"path": str(path), "inode": inode, "offset": offset},
-                file_path=str(path),
-                file_offset=start,
-                content_hash=digest,
-            )
+            end = data.rfind(b"\n")
+            if end < 0:
+                if len(data) < MAX_LINE:
+                    return  # a partial line: wait for the writer to finish it
+                lines, ends = [data[:MAX_LINE]], 0  # an overlong line is cut into pieces
+            else:
+                lines, ends = data[: end + 1].split(b"\n")[:-1], 1
+            skipped: list[str] = []
+            keep = self._filter
+            for line in lines:
+                start = offset
+                offset += len(line) + ends
+                if self._interval:
+                    self._pace()
+                if keep is not None:
+                    text = line.rstrip(b"\r").decode("utf-8", "replace")
+                    if not keep(text):
+                        skipped.append(text)
+                        continue
+                    if skipped:
+                        yield SourceSkip({"path": spath, "inode": inode, "offset": start}, skipped)
+                        skipped = []
+                digest = content_hash(line + b"\n")
+                yield SourceLine(
+                    source="file",
+                    message=line.rstrip(b"\r").decode("utf-8", "replace"),
+                    record_id=f"file:{digest}:{start}",
+                    cursor={"path": spath, "inode": inode, "offset": offset},
+                    file_path=spath,
+                    file_offset=start,
+                    content_hash=digest,
+                )
+            if skipped:
+                yield SourceSkip({"path": spath, "inode": inode, "offset": offset}, skipped)
 
     def items(self) -> Iterator[SourceItem | None]:
+        if self._follow and self._waiter is None:  # watch before reading: no change can slip between
+            self._waiter = DirectoryWaiter(self._path.parent, FALLBACK_POLL_S, MIN_WAKE_INTERVAL_S)
         saved_inode = self._cursor.get("inode")
         offset = int(self._cursor.get("offset", 0))
         opened = None
@@ -110,7 +149,7 @@ class FileSource:
                 if not self._follow:
                     return
                 yield None
-                time.sleep(IDLE_POLL_S)
+                self._wait()
         fh, inode = opened
         if saved_inode is not None and saved_inode != inode:
             rotated = Path(f"{self._path}.1")
@@ -162,4 +201,4 @@ class FileSource:
             if not self._follow:
                 return
             yield None
-            time.sleep(IDLE_POLL_S)
+            self._wait()

@@ -7,11 +7,14 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+# Patterns are tried one by one with re.search; one that starts with a literal is found by a fast
+# substring scan (about 0.2 µs on a typical line), one that starts with \b or a group is not (>2 µs),
+# and this runs for every kernel line.
 DEFAULT_KEEP_PATTERNS: tuple[str, ...] = (
     r"NVRM",
-    r"\bS?Xid\b",
+    r"Xid",  # also SXid
     r"nvswitch",
-    r"\bnvidia",
+    r"nvidia",
     r"fallen off the bus",
 )
 DEFAULT_FAULT_PATTERNS: tuple[str, ...] = (
@@ -24,7 +27,7 @@ DEFAULT_FAULT_PATTERNS: tuple[str, ...] = (
 )
 # AER and PCIe Bus Error lines are kept when they name a GPU or a GPU's root port (or any device
 # while the GPU addresses are not known yet).
-_AER = re.compile(r"\bAER:|PCIe Bus Error")
+_AER = (re.compile(r"AER:"), re.compile(r"PCIe Bus Error"))
 _BDF = re.compile(r"\b([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\b")
 
 
@@ -34,9 +37,12 @@ class Verdict:
     fault: bool
 
 
+_DROP = Verdict(False, False)
+
+
 class PreFilter:
     def __init__(self, keep_patterns: Sequence[str], fault_patterns: Sequence[str]) -> None:
-        self._keep = re.compile("|".join(f"(?:{p})" for p in keep_patterns)) if keep_patterns else None
+        self._keep = tuple(re.compile(p) for p in keep_patterns)
         self._fault = re.compile("|".join(f"(?:{p})" for p in fault_patterns)) if fault_patterns else None
         self._lock = threading.Lock()
         self._pci: frozenset[str] | None = None
@@ -47,13 +53,16 @@ class PreFilter:
             self._pci = frozenset(normalize_bdf(a) for a in addresses)
 
     def __call__(self, message: str) -> Verdict:
-        keep = bool(self._keep and self._keep.search(message))
-        if not keep and _AER.search(message):
+        for pattern in self._keep:
+            if pattern.search(message):
+                break
+        else:
+            if not (_AER[0].search(message) or _AER[1].search(message)):
+                return _DROP
             with self._lock:
                 pci = self._pci
-            keep = pci is None or any(normalize_bdf(m) in pci for m in _BDF.findall(message))
-        if not keep:
-            return Verdict(False, False)
+            if pci is not None and not any(normalize_bdf(b) in pci for b in _BDF.findall(message)):
+                return _DROP
         return Verdict(True, bool(self._fault and self._fault.search(message)))
 
 
