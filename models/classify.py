@@ -97,10 +97,12 @@ def _classify_application(group: FaultGroup, p: ClassifyPolicy, codes: str) -> V
             f"({', '.join(only_here)}) that faulted on no other GPU: the fault stays with the GPU",
         )
     if followed:
-        w, n = sorted(followed.items())[0]
+        spread = ", ".join(f"'{w}' on {n} GPUs" for w, n in sorted(followed.items()))
+        others = f"; also {', '.join(only_here)} here" if only_here else ""
         return Verdict(
             "application",
-            f"{codes} from workload '{w}', which faulted on {n} different GPUs: the fault follows the workload",
+            f"{codes} on {group.gpu} from workloads that faulted on several GPUs ({spread}){others}: "
+            "the fault follows the workload",
         )
     if group.count >= p.repeat_threshold and not distinct:
         return Verdict(

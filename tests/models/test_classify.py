@@ -23,7 +23,7 @@ def group(family: str = "application", count: int = 1, workloads: tuple[str, ...
          "across 3 different workloads"),
         ("same GPU, same job repeating", group(count=5, workloads=("a",)), "application", "workload 'a'"),
         ("fault follows the workload", group(count=1, workloads=("a",), spread={"a": 3}), "application",
-         "faulted on 3 different GPUs"),
+         "'a' on 3 GPUs"),
         ("repeats but the jobs also fault elsewhere", group(count=4, workloads=("a", "b"), spread={"a": 2, "b": 2}),
          "application", "follows the workload"),
         ("repeats without attribution", group(count=4, workloads=()), "suspected_hardware", "no process attribution"),
