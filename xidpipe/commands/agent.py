@@ -38,8 +38,10 @@ def register(subparsers: Any) -> None:
     side.add_argument("--nvml", dest="nvml_enabled", action="store_true", default=None, help="watch NVML (default)")
     side.add_argument("--no-nvml", dest="nvml_enabled", action="store_false", help="do not load NVML")
     side.add_argument("--podresources-socket", type=Path, help="kubelet PodResources socket")
-    side.add_argument("--no-podresources", dest="podresources_enabled", action="store_false", default=None)
-    side.add_argument("--no-evidence", dest="evidence_enabled", action="store_false", default=None)
+    side.add_argument("--no-podresources", dest="podresources_enabled", action="store_false", default=None,
+                      help="do not poll the kubelet PodResources API")
+    side.add_argument("--no-evidence", dest="evidence_enabled", action="store_false", default=None,
+                      help="do not capture evidence at fault time (off with --replay-rate)")
     side.add_argument("--proc-root", type=Path, help="host /proc (default /proc)")
     side.add_argument("--metrics-port", type=int, help="/healthz and /metrics port (0: any free port)")
     side.add_argument("--no-metrics", action="store_true", help="do not serve /healthz and /metrics")
@@ -60,6 +62,10 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     overrides: dict[str, Any] = {k: getattr(args, k) for k in _SIMPLE if getattr(args, k, None) is not None}
     if args.no_follow:
         overrides["follow"] = False
+    if args.replay_rate is not None and args.evidence_enabled is None:
+        # A replayed log describes another machine: this host's nvidia-smi, lspci and /proc are not
+        # its evidence.
+        overrides["evidence_enabled"] = False
     if args.spool_max_mb is not None:
         overrides["spool_max_bytes"] = args.spool_max_mb * 1024 * 1024
     if args.no_metrics:

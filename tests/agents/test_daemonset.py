@@ -1,0 +1,40 @@
+"""The agent's DaemonSet keeps to least privilege (a reviewer's checklist, as a test)."""
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "agent" / "daemonset.yaml"
+
+
+def _daemonset() -> dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    return next(d for d in docs if d["kind"] == "DaemonSet")
+
+
+def test_least_privilege() -> None:
+    pod = _daemonset()["spec"]["template"]["spec"]
+    (agent,) = pod["containers"]
+    sc = agent["securityContext"]
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    assert not pod.get("hostPID") and not pod.get("hostNetwork") and pod["automountServiceAccountToken"] is False
+    mounts = {m["name"]: m for m in agent["volumeMounts"]}
+    writable = {name for name, m in mounts.items() if not m.get("readOnly")}
+    assert writable == {"state", "tmp"}
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert host["kmsg"] == "/dev/kmsg" and host["var-log"] == "/var/log" and host["state"] == "/var/lib/xidpipe-agent"
+    assert host["pod-resources"] == "/var/lib/kubelet/pod-resources"
+
+
+def test_node_identity_gpu_scheduling_and_resources() -> None:
+    pod = _daemonset()["spec"]["template"]["spec"]
+    (agent,) = pod["containers"]
+    env = {e["name"]: e for e in agent["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert pod["runtimeClassName"] == "nvidia" or env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert agent["resources"]["requests"] and agent["resources"]["limits"]["memory"]
+    assert "secretKeyRef" in env["XIDPIPE_AGENT_SASL_PASSWORD"]["valueFrom"]
