@@ -1,0 +1,334 @@
+"""Attribute a fault to a GPU, a pod and a process, with the node state valid at the fault's time.
+
+Pure functions over a node's state history:
+
+- PCI address → GPU UUID and serial, from the node's NVML inventory snapshots and from the driver's
+  identity lines in the kernel log (`NVRM: GPU at PCI:...: GPU-<uuid>`, `GPU Board Serial Number`);
+- MIG device → its parent GPU;
+- GPU (or MIG device) → the pod, namespace and container the kubelet had allocated it to at the
+  fault's time (PodResources history);
+- pid → process, container and pod from the GPU process snapshots.
+
+A snapshot is valid at time t when it is the latest one taken at or before t (plus the policy's
+clock skew). When nothing matches, the attribution says "unknown" explicitly and why.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from models.node_records import DeviceAssignment, GpuInfo, GpuProcess
+
+UNKNOWN = "unknown"
+
+
+def normalize_pci(pci: str | None) -> str | None:
+    """Canonical PCI address `dddd:bb:dd.f`, lower case.
+
+    The kernel writes `0000:3b:00` (no function) or `0000:3b:00.0`; NVML writes `00000000:3B:00.0`.
+    """
+    if not pci:
+        return None
+    text = pci.strip().lower()
+    if text.startswith("pci:"):
+        text = text[4:]
+    parts = text.split(":")
+    if len(parts) == 2:
+        parts = ["0000", *parts]
+    if len(parts) != 3:
+        return text
+    domain, bus, devfn = parts
+    if "." not in devfn:
+        devfn = f"{devfn}.0"
+    try:
+        domain = f"{int(domain, 16):04x}"
+    except ValueError:
+        return text
+    return f"{domain}:{bus}:{devfn}"
+
+
+@dataclass(frozen=True, slots=True)
+class InventorySnapshot:
+    at: datetime
+    gpus: tuple[GpuInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityLine:
+    """What a kernel-log identity line says about a GPU."""
+
+    at: datetime
+    pci: str
+    uuid: str | None
+    serial: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PodSnapshot:
+    at: datetime
+    assignments: tuple[DeviceAssignment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSnapshot:
+    at: datetime
+    processes: tuple[GpuProcess, ...]
+
+
+@dataclass(slots=True)
+class NodeHistory:
+    """A node's state records, each list in time order."""
+
+    node: str
+    inventories: list[InventorySnapshot] = field(default_factory=list)
+    identities: list[IdentityLine] = field(default_factory=list)
+    pods: list[PodSnapshot] = field(default_factory=list)
+    processes: list[ProcessSnapshot] = field(default_factory=list)
+
+    def sort(self) -> NodeHistory:
+        self.inventories.sort(key=lambda s: s.at)
+        self.identities.sort(key=lambda s: s.at)
+        self.pods.sort(key=lambda s: s.at)
+        self.processes.sort(key=lambda s: s.at)
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAttribution:
+    uuid: str | None
+    serial: str | None
+    pci: str | None
+    index: int | None
+    name: str | None
+    mig_uuid: str | None
+    source: str  # "inventory", "kernel_identity", "event", "unknown"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodAttribution:
+    pod: str | None
+    namespace: str | None
+    container: str | None
+    source: str  # "podresources", "ambiguous", "unknown"
+    reason: str
+    candidates: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessAttribution:
+    pid: int | None
+    process: str | None
+    container_id: str | None
+    pod_uid: str | None
+    source: str  # "snapshot", "kernel_line", "unknown"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    gpu: GpuAttribution
+    pod: PodAttribution
+    process: ProcessAttribution
+
+    @property
+    def workload(self) -> str | None:
+        return workload_name(self.pod.namespace, self.pod.pod, self.pod.container, self.process.process)
+
+    def to_dict(self) -> dict[str, Any]:
+        g, p, r = self.gpu, self.pod, self.process
+        return {
+            "gpu": {"uuid": g.uuid, "serial": g.serial, "pci": g.pci, "index": g.index, "name": g.name,
+                    "mig_uuid": g.mig_uuid, "source": g.source, "reason": g.reason},
+            "pod": {"pod": p.pod, "namespace": p.namespace, "container": p.container, "source": p.source,
+                    "reason": p.reason, "candidates": list(p.candidates)},
+            "process": {"pid": r.pid, "process": r.process, "container_id": r.container_id,
+                        "pod_uid": r.pod_uid, "source": r.source, "reason": r.reason},
+            "workload": self.workload,
+        }
+
+
+_S = TypeVar("_S", InventorySnapshot, PodSnapshot, ProcessSnapshot, IdentityLine)
+
+
+def valid_at(snapshots: Sequence[_S], at: datetime, skew_s: float = 0.0) -> _S | None:
+    """The latest snapshot taken at or before `at` + skew (snapshots sorted by time)."""
+    limit = at + timedelta(seconds=skew_s)
+    best: _S | None = None
+    for snap in snapshots:
+        if snap.at <= limit:
+            best = snap
+        else:
+            break
+    return best
+
+
+def resolve_gpu(
+    history: NodeHistory,
+    at: datetime,
+    *,
+    pci: str | None = None,
+    uuid: str | None = None,
+    gpu_instance_id: int | None = None,
+    skew_s: float = 0.0,
+) -> GpuAttribution:
+    """Which GPU a fault is about, from its PCI address or (NVML) UUID, valid at `at`."""
+    pci = normalize_pci(pci)
+    mig_uuid: str | None = None
+    if uuid and uuid.startswith("MIG-"):
+        mig_uuid, uuid = uuid, None
+    snap = valid_at(history.inventories, at, skew_s)
+    source_note = ""
+    if snap is None and history.inventories:
+        # GPU identities rarely change: the first inventory after the fault still names the card.
+        snap = history.inventories[0]
+        source_note = " (first inventory after the fault)"
+    if snap is not None:
+        for gpu in snap.gpus:
+            gpu_pci = normalize_pci(gpu.pci_bus_id)
+            mig_match = mig_uuid is not None and any(m.uuid == mig_uuid for m in gpu.mig_devices)
+            if (uuid and gpu.uuid == uuid) or (pci and gpu_pci == pci) or mig_match:
+                if mig_uuid is None and gpu_instance_id is not None:
+                    mig_uuid = next((m.uuid for m in gpu.mig_devices if m.gpu_instance_id == gpu_instance_id), None)
+                how = "MIG device" if mig_match else ("UUID" if uuid and gpu.uuid == uuid else "PCI address")
+                return GpuAttribution(
+                    uuid=gpu.uuid, serial=gpu.serial, pci=gpu_pci, index=gpu.index, name=gpu.name,
+                    mig_uuid=mig_uuid, source="inventory",
+                    reason=f"{how} matched GPU {gpu.index} of the NVML inventory of {snap.at.isoformat()}{source_note}",
+                )
+    if pci:
+        ident = _identity(history, pci, at)
+        if ident is not None:
+            return GpuAttribution(
+                uuid=ident.uuid or uuid, serial=ident.serial, pci=pci, index=None, name=None, mig_uuid=mig_uuid,
+                source="kernel_identity", reason=f"kernel identity line for {pci} of {ident.at.isoformat()}",
+            )
+    if uuid or mig_uuid:
+        return GpuAttribution(
+            uuid=uuid, serial=None, pci=pci, index=None, name=None, mig_uuid=mig_uuid, source="event",
+            reason="UUID from the NVML event; no inventory names this GPU",
+        )
+    return GpuAttribution(
+        uuid=None, serial=None, pci=pci, index=None, name=None, mig_uuid=None, source=UNKNOWN,
+        reason=f"no inventory or identity line names the GPU at PCI {pci}" if pci else "the fault names no GPU",
+    )
+
+
+def _identity(history: NodeHistory, pci: str, at: datetime) -> IdentityLine | None:
+    """Merge the identity lines for `pci` (latest before `at` first, else any): UUID and serial."""
+    lines = [i for i in history.identities if normalize_pci(i.pci) == pci]
+    if not lines:
+        return None
+    before = [i for i in lines if i.at <= at] or lines
+    uuid = next((i.uuid for i in reversed(before) if i.uuid), None) or next((i.uuid for i in lines if i.uuid), None)
+    serial = next((i.serial for i in reversed(before) if i.serial), None) or next(
+        (i.serial for i in lines if i.serial), None
+    )
+    return IdentityLine(at=before[-1].at, pci=pci, uuid=uuid, serial=serial)
+
+
+def resolve_pod(
+    history: NodeHistory, at: datetime, gpu: GpuAttribution, *, skew_s: float = 0.0
+) -> PodAttribution:
+    """The pod that held the GPU (or its MIG device) at `at`, from the PodResources history."""
+    if gpu.uuid is None and gpu.mig_uuid is None:
+        return PodAttribution(None, None, None, UNKNOWN, "the GPU is unknown, so its pod is too")
+    snap = valid_at(history.pods, at, skew_s)
+    if snap is None:
+        return PodAttribution(None, None, None, UNKNOWN, "no PodResources snapshot at or before the fault")
+    mig_uuids: set[str] = set()
+    inv = valid_at(history.inventories, at, skew_s) or (history.inventories[0] if history.inventories else None)
+    if inv is not None and gpu.uuid:
+        for g in inv.gpus:
+            if g.uuid == gpu.uuid:
+                mig_uuids = {m.uuid for m in g.mig_devices}
+    wanted = {gpu.mig_uuid} if gpu.mig_uuid else ({gpu.uuid} if gpu.uuid else set()) | mig_uuids
+    hits = [a for a in snap.assignments if a.gpu_id in wanted or a.device_id in wanted]
+    pods = sorted({(a.namespace, a.pod, a.container) for a in hits})
+    if not pods:
+        return PodAttribution(
+            None, None, None, UNKNOWN,
+            f"no pod held {gpu.mig_uuid or gpu.uuid} in the PodResources snapshot of {snap.at.isoformat()}",
+        )
+    if len(pods) == 1:
+        ns, pod, container = pods[0]
+        return PodAttribution(pod, ns, container, "podresources",
+                              f"allocated to {ns}/{pod} ({container}) in the snapshot of {snap.at.isoformat()}")
+    names = tuple(f"{ns}/{pod}/{c}" for ns, pod, c in pods)
+    return PodAttribution(None, None, None, "ambiguous",
+                          f"{len(pods)} containers shared the GPU (time-slicing or MIG): {', '.join(names)}",
+                          candidates=names)
+
+
+def resolve_process(
+    history: NodeHistory,
+    at: datetime,
+    *,
+    pid: int | None,
+    process: str | None,
+    gpu_uuid: str | None,
+    skew_s: float = 0.0,
+) -> ProcessAttribution:
+    """The process behind a fault's pid, from the latest process snapshot at or before `at`."""
+    if pid is None:
+        return ProcessAttribution(None, process, None, None, UNKNOWN, "the fault names no process")
+    for snap in reversed(history.processes):
+        if snap.at > at + timedelta(seconds=skew_s):
+            continue
+        for proc in snap.processes:
+            same_gpu = gpu_uuid is None or proc.gpu_uuid == gpu_uuid or proc.gpu_uuid.startswith("MIG-")
+            if proc.pid == pid and same_gpu:
+                why = f"pid {pid} on {proc.gpu_uuid} in the process snapshot of {snap.at.isoformat()}"
+                return ProcessAttribution(pid, process, proc.container_id, proc.pod_uid, "snapshot", why)
+        break  # only the snapshot valid at the fault counts
+    if process:
+        return ProcessAttribution(pid, process, None, None, "kernel_line", "process name from the fault line only")
+    return ProcessAttribution(pid, None, None, None, UNKNOWN, f"pid {pid} is in no process snapshot at the fault")
+
+
+def correlate(
+    history: NodeHistory,
+    at: datetime,
+    *,
+    pci: str | None = None,
+    gpu_uuid: str | None = None,
+    gpu_instance_id: int | None = None,
+    pid: int | None = None,
+    process: str | None = None,
+    skew_s: float = 0.0,
+) -> Attribution:
+    """GPU, pod and process of one fault, joined with the state valid at `at`."""
+    gpu = resolve_gpu(history, at, pci=pci, uuid=gpu_uuid, gpu_instance_id=gpu_instance_id, skew_s=skew_s)
+    pod = resolve_pod(history, at, gpu, skew_s=skew_s)
+    proc = resolve_process(history, at, pid=pid, process=process, gpu_uuid=gpu.uuid, skew_s=skew_s)
+    return Attribution(gpu, pod, proc)
+
+
+_POD_SUFFIXES = (
+    re.compile(r"-[a-z0-9]{6,10}-[a-z0-9]{5}$"),  # Deployment: <name>-<replicaset hash>-<pod hash>
+    re.compile(r"-[a-z0-9]{5}$"),  # Job, DaemonSet, ReplicaSet: <name>-<random>
+    re.compile(r"-\d+$"),  # StatefulSet ordinal, indexed Job
+)
+
+
+def workload_name(namespace: str | None, pod: str | None, container: str | None, process: str | None) -> str | None:
+    """The workload a fault belongs to: `<namespace>/<pod without generated suffix>/<container>`.
+
+    Replicas and retries of one Deployment, Job or StatefulSet share a workload name; when the pod is
+    unknown, the process name stands in.
+    """
+    if pod:
+        base = pod
+        for rx in _POD_SUFFIXES:
+            stripped = rx.sub("", base)
+            if stripped and stripped != base:
+                base = stripped
+                break
+        return f"{namespace or '?'}/{base}/{container or '?'}"
+    if process:
+        return f"process:{process}"
+    return None

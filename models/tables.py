@@ -1,0 +1,224 @@
+"""SQL tables of the stream pipeline (SQLAlchemy declarative; no engine or session here).
+
+- `seen_records`: every node record handled, by (node, record_id): redelivered input is dropped.
+- `fault_events`: one row per fault, with its raw lines and attribution; a kernel-log Xid and the
+  NVML event for the same fault share a row (`sources`).
+- `incidents`: one open row per fingerprint (node, GPU, family); recurrences link to the previous.
+- `evidence`: what a node captured at fault time, linked to the fault event that triggered it.
+- `node_state`: inventory, identity, PodResources and process snapshots, for joins at fault time.
+- `gpu_assignments`: which workload held which GPU when (from PodResources), for classification.
+- `fleet_incidents`: one open row per (cluster, family) burst across nodes.
+- `outbox`: incident updates and action requests to publish, written in the same transaction as the
+  change that made them and marked sent once Kafka acknowledged them.
+
+All times are UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend (SQLite stores it naive)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UtcDateTime(), dict[str, Any]: sa.JSON(), list[Any]: sa.JSON(),
+    }
+
+
+class SeenRecord(Base):
+    __tablename__ = "seen_records"
+
+    node: Mapped[str] = mapped_column(sa.String(253), primary_key=True)
+    record_id: Mapped[str] = mapped_column(sa.String(512), primary_key=True)
+    topic: Mapped[str] = mapped_column(sa.String(255))
+    seen_at: Mapped[datetime]
+
+
+class FaultEvent(Base):
+    __tablename__ = "fault_events"
+    __table_args__ = (
+        sa.UniqueConstraint("node", "content_hash", name="uq_fault_events_content"),
+        sa.Index("ix_fault_events_gpu_time", "node", "gpu", "occurred_at"),
+        sa.Index("ix_fault_events_family_time", "family", "occurred_at"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    node: Mapped[str] = mapped_column(sa.String(253))
+    content_hash: Mapped[str] = mapped_column(sa.String(64))
+    record_id: Mapped[str] = mapped_column(sa.String(512), index=True)
+    sources: Mapped[str] = mapped_column(sa.String(32))  # "kernel", "nvml" or "kernel+nvml"
+    nvml_record_id: Mapped[str | None] = mapped_column(sa.String(512))
+    # content hash of the other source's report merged into this event (a redelivery of it is a duplicate)
+    partner_hash: Mapped[str | None] = mapped_column(sa.String(64), index=True)
+    occurred_at: Mapped[datetime]
+    ingested_at: Mapped[datetime]
+    kind: Mapped[str] = mapped_column(sa.String(32))
+    family: Mapped[str] = mapped_column(sa.String(32))
+    code: Mapped[str] = mapped_column(sa.String(64))
+    xid: Mapped[int | None]
+    sxid: Mapped[int | None]
+    gpu: Mapped[str] = mapped_column(sa.String(128))
+    gpu_uuid: Mapped[str | None] = mapped_column(sa.String(128))
+    serial: Mapped[str | None] = mapped_column(sa.String(64))
+    pci: Mapped[str | None] = mapped_column(sa.String(32))
+    mig_uuid: Mapped[str | None] = mapped_column(sa.String(128))
+    pid: Mapped[int | None]
+    process: Mapped[str | None] = mapped_column(sa.String(256))
+    pod: Mapped[str | None] = mapped_column(sa.String(253))
+    namespace: Mapped[str | None] = mapped_column(sa.String(253))
+    container: Mapped[str | None] = mapped_column(sa.String(253))
+    workload: Mapped[str | None] = mapped_column(sa.String(512), index=True)
+    catalog_category: Mapped[str | None] = mapped_column(sa.String(32))
+    mnemonic: Mapped[str | None] = mapped_column(sa.String(256))
+    immediate_action: Mapped[str | None] = mapped_column(sa.String(64))
+    message: Mapped[str] = mapped_column(sa.Text)
+    raw: Mapped[str] = mapped_column(sa.Text)
+    attribution: Mapped[dict[str, Any]]
+    incident_id: Mapped[str | None] = mapped_column(sa.String(128), index=True)
+
+
+class Incident(Base):
+    __tablename__ = "incidents"
+    __table_args__ = (
+        # At most one open incident per fingerprint.
+        sa.Index("uq_incidents_open_fingerprint", "fingerprint", unique=True,
+                 postgresql_where=sa.text("status = 'open'"), sqlite_where=sa.text("status = 'open'")),
+        sa.Index("ix_incidents_fingerprint_opened", "fingerprint", "opened_at"),
+    )
+
+    incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(sa.String(64))
+    node: Mapped[str] = mapped_column(sa.String(253), index=True)
+    gpu: Mapped[str] = mapped_column(sa.String(128))
+    family: Mapped[str] = mapped_column(sa.String(32))
+    status: Mapped[str] = mapped_column(sa.String(16))
+    category: Mapped[str] = mapped_column(sa.String(32))
+    reason: Mapped[str] = mapped_column(sa.Text)
+    count: Mapped[int]
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime]
+    opened_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    resolved_at: Mapped[datetime | None]
+    previous_incident_id: Mapped[str | None] = mapped_column(sa.String(128))
+    gpu_uuid: Mapped[str | None] = mapped_column(sa.String(128))
+    serial: Mapped[str | None] = mapped_column(sa.String(64))
+    pci: Mapped[str | None] = mapped_column(sa.String(32))
+    codes: Mapped[list[Any]]
+    pods: Mapped[list[Any]]
+    processes: Mapped[list[Any]]
+    workloads: Mapped[list[Any]]
+    immediate_action: Mapped[str | None] = mapped_column(sa.String(64))
+    investigatory_action: Mapped[str | None] = mapped_column(sa.String(128))
+    description: Mapped[str | None] = mapped_column(sa.Text)
+    cordon_requested: Mapped[bool] = mapped_column(default=False)
+    version: Mapped[int] = mapped_column(default=1)
+
+
+class EvidenceRecord(Base):
+    __tablename__ = "evidence"
+    __table_args__ = (sa.UniqueConstraint("node", "record_id", name="uq_evidence_record"),)
+
+    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    node: Mapped[str] = mapped_column(sa.String(253))
+    record_id: Mapped[str] = mapped_column(sa.String(512))
+    trigger_record_id: Mapped[str] = mapped_column(sa.String(512), index=True)
+    fault_event_id: Mapped[int | None] = mapped_column(index=True)
+    gpu_uuid: Mapped[str | None] = mapped_column(sa.String(128))
+    pci: Mapped[str | None] = mapped_column(sa.String(32))
+    xid: Mapped[int | None]
+    pid: Mapped[int | None]
+    captured_at: Mapped[datetime]
+    manifest: Mapped[list[Any]]  # name, command, status, size, truncated, detail per item
+    items: Mapped[list[Any]]  # the captured items as published (gzip+base64 data)
+
+
+class NodeState(Base):
+    __tablename__ = "node_state"
+    __table_args__ = (sa.Index("ix_node_state_node_time", "node", "valid_from"),)
+
+    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    node: Mapped[str] = mapped_column(sa.String(253))
+    kind: Mapped[str] = mapped_column(sa.String(32))  # inventory, identity, pods, processes
+    record_id: Mapped[str] = mapped_column(sa.String(512))
+    valid_from: Mapped[datetime]
+    payload: Mapped[dict[str, Any]]
+
+
+class GpuAssignment(Base):
+    __tablename__ = "gpu_assignments"
+    __table_args__ = (sa.Index("ix_gpu_assignments_workload_time", "workload", "seen_at"),)
+
+    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    node: Mapped[str] = mapped_column(sa.String(253))
+    gpu: Mapped[str] = mapped_column(sa.String(128))
+    workload: Mapped[str] = mapped_column(sa.String(512))
+    pod: Mapped[str] = mapped_column(sa.String(253))
+    namespace: Mapped[str] = mapped_column(sa.String(253))
+    container: Mapped[str] = mapped_column(sa.String(253))
+    seen_at: Mapped[datetime]
+
+
+class FleetIncident(Base):
+    __tablename__ = "fleet_incidents"
+    __table_args__ = (
+        sa.Index("uq_fleet_open", "cluster", "family", unique=True,
+                 postgresql_where=sa.text("status = 'open'"), sqlite_where=sa.text("status = 'open'")),
+    )
+
+    fleet_id: Mapped[str] = mapped_column(sa.String(160), primary_key=True)
+    cluster: Mapped[str] = mapped_column(sa.String(128))
+    family: Mapped[str] = mapped_column(sa.String(32))
+    status: Mapped[str] = mapped_column(sa.String(16))
+    reason: Mapped[str] = mapped_column(sa.Text)
+    nodes: Mapped[list[Any]]
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    resolved_at: Mapped[datetime | None]
+
+
+class OutboxMessage(Base):
+    __tablename__ = "outbox"
+    __table_args__ = (sa.Index("ix_outbox_unsent", "sent_at", "id"),)
+
+    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    idempotency_key: Mapped[str] = mapped_column(sa.String(512), unique=True)
+    stream: Mapped[str] = mapped_column(sa.String(32))  # "incidents" or "actions"
+    key: Mapped[str] = mapped_column(sa.String(253))
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    sent_at: Mapped[datetime | None]
+
+
+metadata = Base.metadata

@@ -1,0 +1,188 @@
+"""The Faust application: node records in, incidents and action requests out.
+
+One agent consumes the four input topics (co-partitioned by node) in batches:
+decode → parse and map to items (pure) → one store transaction on the database thread → publish
+the outbox rows that transaction wrote. A message that cannot be decoded goes to its topic's
+dead-letter twin with the reason and the original bytes; the stream keeps going.
+
+Delivery is at least once. A batch is acknowledged only after its transaction committed, and the
+transaction drops records already handled, so a redelivered batch changes nothing. Messages to
+publish are rows of the outbox, written in the same transaction and marked sent after Kafka
+acknowledged them; a sweep resends any left unsent by a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import faust
+import sqlalchemy as sa
+
+from streams.decode import DeadLetter, decode_message
+from streams.ingest import Ingest, Item
+from streams.settings import WorkerSettings
+from streams.store import AsyncStore, BatchResult, Outgoing, Store
+from streams.topics import Topology, topology
+
+log = logging.getLogger(__name__)
+
+
+
+def broker_urls(bootstrap: str) -> list[str]:
+    return [f"kafka://{h.strip()}" for h in bootstrap.split(",") if h.strip()]
+
+
+def create_app(settings: WorkerSettings) -> faust.App:
+    """A Faust app with the pipeline's agent and timers; nothing connects until a worker starts it."""
+    settings.datadir.mkdir(parents=True, exist_ok=True)
+    app = faust.App(
+        settings.app_id,
+        broker=broker_urls(settings.bootstrap_servers),
+        store="memory://",
+        datadir=str(settings.datadir),
+        autodiscover=False,
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        topic_allow_declare=True,  # internal topics (the assignor's); `ensure_topics` made ours first
+        table_standby_replicas=0,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=settings.heartbeat_interval_s,
+        broker_rebalance_timeout=max(settings.session_timeout_s, 6.0),
+        broker_commit_interval=settings.commit_interval_s,
+        consumer_auto_offset_reset="earliest",
+        processing_guarantee="at_least_once",
+        web_enabled=settings.web_enabled,
+        web_port=settings.web_port,
+        web_bind="127.0.0.1",
+        worker_redirect_stdouts=False,
+    )
+    Pipeline(app, settings, topology(settings.topic_prefix, settings.partitions))
+    return app
+
+
+class Pipeline:
+    def __init__(self, app: faust.App, settings: WorkerSettings, topo: Topology) -> None:
+        self.app = app
+        self.settings = settings
+        self.topo = topo
+        self.ingest = Ingest()
+        self.store = AsyncStore(Store(settings.database_url, settings.policy, settings.cluster))
+        self.kinds = {t.name: t_kinds for t in topo.inputs if (t_kinds := topo.kinds_for(t.name))}
+        self.dead_letters = {t.name: self._topic(t.dead_letter) for t in topo.inputs}
+        self.outputs = {"incidents": self._topic(topo.incidents.name), "actions": self._topic(topo.actions.name)}
+        source = self._topic(*(t.name for t in topo.inputs))
+        app.agent(source, name=f"{settings.app_id}.pipeline")(self.consume)
+        app.timer(settings.parser_idle_flush_s, name=f"{settings.app_id}.flush_parsers")(self.flush_parsers)
+        app.timer(settings.sweep_interval_s, on_leader=True, name=f"{settings.app_id}.sweep")(self.sweep)
+
+    def _topic(self, *names: str) -> Any:
+        """Raw bytes in and out: decoding is ours, so a bad message can be dead-lettered as it came."""
+        return self.app.topic(*names, partitions=self.settings.partitions, key_serializer="raw",
+                              value_serializer="raw")
+
+    # -- the agent ------------------------------------------------------------------------------
+
+    async def consume(self, stream: Any) -> None:
+        async for events in stream.take_events(self.settings.batch_max, within=self.settings.batch_within_s):
+            batch: list[tuple[Any, list[Item]]] = []
+            for event in events:
+                items = await self._decode(event.message)
+                if items:
+                    batch.append((event.message, items))
+            await self._commit(batch)
+
+    async def _decode(self, msg: Any) -> list[Item]:
+        rec = decode_message(topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key,
+                             value=msg.value, kinds=self.kinds.get(msg.topic, frozenset()))
+        if isinstance(rec, DeadLetter):
+            await self.dead_letter(rec)
+            return []
+        try:
+            return self.ingest.items(rec, msg.topic)
+        except Exception as exc:  # a record the pure code cannot handle: keep it, say why, go on
+            log.exception("record %s of %s could not be mapped", rec.record_id, rec.node)
+            await self.dead_letter(DeadLetter("processing_error", f"{type(exc).__name__}: {exc}", msg.topic,
+                                              msg.partition, msg.offset, msg.key, msg.value))
+            return []
+
+    async def _commit(self, batch: Sequence[tuple[Any, list[Item]]]) -> None:
+        items = [i for _, its in batch for i in its]
+        if not items:
+            return
+        try:
+            result = await self._process(items)
+        except _PermanentError:
+            # Something in the batch cannot be stored: store record by record, dead-letter the failures.
+            for msg, its in batch:
+                try:
+                    await self._publish((await self._process(its)).outgoing)
+                except _PermanentError as exc:
+                    await self.dead_letter(DeadLetter("processing_error", str(exc.__cause__ or exc), msg.topic,
+                                                      msg.partition, msg.offset, msg.key, msg.value))
+            return
+        await self._publish(result.outgoing)
+
+    async def _process(self, items: Sequence[Item]) -> BatchResult:
+        """One transaction; transient database failures are retried with backoff until they pass."""
+        delay = 0.2
+        while True:
+            try:
+                return await self.store.process(items)
+            except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
+                log.warning("database unavailable (%s); retrying in %.1f s", type(exc).__name__, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.db_retry_max_s)
+            except sa.exc.IntegrityError as exc:
+                # A concurrent writer (another worker after a rebalance) got there first: the retry sees it.
+                log.warning("conflicting write (%s); retrying", exc.orig)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.db_retry_max_s)
+            except Exception as exc:
+                raise _PermanentError(f"{type(exc).__name__}: {exc}") from exc
+
+    # -- output -----------------------------------------------------------------------------------
+
+    async def dead_letter(self, dl: DeadLetter) -> None:
+        log.warning("dead letter from %s[%d]@%d: %s: %s", dl.topic, dl.partition, dl.offset, dl.reason,
+                    dl.error.splitlines()[0] if dl.error else "")
+        topic = self.dead_letters.get(dl.topic)
+        if topic is None:
+            return
+        fut = await topic.send(key=dl.key, value=dl.to_json(), headers=dl.headers(), force=True)
+        await fut
+
+    async def _publish(self, outgoing: Sequence[Outgoing]) -> None:
+        if not outgoing:
+            return
+        futures = []
+        for o in outgoing:
+            topic = self.outputs[o.stream]
+            futures.append(await topic.send(key=o.key.encode(), value=json.dumps(o.payload).encode(), force=True,
+                                            headers=[("xidpipe-outbox-id", str(o.outbox_id).encode())]))
+        await asyncio.gather(*futures)
+        await self.store.mark_sent([o.outbox_id for o in outgoing])
+
+    # -- timers -----------------------------------------------------------------------------------
+
+    async def flush_parsers(self) -> None:
+        items = self.ingest.flush_idle(self.settings.parser_idle_flush_s)
+        if items:
+            try:
+                await self._publish((await self._process(items)).outgoing)
+            except _PermanentError:
+                log.exception("flushed kernel records could not be stored")
+
+    async def sweep(self) -> None:
+        try:
+            await self._publish(await self.store.sweep())
+            await self._publish(await self.store.unsent(self.settings.outbox_resend_after_s))
+        except Exception:
+            log.exception("sweep failed; the next one retries")
+
+
+class _PermanentError(Exception):
+    pass

@@ -1,0 +1,77 @@
+"""Decode the node records arriving on the input topics, or say why a message is a dead letter."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from models.node_records import NodeRecord, decode_node_record
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An input message that cannot be handled, with what is needed to inspect or replay it."""
+
+    reason: str
+    error: str
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+    def to_json(self) -> bytes:
+        body: dict[str, Any] = {
+            "reason": self.reason,
+            "error": self.error,
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+            "dead_lettered_at": datetime.now(UTC).isoformat(),
+            "key_b64": base64.b64encode(self.key).decode() if self.key is not None else None,
+            "value_b64": base64.b64encode(self.value).decode() if self.value is not None else None,
+        }
+        return json.dumps(body).encode()
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [
+            ("xidpipe-dlq-reason", self.reason.encode()),
+            ("xidpipe-dlq-topic", self.topic.encode()),
+            ("xidpipe-dlq-partition", str(self.partition).encode()),
+            ("xidpipe-dlq-offset", str(self.offset).encode()),
+        ]
+
+
+def decode_message(
+    *, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, kinds: frozenset[str]
+) -> NodeRecord | DeadLetter:
+    """The node record in a message, or a DeadLetter saying why not.
+
+    A record must decode against the schemas, be of a kind that belongs on `topic`, and be keyed by
+    its node (the key decides the partition, and with it which worker holds the node's state).
+    """
+
+    def dead(reason: str, error: str) -> DeadLetter:
+        return DeadLetter(reason, error[:2000], topic, partition, offset, key, value)
+
+    if value is None:
+        return dead("empty", "the message has no value (a tombstone)")
+    try:
+        record = decode_node_record(value)
+    except ValidationError as exc:
+        types = [e["type"] for e in exc.errors()]
+        kind = "undecodable" if types and types[0] in ("json_invalid", "json_type") else "invalid"
+        return dead(kind, str(exc))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return dead("undecodable", f"{type(exc).__name__}: {exc}")
+    if kinds and record.kind not in kinds:
+        return dead("wrong_topic", f"a {record.kind} record does not belong on {topic}")
+    node_key = key.decode("utf-8", "replace") if key is not None else None
+    if node_key != record.node:
+        return dead("wrong_key", f"record of node {record.node!r} keyed {node_key!r}: records are keyed by node")
+    return record

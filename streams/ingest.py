@@ -1,0 +1,159 @@
+"""Node records → the items the store handles: fault observations, state snapshots, evidence.
+
+Kernel lines go through one `KernelLogParser` per node, so records that span lines (an identity
+line and its serial number, the three lines of "fallen off the bus", AER groups) are assembled as
+in `xidpipe parse`. A record still open when its node goes quiet is closed by `flush_idle`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from models.correlate import normalize_pci
+from models.incidents import (
+    FaultObservation,
+    observation_from_kernel,
+    observation_from_missing,
+    observation_from_nvml,
+    parse_time,
+)
+from models.kernlog.parser import KernelLogParser
+from models.kernlog.record import FaultRecord
+from models.node_records import (
+    Evidence,
+    GpuInventory,
+    GpuMissing,
+    GpuProcesses,
+    KernelGap,
+    KernelLine,
+    NodeRecord,
+    NvmlEvent,
+    PodAssignments,
+    SpoolDrops,
+)
+
+log = logging.getLogger(__name__)
+
+_LINES_KEPT = 256  # lines remembered per node to map a finished record back to its first line
+
+
+@dataclass(frozen=True, slots=True)
+class StateItem:
+    node: str
+    record_id: str
+    topic: str
+    kind: str  # inventory, identity, pods, processes
+    valid_from: datetime
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class FaultItem:
+    observation: FaultObservation
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceItem:
+    record: Evidence
+    topic: str
+
+
+Item = StateItem | FaultItem | EvidenceItem
+
+
+class _NodeParser:
+    __slots__ = ("emitted", "last_fed", "lineno", "lines", "parser", "topic")
+
+    def __init__(self, topic: str) -> None:
+        self.parser = KernelLogParser()
+        self.lines: OrderedDict[int, KernelLine] = OrderedDict()
+        self.emitted: dict[int, int] = {}
+        self.lineno = 0
+        self.last_fed = time.monotonic()
+        self.topic = topic
+
+
+class Ingest:
+    """Stateful only in the per-node parsers; everything else is a pure mapping."""
+
+    def __init__(self) -> None:
+        self._parsers: dict[str, _NodeParser] = {}
+
+    def items(self, record: NodeRecord, topic: str) -> list[Item]:
+        if isinstance(record, KernelLine):
+            return self._kernel(record, topic)
+        if isinstance(record, GpuInventory):
+            return [StateItem(record.node, record.record_id, topic, "inventory", record.emitted_at,
+                              record.model_dump(mode="json"))]
+        if isinstance(record, PodAssignments):
+            return [StateItem(record.node, record.record_id, topic, "pods", record.changed_at,
+                              record.model_dump(mode="json"))]
+        if isinstance(record, GpuProcesses):
+            return [StateItem(record.node, record.record_id, topic, "processes", record.emitted_at,
+                              record.model_dump(mode="json"))]
+        if isinstance(record, NvmlEvent):
+            obs = observation_from_nvml(record)
+            return [FaultItem(obs, topic)] if obs is not None else []
+        if isinstance(record, GpuMissing):
+            return [FaultItem(observation_from_missing(record), topic)]
+        if isinstance(record, Evidence):
+            return [EvidenceItem(record, topic)]
+        if isinstance(record, KernelGap):
+            log.warning("kernel log gap on %s: %d records lost (%s)", record.node, record.lost, record.reason,
+                        extra={"node": record.node, "lost": record.lost, "reason": record.reason})
+        elif isinstance(record, SpoolDrops):
+            log.warning("node agent on %s dropped %d spooled records", record.node, record.dropped_since_last,
+                        extra={"node": record.node})
+        return []
+
+    def _kernel(self, line: KernelLine, topic: str) -> list[Item]:
+        np = self._parsers.get(line.node)
+        if np is None:
+            np = self._parsers[line.node] = _NodeParser(topic)
+        np.lineno += 1
+        np.lines[np.lineno] = line
+        while len(np.lines) > _LINES_KEPT:
+            np.lines.popitem(last=False)
+        np.last_fed = time.monotonic()
+        return self._convert(np, np.parser.feed(line.message, np.lineno))
+
+    def flush_idle(self, idle_s: float) -> list[Item]:
+        """Close the records of nodes that sent no kernel line for `idle_s` seconds."""
+        now = time.monotonic()
+        out: list[Item] = []
+        for np in self._parsers.values():
+            if now - np.last_fed >= idle_s:
+                out.extend(self._convert(np, np.parser.finish()))
+        return out
+
+    def flush_all(self) -> list[Item]:
+        out: list[Item] = []
+        for np in self._parsers.values():
+            out.extend(self._convert(np, np.parser.finish()))
+        return out
+
+    def _convert(self, np: _NodeParser, records: list[FaultRecord]) -> list[Item]:
+        out: list[Item] = []
+        for rec in records:
+            line = np.lines.get(rec.line)
+            if line is None:
+                continue  # its first line is long gone: cannot be attributed to a record id
+            index = np.emitted.get(rec.line, 0)
+            np.emitted[rec.line] = index + 1
+            if len(np.emitted) > _LINES_KEPT:
+                np.emitted.pop(next(iter(np.emitted)))
+            if rec.kind == "gpu_identity":
+                if rec.pci:
+                    at = parse_time(rec.timestamp) or line.observed_at
+                    out.append(StateItem(line.node, f"identity:{line.record_id}:{index}", np.topic, "identity", at,
+                                         {"pci": normalize_pci(rec.pci), "uuid": rec.gpu_uuid, "serial": rec.serial}))
+                continue
+            out.append(FaultItem(observation_from_kernel(rec, line, index), np.topic))
+        return out
+

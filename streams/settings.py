@@ -1,0 +1,69 @@
+"""The stream worker's settings: one object, loaded once at start (env prefix `XIDPIPE_`).
+
+Policy values are nested: `XIDPIPE_POLICY__QUIET_PERIOD_S=3600`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from models.stream_policy import PipelinePolicy
+
+
+class WorkerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="XIDPIPE_", env_nested_delimiter="__", extra="ignore")
+
+    bootstrap_servers: str = Field(default="127.0.0.1:9092", description="Kafka bootstrap servers, comma-separated")
+    database_url: str = Field(
+        default="sqlite:///var/xidpipe.db",
+        description="SQLAlchemy URL; SQLite for one machine, postgresql+psycopg://... in production",
+    )
+    app_id: str = Field(default="xidpipe-worker", description="Faust app id: the consumer group and table prefix")
+    topic_prefix: str = Field(
+        default="", description="prepended to every topic name (isolates tests and staging on a shared broker)"
+    )
+    partitions: int = Field(
+        default=8, ge=1,
+        description="partitions of every node-keyed topic; all input topics must have the same count "
+        "(co-partitioning). 8 lets up to 8 workers share the load",
+    )
+    replication_factor: int = Field(default=1, ge=1, description="for topics the worker creates")
+    cluster: str = Field(default="default", description="cluster name: the key of fleet incidents")
+    datadir: Path = Field(default=Path("var/faust"), description="Faust's data directory")
+
+    batch_max: int = Field(
+        default=500, ge=1,
+        description="records handled per database transaction; 500 keeps a transaction under ~100 ms",
+    )
+    batch_within_s: float = Field(
+        default=0.05, gt=0, description="how long to wait to fill a batch: bounds the added latency (50 ms)"
+    )
+    parser_idle_flush_s: float = Field(
+        default=0.5, gt=0,
+        description="a multi-line kernel record (identity + serial, fallen off the bus) still open after this "
+        "long without a new line from its node is closed and handled",
+    )
+    sweep_interval_s: float = Field(
+        default=10.0, gt=0, description="how often quiet incidents are resolved and unsent outbox rows resent"
+    )
+    outbox_resend_after_s: float = Field(
+        default=5.0, gt=0, description="an outbox row unsent for this long is resent by the sweep"
+    )
+    db_retry_max_s: float = Field(default=30.0, gt=0, description="longest backoff between database retries")
+
+    session_timeout_s: float = Field(
+        default=60.0, gt=0,
+        description="Kafka consumer session timeout: how soon a crashed worker's partitions move (tests: 6)",
+    )
+    heartbeat_interval_s: float = Field(default=3.0, gt=0, description="tests: 1")
+    commit_interval_s: float = Field(
+        default=2.8, gt=0, description="how often acknowledged offsets are committed (Faust's default)"
+    )
+    web_enabled: bool = Field(default=False, description="serve Faust's web views (debugging)")
+    web_port: int = 6066
+    log_level: str = Field(default="info", description="crit, error, warn, info or debug")
+
+    policy: PipelinePolicy = Field(default_factory=PipelinePolicy)

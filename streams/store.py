@@ -1,0 +1,706 @@
+"""The SQL adapter: batches of items in, committed fault events, incidents and outbox rows out.
+
+One batch is one transaction: duplicates are dropped, faults are attributed with the node state
+valid at their time (`models.correlate`), kernel and NVML reports of one fault are merged,
+incidents are grouped and classified (`models.incidents`), fleet bursts are detected, and the
+messages to publish are written to the outbox in the same transaction. `AsyncStore` runs all of
+it on one database thread, so the event loop never waits on SQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from models.classify import Verdict
+from models.correlate import (
+    Attribution,
+    IdentityLine,
+    InventorySnapshot,
+    NodeHistory,
+    PodSnapshot,
+    ProcessSnapshot,
+    correlate,
+    normalize_pci,
+    workload_name,
+)
+from models.fingerprint import incident_fingerprint
+from models.incidents import (
+    ClassifyContext,
+    FaultObservation,
+    IncidentChange,
+    IncidentState,
+    action_to_dict,
+    actions_for,
+    apply_fault,
+    classify_in_context,
+    fleet_burst,
+    incident_gpu,
+    resolve_if_quiet,
+    same_fault,
+)
+from models.node_records import DeviceAssignment, GpuInfo, GpuProcess
+from models.stream_policy import PipelinePolicy
+from models.tables import (
+    EvidenceRecord,
+    FaultEvent,
+    FleetIncident,
+    GpuAssignment,
+    Incident,
+    NodeState,
+    OutboxMessage,
+    SeenRecord,
+    metadata,
+)
+from streams.ingest import EvidenceItem, FaultItem, Item, StateItem
+
+log = logging.getLogger(__name__)
+
+_MAX_LISTED = 20  # pods, processes, workloads listed on one incident
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    outbox_id: int
+    stream: str  # "incidents" or "actions"
+    key: str
+    payload: dict[str, Any]
+
+
+@dataclass(slots=True)
+class BatchResult:
+    outgoing: list[Outgoing] = field(default_factory=list)
+    faults: int = 0
+    merged: int = 0
+    duplicates: int = 0
+    states: int = 0
+    evidence: int = 0
+
+
+def make_engine(url: str) -> sa.Engine:
+    """An engine for `url`; for SQLite the parent directory is created and WAL mode is used."""
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        db = parsed.database
+        if db and db != ":memory:":
+            Path(db).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(url, connect_args={"timeout": 30})
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(conn: Any, _record: Any) -> None:
+            cur = conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+class Store:
+    """Synchronous; call it from one thread (AsyncStore does)."""
+
+    def __init__(self, url: str, policy: PipelinePolicy | None = None, cluster: str = "default") -> None:
+        self.engine = make_engine(url)
+        self.policy = policy or PipelinePolicy()
+        self.cluster = cluster
+
+    def create_schema(self) -> None:
+        metadata.create_all(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    # -- the batch ---------------------------------------------------------------------------
+
+    def process(self, items: Sequence[Item], now: datetime | None = None) -> BatchResult:
+        now = now or utcnow()
+        res = BatchResult()
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
+            self._states(s, [i for i in items if isinstance(i, StateItem)], res)
+            faults = self._new_faults(s, [i.observation for i in items if isinstance(i, FaultItem)], res)
+            s.flush()
+            batch = _Batch(s, self, now, res)
+            batch.faults(faults)
+            self._evidence(s, [i for i in items if isinstance(i, EvidenceItem)], res)
+            batch.finish()
+            s.flush()
+            res.outgoing = [_outgoing(o) for o in batch.outbox]
+        return res
+
+    def _states(self, s: Session, states: list[StateItem], res: BatchResult) -> None:
+        if not states:
+            return
+        keys = {(i.node, i.record_id) for i in states}
+        seen: set[tuple[str, str]] = set(
+            (node, rid) for node, rid in s.execute(
+                sa.select(SeenRecord.node, SeenRecord.record_id).where(
+                    sa.tuple_(SeenRecord.node, SeenRecord.record_id).in_(list(keys))
+                )
+            )
+        )
+        for it in states:
+            key = (it.node, it.record_id)
+            if key in seen:
+                res.duplicates += 1
+                continue
+            seen.add(key)
+            res.states += 1
+            s.add(SeenRecord(node=it.node, record_id=it.record_id, topic=it.topic, seen_at=utcnow()))
+            s.add(NodeState(node=it.node, kind=it.kind, record_id=it.record_id, valid_from=it.valid_from,
+                            payload=it.payload))
+            if it.kind == "pods":
+                for a in it.payload.get("assignments", []):
+                    workload = workload_name(a.get("namespace"), a.get("pod"), a.get("container"), None)
+                    s.add(GpuAssignment(node=it.node, gpu=a["gpu_id"], workload=workload or "?", pod=a["pod"],
+                                        namespace=a["namespace"], container=a["container"], seen_at=it.valid_from))
+
+    def _new_faults(self, s: Session, faults: list[FaultObservation], res: BatchResult) -> list[FaultObservation]:
+        if not faults:
+            return []
+        hashes = {f.content_hash for f in faults}
+        nodes = {f.node for f in faults}
+        known: set[tuple[str, str]] = set()
+        for node, content, partner in s.execute(
+            sa.select(FaultEvent.node, FaultEvent.content_hash, FaultEvent.partner_hash).where(
+                FaultEvent.node.in_(nodes),
+                sa.or_(FaultEvent.content_hash.in_(hashes), FaultEvent.partner_hash.in_(hashes)),
+            )
+        ):
+            known.add((node, content))
+            if partner:
+                known.add((node, partner))
+        fresh: list[FaultObservation] = []
+        for f in faults:
+            key = (f.node, f.content_hash)
+            if key in known:
+                res.duplicates += 1
+                continue
+            known.add(key)
+            fresh.append(f)
+        return fresh
+
+    def _evidence(self, s: Session, items: list[EvidenceItem], res: BatchResult) -> None:
+        if not items:
+            return
+        keys = {(i.record.node, i.record.record_id) for i in items}
+        have: set[tuple[str, str]] = set(
+            (node, rid) for node, rid in s.execute(
+                sa.select(EvidenceRecord.node, EvidenceRecord.record_id).where(
+                    sa.tuple_(EvidenceRecord.node, EvidenceRecord.record_id).in_(list(keys))
+                )
+            )
+        )
+        for it in items:
+            ev = it.record
+            if (ev.node, ev.record_id) in have:
+                res.duplicates += 1
+                continue
+            have.add((ev.node, ev.record_id))
+            res.evidence += 1
+            event_id = s.execute(
+                sa.select(FaultEvent.id).where(
+                    FaultEvent.node == ev.node,
+                    sa.or_(FaultEvent.record_id == ev.trigger_record_id,
+                           FaultEvent.nvml_record_id == ev.trigger_record_id),
+                ).limit(1)
+            ).scalar()
+            s.add(EvidenceRecord(
+                node=ev.node, record_id=ev.record_id, trigger_record_id=ev.trigger_record_id, fault_event_id=event_id,
+                gpu_uuid=ev.gpu_uuid, pci=normalize_pci(ev.pci_bus_id), xid=ev.xid, pid=ev.pid,
+                captured_at=ev.captured_at,
+                manifest=[i.model_dump(mode="json", exclude={"data"}) for i in ev.items],
+                items=[i.model_dump(mode="json") for i in ev.items],
+            ))
+
+    # -- sweeps and the outbox -------------------------------------------------------------------
+
+    def sweep(self, now: datetime | None = None) -> list[Outgoing]:
+        """Resolve incidents and fleet incidents that went quiet (measured on arrival time)."""
+        now = now or utcnow()
+        p = self.policy
+        outbox: list[OutboxMessage] = []
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
+            quiet_before = now - timedelta(seconds=p.quiet_period_s)
+            for row in s.scalars(sa.select(Incident).where(Incident.status == "open",
+                                                             Incident.updated_at <= quiet_before)):
+                change = resolve_if_quiet(_state(row), row.updated_at, now, p)
+                if change is None:
+                    continue
+                row.status, row.resolved_at, row.updated_at = "resolved", now, now
+                row.version += 1
+                log.info("incident %s resolved: %s", row.incident_id, change.reason,
+                         extra={"node": row.node, "gpu": row.gpu, "incident": row.incident_id})
+                outbox.append(_incident_message(row, "resolved", change.reason))
+                for a in actions_for(change, [], p):
+                    outbox.append(_action_message(a, row))
+            fleet_before = now - timedelta(seconds=p.fleet_window_s)
+            for fleet in s.scalars(sa.select(FleetIncident).where(FleetIncident.status == "open",
+                                                                    FleetIncident.updated_at <= fleet_before)):
+                fleet.status, fleet.resolved_at, fleet.updated_at = "resolved", now, now
+                outbox.append(_fleet_message(fleet, "resolved", "no new node in the fleet window"))
+            outbox = _insert_outbox(s, outbox)
+            s.flush()
+            return [_outgoing(o) for o in outbox]
+
+    def unsent(self, older_than_s: float, limit: int = 1000) -> list[Outgoing]:
+        before = utcnow() - timedelta(seconds=older_than_s)
+        with Session(self.engine) as s:
+            rows = s.scalars(sa.select(OutboxMessage).where(OutboxMessage.sent_at.is_(None),
+                                                              OutboxMessage.created_at <= before)
+                             .order_by(OutboxMessage.id).limit(limit)).all()
+            return [_outgoing(o) for o in rows]
+
+    def mark_sent(self, ids: Iterable[int]) -> None:
+        ids = list(ids)
+        if not ids:
+            return
+        with Session(self.engine) as s, s.begin():
+            s.execute(sa.update(OutboxMessage).where(OutboxMessage.id.in_(ids)).values(sent_at=utcnow()))
+
+    # -- reads (tests, the demo, the API) --------------------------------------------------------
+
+    def incidents(self) -> list[dict[str, Any]]:
+        with Session(self.engine) as s:
+            rows = s.scalars(sa.select(Incident).order_by(Incident.opened_at, Incident.incident_id)).all()
+            return [incident_to_dict(r) for r in rows]
+
+    def fault_events(self) -> list[dict[str, Any]]:
+        with Session(self.engine) as s:
+            rows = s.scalars(sa.select(FaultEvent).order_by(FaultEvent.id)).all()
+            return [_row_dict(r) for r in rows]
+
+    def fleet_incidents(self) -> list[dict[str, Any]]:
+        with Session(self.engine) as s:
+            rows = s.scalars(sa.select(FleetIncident).order_by(FleetIncident.first_seen)).all()
+            return [_row_dict(r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        with Session(self.engine) as s:
+            return {t.name: int(s.execute(sa.select(sa.func.count()).select_from(t)).scalar() or 0)
+                    for t in metadata.sorted_tables}
+
+
+class _Batch:
+    """The fault handling of one transaction."""
+
+    def __init__(self, s: Session, store: Store, now: datetime, res: BatchResult) -> None:
+        self.s = s
+        self.store = store
+        self.p = store.policy
+        self.now = now
+        self.res = res
+        self.incidents: dict[str, Incident] = {}  # by fingerprint, the latest row
+        self.touched: dict[str, _Touched] = {}  # by incident id
+        self.outbox: list[OutboxMessage] = []
+        self.fleet_families: dict[str, datetime] = {}
+
+    def faults(self, faults: list[FaultObservation]) -> None:
+        if not faults:
+            return
+        by_node: dict[str, list[FaultObservation]] = defaultdict(list)
+        for f in faults:
+            by_node[f.node].append(f)
+        attributed: list[tuple[FaultObservation, Attribution]] = []
+        for node, node_faults in by_node.items():
+            history = self._history(node, min(o.occurred_at for o in node_faults))
+            skew = self.p.clock_skew_s
+            for o in node_faults:
+                attributed.append((o, correlate(history, o.occurred_at, pci=o.pci, gpu_uuid=o.gpu_uuid,
+                                                gpu_instance_id=o.gpu_instance_id, pid=o.pid, process=o.process,
+                                                skew_s=skew)))
+        partners = self._partner_candidates(attributed)
+        for obs, attr in attributed:
+            key = (obs.node, attr.gpu.uuid, obs.xid)
+            pairable = obs.xid is not None and attr.gpu.uuid is not None
+            if pairable and self._merge(obs, partners.get((*key, _other(obs.source)), [])):
+                self.res.merged += 1
+                continue
+            row = self._event_row(obs, attr)
+            self.s.add(row)
+            if pairable:
+                partners.setdefault((*key, obs.source), []).append(row)
+            self.res.faults += 1
+            self._group(obs, attr, row)
+
+    def _history(self, node: str, since: datetime) -> NodeHistory:
+        start = since - timedelta(seconds=self.p.history_s)
+        rows = self.s.scalars(
+            sa.select(NodeState).where(NodeState.node == node, NodeState.valid_from >= start)
+            .order_by(NodeState.valid_from, NodeState.id)
+        ).all()
+        h = NodeHistory(node)
+        for r in rows:
+            p = r.payload
+            if r.kind == "inventory":
+                h.inventories.append(InventorySnapshot(r.valid_from, tuple(GpuInfo.model_validate(g)
+                                                                           for g in p.get("gpus", []))))
+            elif r.kind == "identity":
+                h.identities.append(IdentityLine(r.valid_from, p["pci"], p.get("uuid"), p.get("serial")))
+            elif r.kind == "pods":
+                h.pods.append(PodSnapshot(r.valid_from, tuple(DeviceAssignment.model_validate(a)
+                                                              for a in p.get("assignments", []))))
+            elif r.kind == "processes":
+                h.processes.append(ProcessSnapshot(r.valid_from, tuple(GpuProcess.model_validate(x)
+                                                                       for x in p.get("processes", []))))
+        return h.sort()
+
+    def _partner_candidates(
+        self, attributed: list[tuple[FaultObservation, Attribution]]
+    ) -> dict[tuple[str, str | None, int | None, str], list[FaultEvent]]:
+        """Unmerged single-source events that a fault of this batch may pair with, by (node, GPU, Xid, source)."""
+        wanted: dict[tuple[str, str | None, int | None, str], list[datetime]] = defaultdict(list)
+        for obs, attr in attributed:
+            if obs.xid is not None and attr.gpu.uuid:
+                wanted[(obs.node, attr.gpu.uuid, obs.xid, _other(obs.source))].append(obs.occurred_at)
+        out: dict[tuple[str, str | None, int | None, str], list[FaultEvent]] = {}
+        w = timedelta(seconds=self.p.duplicate_window_s)
+        for (node, uuid, xid, source), times in wanted.items():
+            out[(node, uuid, xid, source)] = list(self.s.scalars(
+                sa.select(FaultEvent).where(
+                    FaultEvent.node == node, FaultEvent.gpu_uuid == uuid, FaultEvent.xid == xid,
+                    FaultEvent.sources == source,
+                    FaultEvent.occurred_at >= min(times) - w, FaultEvent.occurred_at <= max(times) + w,
+                ).order_by(FaultEvent.occurred_at)
+            ).all())
+        return out
+
+    def _merge(self, obs: FaultObservation, candidates: list[FaultEvent]) -> bool:
+        """Pair `obs` with the closest candidate report of the other source (removed from the list)."""
+        best: int | None = None
+        best_gap = 0.0
+        for i, c in enumerate(candidates):
+            if not same_fault(obs.source, obs.gpu_uuid or c.gpu_uuid, obs.xid, obs.occurred_at,
+                              c.sources, c.gpu_uuid, c.xid, c.occurred_at, self.p.duplicate_window_s):
+                continue
+            gap = abs((c.occurred_at - obs.occurred_at).total_seconds())
+            if best is None or gap < best_gap:
+                best, best_gap = i, gap
+        if best is None:
+            return False
+        partner = candidates.pop(best)
+        partner.sources = "kernel+nvml"
+        partner.partner_hash = obs.content_hash
+        if obs.source == "kernel":  # the kernel line is the better evidence: keep its text
+            partner.nvml_record_id = partner.record_id
+            partner.record_id, partner.raw, partner.message = obs.record_id, obs.raw, obs.message
+            partner.pid = partner.pid if partner.pid is not None else obs.pid
+            partner.process = partner.process or obs.process
+        else:
+            partner.nvml_record_id = obs.record_id
+        log.debug("kernel and NVML reports of %s on %s merged", obs.code, partner.gpu_uuid,
+                  extra={"node": obs.node, "gpu": partner.gpu_uuid, "xid": obs.xid})
+        return True
+
+    def _event_row(self, obs: FaultObservation, attr: Attribution) -> FaultEvent:
+        g, p, r = attr.gpu, attr.pod, attr.process
+        return FaultEvent(
+            node=obs.node, content_hash=obs.content_hash, record_id=obs.record_id, sources=obs.source,
+            nvml_record_id=obs.record_id if obs.source == "nvml" else None, occurred_at=obs.occurred_at,
+            ingested_at=self.now, kind=obs.kind, family=obs.family, code=obs.code, xid=obs.xid, sxid=obs.sxid,
+            gpu=incident_gpu(obs.node, g.uuid, g.pci or normalize_pci(obs.pci)), gpu_uuid=g.uuid, serial=g.serial,
+            pci=g.pci or normalize_pci(obs.pci), mig_uuid=g.mig_uuid, pid=r.pid, process=r.process, pod=p.pod,
+            namespace=p.namespace, container=p.container, workload=attr.workload, catalog_category=obs.category,
+            mnemonic=obs.mnemonic, immediate_action=obs.immediate_action, message=obs.message, raw=obs.raw,
+            attribution=attr.to_dict(),
+        )
+
+    def _group(self, obs: FaultObservation, attr: Attribution, event: FaultEvent) -> None:
+        node, gpu, family = obs.node, event.gpu, obs.family
+        fp = incident_fingerprint(node, gpu, family)
+        row = self.incidents.get(fp)
+        if row is None:
+            row = self.s.scalars(sa.select(Incident).where(Incident.fingerprint == fp)
+                                 .order_by(Incident.opened_at.desc(), Incident.incident_id.desc()).limit(1)).first()
+        change = apply_fault(_state(row) if row is not None else None, node=node, gpu=gpu, family=family,
+                             code=obs.code, at=obs.occurred_at, policy=self.p)
+        if change.resolved_previous is not None and row is not None:
+            row.status, row.resolved_at, row.updated_at = "resolved", change.resolved_previous.resolved_at, self.now
+            row.version += 1
+            self.outbox.append(_incident_message(row, "resolved", change.reason))
+            self.touched.pop(row.incident_id, None)
+        inc = change.incident
+        if change.kind in ("opened", "reopened"):
+            if row is not None and row.status == "open":  # an open one that is not resolved_previous: impossible
+                row.status = "resolved"
+            self.s.flush()  # the resolved row first: one open incident per fingerprint
+            row = Incident(
+                incident_id=inc.incident_id, fingerprint=fp, node=node, gpu=gpu, family=family, status="open",
+                category=obs.category or "unknown", reason=change.reason, count=1, first_seen=inc.first_seen,
+                last_seen=inc.last_seen, opened_at=self.now, updated_at=self.now, resolved_at=None,
+                previous_incident_id=inc.previous_incident_id, gpu_uuid=attr.gpu.uuid, serial=attr.gpu.serial,
+                pci=attr.gpu.pci or normalize_pci(obs.pci), codes=list(inc.codes), pods=[], processes=[],
+                workloads=[], immediate_action=obs.immediate_action, investigatory_action=obs.investigatory_action,
+                description=obs.description, cordon_requested=False, version=1,
+            )
+            self.s.add(row)
+            log.info("incident %s %s: %s", inc.incident_id, change.kind, change.reason,
+                     extra={"node": node, "gpu": gpu, "xid": obs.xid, "incident": inc.incident_id})
+        else:
+            assert row is not None
+            row.count, row.last_seen, row.first_seen = inc.count, inc.last_seen, inc.first_seen
+            row.codes = list(inc.codes)
+            row.updated_at = self.now
+        self.incidents[fp] = row
+        row.gpu_uuid = row.gpu_uuid or attr.gpu.uuid
+        row.serial = row.serial or attr.gpu.serial
+        row.immediate_action = row.immediate_action or obs.immediate_action
+        row.investigatory_action = row.investigatory_action or obs.investigatory_action
+        row.description = row.description or obs.description
+        _add_listed(row, "pods", f"{attr.pod.namespace}/{attr.pod.pod}/{attr.pod.container}" if attr.pod.pod else None)
+        _add_listed(row, "processes",
+                    f"{attr.process.process or '?'}[{attr.process.pid}]" if attr.process.pid is not None else None)
+        _add_listed(row, "workloads", attr.workload)
+        event.incident_id = row.incident_id
+        t = self.touched.get(row.incident_id)
+        if t is None:
+            t = self.touched[row.incident_id] = _Touched(row, change.kind, change.reason)
+        t.observations.append(obs)
+        if family in self.p.fleet_families:
+            self.fleet_families[family] = max(self.fleet_families.get(family, obs.occurred_at), obs.occurred_at)
+
+    def finish(self) -> None:
+        self.s.flush()
+        for t in self.touched.values():
+            self._classify_and_emit(t)
+        for family, at in self.fleet_families.items():
+            self._fleet(family, at)
+        self.outbox = _insert_outbox(self.s, self.outbox)
+
+    def _classify_and_emit(self, t: _Touched) -> None:
+        row = t.row
+        verdict = self._verdict(row, t.observations)
+        kind, reason = t.kind, t.reason
+        if kind == "updated" and verdict.category != row.category:
+            kind, reason = "reclassified", f"{row.category} → {verdict.category}: {verdict.reason}"
+        elif kind == "updated":
+            reason = f"{row.count} faults; last {t.observations[-1].code}"
+        row.category, row.reason = verdict.category, verdict.reason
+        if kind != "opened" and kind != "reopened":
+            row.version += 1
+        state = _state(row)
+        xids = [o.xid for o in t.observations if o.xid is not None]
+        actions = actions_for(IncidentChange(kind, state, reason), xids, self.p)  # type: ignore[arg-type]
+        if any(a.kind == "cordon_candidate" for a in actions):
+            row.cordon_requested = True
+        self.outbox.append(_incident_message(row, kind, reason))
+        self.outbox.extend(_action_message(a, row) for a in actions)
+
+    def _verdict(self, row: Incident, observations: list[FaultObservation]) -> Verdict:
+        cats = [o.category for o in observations if o.category]
+        severity = next((str(o.details["severity"]) for o in reversed(observations) if "severity" in o.details), None)
+        recovery = next((str(o.details["recovery_action_new"]) for o in reversed(observations)
+                         if "recovery_action_new" in o.details), None)
+        gpu_label = row.gpu_uuid or (f"GPU {row.pci}" if row.pci else "the node")
+        if row.family != "application":
+            return classify_in_context(ClassifyContext(
+                gpu=gpu_label, family=row.family, codes=row.codes, categories=cats, count=row.count,
+                workloads=list(row.workloads), workload_fault_gpus={}, severity=severity, recovery_action=recovery,
+            ), self.p)
+        since = row.last_seen - timedelta(seconds=self.p.classify_window_s)
+        here = self.s.execute(
+            sa.select(FaultEvent.workload, sa.func.count()).where(
+                FaultEvent.node == row.node, FaultEvent.gpu == row.gpu, FaultEvent.family == "application",
+                FaultEvent.occurred_at >= since,
+            ).group_by(FaultEvent.workload)
+        ).all()
+        count = sum(n for _, n in here)
+        workloads = sorted(w for w, _ in here if w)
+        fault_gpus: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        clean: dict[str, int] = {}
+        if workloads:
+            for w, node, gpu in self.s.execute(
+                sa.select(FaultEvent.workload, FaultEvent.node, FaultEvent.gpu).distinct().where(
+                    FaultEvent.workload.in_(workloads), FaultEvent.family == "application",
+                    FaultEvent.occurred_at >= since,
+                )
+            ):
+                if w:
+                    fault_gpus[w].add((node, gpu))
+            ran: dict[str, set[tuple[str, str]]] = defaultdict(set)
+            for w, node, gpu in self.s.execute(
+                sa.select(GpuAssignment.workload, GpuAssignment.node, GpuAssignment.gpu).distinct().where(
+                    GpuAssignment.workload.in_(workloads), GpuAssignment.seen_at >= since,
+                )
+            ):
+                ran[w].add((node, gpu))
+            clean = {w: len(ran[w] - fault_gpus[w]) for w in workloads}
+        return classify_in_context(ClassifyContext(
+            gpu=gpu_label, family=row.family, codes=row.codes, categories=cats, count=max(count, row.count),
+            workloads=workloads, workload_fault_gpus={w: len(fault_gpus[w]) for w in workloads},
+            workload_clean_gpus=clean,
+        ), self.p)
+
+    def _fleet(self, family: str, at: datetime) -> None:
+        p = self.p
+        since = at - timedelta(seconds=p.fleet_window_s)
+        nodes = sorted(self.s.scalars(
+            sa.select(FaultEvent.node).distinct().where(FaultEvent.family == family, FaultEvent.occurred_at >= since,
+                                                        FaultEvent.occurred_at <= at)
+        ).all())
+        reason = fleet_burst(family, nodes, p)
+        if reason is None:
+            return
+        cluster = self.store.cluster
+        row = self.s.scalars(sa.select(FleetIncident).where(FleetIncident.cluster == cluster,
+                                                            FleetIncident.family == family,
+                                                            FleetIncident.status == "open")).first()
+        if row is not None and row.last_seen < since:
+            row.status, row.resolved_at, row.updated_at = "resolved", self.now, self.now
+            self.outbox.append(_fleet_message(row, "resolved", "a new burst started after the fleet window"))
+            self.s.flush()
+            row = None
+        if row is None:
+            row = FleetIncident(fleet_id=f"fleet:{cluster}:{family}@{at.strftime('%Y%m%dT%H%M%S.%fZ')}",
+                                cluster=cluster, family=family, status="open", reason=reason, nodes=nodes,
+                                first_seen=since, last_seen=at, updated_at=self.now, resolved_at=None)
+            self.s.add(row)
+            log.warning("fleet incident %s: %s", row.fleet_id, reason, extra={"family": family})
+            self.outbox.append(_fleet_message(row, "opened", reason))
+            return
+        merged = sorted(set(row.nodes) | set(nodes))
+        row.last_seen = max(row.last_seen, at)
+        row.updated_at = self.now
+        if merged != sorted(row.nodes):
+            row.nodes, row.reason = merged, reason
+            self.outbox.append(_fleet_message(row, "updated", reason))
+
+
+@dataclass(slots=True)
+class _Touched:
+    row: Incident
+    kind: str
+    reason: str
+    observations: list[FaultObservation] = field(default_factory=list)
+
+
+def _other(source: str) -> str:
+    return "nvml" if source == "kernel" else "kernel"
+
+
+def _add_listed(row: Incident, attr: str, value: str | None) -> None:
+    if not value:
+        return
+    current: list[Any] = list(getattr(row, attr) or [])
+    if value not in current and len(current) < _MAX_LISTED:
+        setattr(row, attr, [*current, value])
+
+
+def _state(row: Incident) -> IncidentState:
+    return IncidentState(
+        incident_id=row.incident_id, fingerprint=row.fingerprint, node=row.node, gpu=row.gpu, family=row.family,
+        status="open" if row.status == "open" else "resolved", count=row.count, first_seen=row.first_seen,
+        last_seen=row.last_seen, category=row.category, reason=row.reason, codes=tuple(row.codes or ()),
+        previous_incident_id=row.previous_incident_id, resolved_at=row.resolved_at,
+        cordon_requested=row.cordon_requested,
+    )
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _row_dict(row: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for col in row.__table__.columns:
+        value = getattr(row, col.key)
+        out[col.key] = _iso(value) if isinstance(value, datetime) else value
+    return out
+
+
+def incident_to_dict(row: Incident) -> dict[str, Any]:
+    return _row_dict(row)
+
+
+def _incident_message(row: Incident, change: str, reason: str) -> OutboxMessage:
+    return OutboxMessage(
+        idempotency_key=f"incident:{row.incident_id}:v{row.version}:{change}", stream="incidents", key=row.node,
+        payload={"type": "incident", "change": change, "reason": reason, "incident": incident_to_dict(row)},
+        created_at=utcnow(), sent_at=None,
+    )
+
+
+def _action_message(a: Any, row: Incident) -> OutboxMessage:
+    body = action_to_dict(a)
+    body.update({"family": row.family, "category": row.category, "gpu_uuid": row.gpu_uuid, "serial": row.serial,
+                 "pci": row.pci, "count": row.count, "pods": list(row.pods or []),
+                 "immediate_action": row.immediate_action})
+    return OutboxMessage(idempotency_key=a.idempotency_key, stream="actions", key=row.node, payload=body,
+                         created_at=utcnow(), sent_at=None)
+
+
+def _fleet_message(row: FleetIncident, change: str, reason: str) -> OutboxMessage:
+    return OutboxMessage(
+        idempotency_key=f"{row.fleet_id}:{change}:{len(row.nodes)}:{_iso(row.resolved_at) or ''}",
+        stream="incidents", key=row.cluster,
+        payload={"type": "fleet_incident", "change": change, "reason": reason, "incident": _row_dict(row)},
+        created_at=utcnow(), sent_at=None,
+    )
+
+
+def _insert_outbox(s: Session, rows: list[OutboxMessage]) -> list[OutboxMessage]:
+    """Add the rows whose idempotency key is new (an action already requested is not requested again)."""
+    if not rows:
+        return []
+    keys = [r.idempotency_key for r in rows]
+    have = set(s.scalars(sa.select(OutboxMessage.idempotency_key).where(OutboxMessage.idempotency_key.in_(keys))))
+    out: list[OutboxMessage] = []
+    for r in rows:
+        if r.idempotency_key in have:
+            continue
+        have.add(r.idempotency_key)
+        s.add(r)
+        out.append(r)
+    s.flush()
+    return out
+
+
+def _outgoing(o: OutboxMessage) -> Outgoing:
+    return Outgoing(o.id, o.stream, o.key, o.payload)
+
+
+class AsyncStore:
+    """The store on one database thread: the event loop only awaits."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xidpipe-db")
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def create_schema(self) -> None:
+        await self._run(self.store.create_schema)
+
+    async def process(self, items: Sequence[Item]) -> BatchResult:
+        result: BatchResult = await self._run(self.store.process, items)
+        return result
+
+    async def sweep(self) -> list[Outgoing]:
+        out: list[Outgoing] = await self._run(self.store.sweep)
+        return out
+
+    async def unsent(self, older_than_s: float) -> list[Outgoing]:
+        out: list[Outgoing] = await self._run(self.store.unsent, older_than_s)
+        return out
+
+    async def mark_sent(self, ids: Sequence[int]) -> None:
+        await self._run(self.store.mark_sent, ids)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        self.store.dispose()

@@ -1,0 +1,64 @@
+"""Run the stream worker: create the topics and tables if missing, then the Faust worker.
+
+`python -m streams.worker` reads `WorkerSettings` from the environment (`XIDPIPE_*`); `xidpipe worker`
+does the same with command-line overrides. SIGTERM or SIGINT stops it cleanly: the batch in hand
+is committed, offsets are committed, the consumer leaves its group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from streams.settings import WorkerSettings
+from streams.store import Store
+from streams.topics import ensure_topics, topology
+
+log = logging.getLogger(__name__)
+
+
+def prepare(settings: WorkerSettings) -> None:
+    """Create missing topics (with their dead-letter twins) and tables."""
+    loop = asyncio.new_event_loop()
+    try:
+        created = loop.run_until_complete(
+            ensure_topics(settings.bootstrap_servers, topology(settings.topic_prefix, settings.partitions),
+                          settings.replication_factor)
+        )
+    finally:
+        loop.close()
+    if created:
+        log.info("created topics: %s", ", ".join(created))
+    store = Store(settings.database_url, settings.policy, settings.cluster)
+    try:
+        store.create_schema()
+    finally:
+        store.dispose()
+
+
+def run_worker(settings: WorkerSettings) -> int:
+    """Run until stopped; returns the exit status."""
+    import faust
+
+    from streams.app import create_app
+
+    logging.basicConfig(level=settings.log_level.upper().replace("WARN", "WARNING").replace("CRIT", "CRITICAL"),
+                        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    prepare(settings)
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    app = create_app(settings)
+    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        return int(exc.code or 0) if isinstance(exc.code, int | None) else 1
+    return 0
+
+
+def main() -> int:
+    return run_worker(WorkerSettings())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""The SQL store on SQLite and on a real PostgreSQL: dedupe, attribution, merge, storms,
+classification in context, reopen, sweeps, fleet incidents and the outbox."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pytest
+
+from models.node_records import NodeRecord
+from models.stream_policy import PipelinePolicy
+from streams.ingest import Ingest, Item
+from streams.store import BatchResult, Store
+from tests.streams.records import T0, Kmsg, inventory, nvml_xid, pods, processes, s, serial, uuid
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'x.db'}"
+    return str(request.getfixturevalue("postgres_database"))
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    st = Store(db_url, PipelinePolicy(quiet_period_s=600, fleet_min_nodes=3), cluster="c1")
+    st.create_schema()
+    yield st
+    st.dispose()
+
+
+def items_of(records: Iterable[NodeRecord]) -> list[Item]:
+    ingest = Ingest()
+    out: list[Item] = []
+    for r in records:
+        out.extend(ingest.items(r, "topic"))
+    out.extend(ingest.flush_all())
+    return out
+
+
+def feed(store: Store, items: list[Item], batch: int = 500) -> list[BatchResult]:
+    return [store.process(items[i:i + batch]) for i in range(0, len(items), batch)]
+
+
+def test_attribution_merge_and_redelivery(store: Store) -> None:
+    k = Kmsg("n1")
+    records: list[NodeRecord] = [
+        inventory("n1", T0),
+        pods("n1", T0 + s(1), {0: ("ml", "train-7d9f8c6b5-abcde", "main")}),
+        processes("n1", T0 + s(2), {4242: 0}),
+        k.xid(0, 13, T0 + s(10), 4242, "python3"),
+        nvml_xid("n1", 0, 13, T0 + s(10.3), 1),  # the same fault seen by NVML
+        nvml_xid("n1", 0, 13, T0 + s(30), 2),  # a second fault, NVML only
+    ]
+    items = items_of(records)
+    (first,) = feed(store, items)
+    assert (first.faults, first.merged, first.states) == (2, 1, 3)
+    events = store.fault_events()
+    assert len(events) == 2
+    e = events[0]
+    assert e["sources"] == "kernel+nvml" and e["raw"].startswith("NVRM: Xid")
+    assert (e["gpu_uuid"], e["serial"], e["pci"]) == (uuid("n1", 0), serial("n1", 0), "0000:18:00.0")
+    assert (e["namespace"], e["pod"], e["container"], e["pid"]) == ("ml", "train-7d9f8c6b5-abcde", "main", 4242)
+    assert e["attribution"]["process"]["container_id"] == "cri-4242"
+    (inc,) = store.incidents()
+    assert inc["count"] == 2 and inc["family"] == "application" and inc["category"] == "application"
+    assert inc["immediate_action"] == "RESTART_APP" and inc["serial"] == serial("n1", 0)
+    assert inc["pods"] == ["ml/train-7d9f8c6b5-abcde/main"]
+    assert {o.stream for o in first.outgoing} == {"incidents", "actions"}
+
+    # At-least-once redelivery of everything, and of the NVML twin alone: nothing changes.
+    again = feed(store, items)[0]
+    assert (again.faults, again.merged, again.outgoing) == (0, 0, [])
+    assert again.duplicates == len(items)
+    twin = items_of([nvml_xid("n1", 0, 13, T0 + s(10.3), 1)])
+    assert store.process(twin).duplicates == 1
+    assert len(store.fault_events()) == 2 and store.incidents()[0]["count"] == 2
+
+
+def test_storm_is_one_incident_and_identity_lines_name_the_gpu(store: Store) -> None:
+    k = Kmsg("n2")
+    records: list[NodeRecord] = [*k.identity(1, T0)]
+    records += [k.xid(1, 48, T0 + s(1 + i * 0.001), text="An uncorrectable double bit error (DBE)")
+                for i in range(3000)]
+    results = feed(store, items_of(records))
+    assert sum(r.faults for r in results) == 3000
+    (inc,) = store.incidents()
+    assert inc["count"] == 3000 and inc["status"] == "open" and inc["family"] == "memory"
+    assert (inc["gpu_uuid"], inc["serial"]) == (uuid("n2", 1), serial("n2", 1))
+    assert inc["cordon_requested"] is True
+    cordons = [o for r in results for o in r.outgoing if o.payload.get("kind") == "cordon_candidate"]
+    assert len(cordons) == 1
+    # One incident message per batch, not per line.
+    assert sum(1 for r in results for o in r.outgoing if o.stream == "incidents") == len(results)
+
+
+def _app_fault(k: Kmsg, gpu: int, at_s: float, pid: int) -> NodeRecord:
+    return k.xid(gpu, 13, T0 + s(at_s), pid, "python3")
+
+
+def test_gpu_that_fails_different_workloads_is_suspected_hardware(store: Store) -> None:
+    k = Kmsg("n3")
+    # GPU 0 gets three different jobs in turn; each crashes there. The same jobs ran on GPUs 1 and 2.
+    jobs = [("ml", "a-0", "w"), ("ml", "b-0", "w"), ("ml", "c-0", "w")]
+    records: list[NodeRecord] = [inventory("n3", T0)]
+    for i, job in enumerate(jobs):
+        t = 100 * (i + 1)
+        records.append(pods("n3", T0 + s(t), {0: job, 1: jobs[(i + 1) % 3], 2: jobs[(i + 2) % 3]}))
+        records.append(processes("n3", T0 + s(t + 1), {1000 + i: 0}))
+        records.append(_app_fault(k, 0, t + 5, 1000 + i))
+    results = feed(store, items_of(records), batch=3)
+    (inc,) = store.incidents()
+    assert inc["category"] == "suspected_hardware", inc["reason"]
+    assert "3 different workloads" in inc["reason"] and "ran clean on other GPUs" in inc["reason"]
+    assert inc["workloads"] == ["ml/a/w", "ml/b/w", "ml/c/w"]
+    kinds = {(o.payload.get("kind"), o.payload.get("operation")) for r in results for o in r.outgoing}
+    assert ("cordon_candidate", "cordon") in kinds and ("notification", "reclassified") in kinds
+
+
+def test_workload_that_follows_across_gpus_is_application(store: Store) -> None:
+    k = Kmsg("n4")
+    job = ("ml", "bad-0", "w")
+    records: list[NodeRecord] = [inventory("n4", T0)]
+    for g in range(3):
+        t = 100 * (g + 1)
+        records.append(pods("n4", T0 + s(t), {g: job}))
+        records.append(processes("n4", T0 + s(t + 1), {2000 + g: g}))
+        records.append(_app_fault(k, g, t + 5, 2000 + g))
+        records.append(_app_fault(k, g, t + 6, 2000 + g))
+    feed(store, items_of(records), batch=2)
+    incs = store.incidents()
+    assert len(incs) == 3
+    assert {i["category"] for i in incs} == {"application"}
+    assert "follows the workload" in incs[-1]["reason"]
+    assert not any(i["cordon_requested"] for i in incs)
+
+
+def test_quiet_then_recurrence_reopens_with_a_link_and_sweep_resolves(store: Store) -> None:
+    k = Kmsg("n5")
+    feed(store, items_of([inventory("n5", T0), k.xid(2, 79, T0 + s(1))]))
+    feed(store, items_of([k.xid(2, 79, T0 + s(2000))]))  # after the 600 s quiet period
+    old, new = store.incidents()
+    assert old["status"] == "resolved" and new["status"] == "open"
+    assert new["previous_incident_id"] == old["incident_id"] and old["fingerprint"] == new["fingerprint"]
+
+    from datetime import UTC, datetime, timedelta
+
+    assert store.sweep(datetime.now(UTC)) == []  # arrival time is now: not quiet yet
+    out = store.sweep(datetime.now(UTC) + timedelta(seconds=601))
+    assert {o.payload.get("change") or o.payload.get("operation") for o in out} == {"resolved"}
+    assert [i["status"] for i in store.incidents()] == ["resolved", "resolved"]
+    assert store.sweep(datetime.now(UTC) + timedelta(seconds=700)) == []
+
+
+def test_fleet_burst_is_one_fleet_incident(store: Store) -> None:
+    results = []
+    for n in range(4):
+        node = f"rack-{n}"
+        results += feed(store, items_of([inventory(node, T0), Kmsg(node).xid(0, 79, T0 + s(10 + n))]))
+    (fleet,) = store.fleet_incidents()
+    assert fleet["family"] == "gpu_lost" and fleet["cluster"] == "c1" and fleet["status"] == "open"
+    assert fleet["nodes"] == ["rack-0", "rack-1", "rack-2", "rack-3"]
+    changes = [o.payload["change"] for r in results for o in r.outgoing if o.payload.get("type") == "fleet_incident"]
+    assert changes == ["opened", "updated"]
+    assert all(o.key == "c1" for r in results for o in r.outgoing if o.payload.get("type") == "fleet_incident")
+
+
+def test_outbox_unsent_until_marked(store: Store) -> None:
+    (res,) = feed(store, items_of([inventory("n6", T0), Kmsg("n6").xid(0, 79, T0)]))
+    ids = {o.outbox_id for o in res.outgoing}
+    assert {o.outbox_id for o in store.unsent(older_than_s=-1)} == ids
+    store.mark_sent(sorted(ids)[:2])
+    assert {o.outbox_id for o in store.unsent(older_than_s=-1)} == ids - set(sorted(ids)[:2])
+
+
+def test_evidence_links_to_its_fault(store: Store) -> None:
+    from models.node_records import Evidence, EvidenceItem
+
+    line = Kmsg("n7").xid(0, 79, T0)
+    ev = Evidence(node="n7", record_id="ev-1", trigger_record_id=line.record_id, xid=79,
+                  items=(EvidenceItem(name="nvidia-smi -q", status="ok", size_bytes=3, data="H4sI"),))
+    feed(store, items_of([inventory("n7", T0), line]))
+    res = store.process(items_of([ev]))
+    assert res.evidence == 1
+    assert store.process(items_of([ev])).duplicates == 1
+    counts = store.counts()
+    assert counts["evidence"] == 1
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from models.tables import EvidenceRecord, FaultEvent
+
+    with Session(store.engine) as sess:
+        row = sess.scalars(select(EvidenceRecord)).one()
+        event = sess.scalars(select(FaultEvent)).one()
+        assert row.fault_event_id == event.id
+        assert row.manifest[0]["name"] == "nvidia-smi -q" and "data" not in row.manifest[0]
