@@ -192,6 +192,7 @@ class Agent:
             self.metrics.inc("xidpipe_agent_prefilter_kept_total", kept)
             self.metrics.inc("xidpipe_agent_prefilter_dropped_total", read - kept)
             self._read_count = self._kept_count = 0
+        self._maybe_report_drops()
 
     def _on_skip(self, skip: SourceSkip) -> None:
         self._read_count += len(skip.messages)
