@@ -69,6 +69,7 @@ class KmsgSource:
         """`one_record_per_read`: None detects it (a character device is read record by record,
         a regular file or FIFO holding a recording is split into records)."""
         self._path = path
+        self._boot_id_path = boot_id_path
         self._boot_id = read_boot_id(boot_id_path)
         self._follow = follow
         self._read = read
@@ -168,8 +169,19 @@ class KmsgSource:
         self._stream_buf = held + tail
         yield from out
 
+    def _boot_changed(self) -> bool:
+        """Sequence numbers went backwards after we had read on: a recording that spans a reboot."""
+        boot = read_boot_id(self._boot_id_path)
+        if boot == self._boot_id:
+            return False
+        log.info("boot id changed in the stream: reading the new boot from its start",
+                 extra={"boot_id": boot, "previous_boot_id": self._boot_id})
+        self._boot_id, self.last_seq, self._new_boot = boot, None, True
+        return True
+
     def items(self) -> Iterator[SourceItem | None]:
         overrun = False
+        emitted = False
         for raw in self._records():
             if raw is None:
                 yield None
@@ -184,7 +196,10 @@ class KmsgSource:
             prio, seq, ts, message, cont = parsed
             last = self.last_seq
             if last is not None and seq <= last:
-                continue  # already handled before a restart
+                if emitted and self._boot_changed():
+                    last = None  # the stream went on into a new boot: read it from its start
+                else:
+                    continue  # already handled before a restart
             cursor = {"boot_id": self._boot_id, "seq": seq}
             expected = 0 if last is None else last + 1
             if seq > expected and (last is not None or self._new_boot):
@@ -200,6 +215,7 @@ class KmsgSource:
                     next_seq=seq,
                 )
             overrun = False
+            emitted = True
             self._new_boot = False
             self.last_seq = seq
             yield SourceLine(

@@ -113,3 +113,18 @@ def test_fifo_stream_is_read_as_it_is_written(tmp_path: Path) -> None:
     src.close()
     t.join(5)
     assert seen == list(range(40))
+
+
+def test_a_recording_that_spans_a_reboot_is_read_into_the_new_boot(tmp_path: Path) -> None:
+    stream = tmp_path / "kmsg"
+    stream.write_bytes(boot_stream(range(0, 10)))
+    boot = _boot(tmp_path, BOOT_A)
+    it = KmsgSource(stream, boot, None, follow=True).items()
+    first = [next(i for i in it if i is not None) for _ in range(10)]
+    assert [x.record_id for x in first][-1] == f"kmsg:{BOOT_A}:9"
+    boot.write_text(BOOT_B + "\n")  # the machine rebooted; the recording goes on
+    with open(stream, "ab") as fh:
+        fh.write(boot_stream(range(0, 5)) + record(3, "a replayed duplicate of boot B's seq 3"))
+    after = [next(i for i in it if i is not None) for _ in range(5)]
+    assert [x.record_id for x in after] == [f"kmsg:{BOOT_B}:{s}" for s in range(5)]
+    assert next(it) is None  # the duplicate of seq 3 in the same boot is skipped
