@@ -81,6 +81,7 @@ class Publisher:
         self._inflight: deque[tuple[int, Any]] = deque()
         self._unsent: deque[SpoolEntry] = deque()
         self._recovered = False
+        self._recover_through = spool.last_number_at_open  # records that may already be in Kafka
         self._delivered: set[str] = set()
         self._pending_ack: int | None = None
         self._persisted_at = 0.0
@@ -121,16 +122,21 @@ class Publisher:
                 log.debug("producer close failed", exc_info=True)
         self._inflight.clear()
         self._unsent.clear()
+        self._persist_acks()  # resend from after the last acknowledged record, not the last persisted
         self._spool.rewind()
+        # Records in flight at the reset may have reached Kafka: read back before resending them.
+        self._recover_through = self._spool.last_number
+        self._recovered = False
         self._set_connected(False)
 
     # --- crash recovery -------------------------------------------------------------------
     def _recover(self) -> None:
         """Find which unacknowledged spool records are already in Kafka."""
         self._recovered = True
-        if self._spool.last_number_at_open <= self._spool.acked:
+        through = self._recover_through
+        if through <= self._spool.acked:
             return
-        pending = self._spool.pending_entries(through=self._spool.last_number_at_open)
+        pending = self._spool.pending_entries(through=through)
         if not pending:
             return
         since = self._spool.state_written_at

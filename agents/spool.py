@@ -193,6 +193,11 @@ class Spool:
             os.fsync(self._fd)
 
     # --- reader side ----------------------------------------------------------------------
+    @property
+    def last_number(self) -> int:
+        with self._cond:
+            return self._last_number
+
     def pending_count(self) -> int:
         with self._cond:
             return self._last_number - self.acked
