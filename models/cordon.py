@@ -1,0 +1,360 @@
+"""Cordon decisions: pure functions from (incident, node, fleet, breaker, policy) to a decision and
+its reason. The adapter in `xidpipe/actions/` reads the cluster, calls these, and acts.
+
+The ownership rule: a node is xidpipe's to cordon, annotate and release only while it carries
+`xidpipe.io/cordoned-at` (written in the same patch as the cordon itself). A node made
+unschedulable by anyone else is never touched, and such a cordon is never lifted.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from models.cordon_policy import CordonPolicy, Match, Rule
+
+# --- what xidpipe writes on a node ------------------------------------------------------------
+
+ANN_CORDONED_AT = "xidpipe.io/cordoned-at"  # presence: xidpipe owns the node's cordon
+ANN_INCIDENT = "xidpipe.io/incident"
+ANN_FINGERPRINT = "xidpipe.io/fingerprint"
+ANN_FAMILY = "xidpipe.io/family"
+ANN_REASON = "xidpipe.io/cordon-reason"
+ANN_OCCURRENCES = "xidpipe.io/occurrences"
+CORDON_ANNOTATIONS = (ANN_CORDONED_AT, ANN_INCIDENT, ANN_FINGERPRINT, ANN_FAMILY, ANN_REASON, ANN_OCCURRENCES)
+ANN_RELEASED_AT = "xidpipe.io/released-at"
+ANN_RELEASED_BY = "xidpipe.io/released-by"
+ANN_RELEASE_REASON = "xidpipe.io/release-reason"
+ANN_RELEASED_INCIDENT = "xidpipe.io/released-incident"
+TAINT_KEY = "xidpipe.io/gpu-fault"
+TAINT_EFFECT = "NoSchedule"
+CONDITION_TYPE = "GPUHealthy"
+ANNOTATION_MAX = 1024  # our own cap on reason annotations (the API allows 256 KiB in total)
+
+# Node Problem Detector style condition reasons per fault family.
+CONDITION_REASONS = {
+    "gpu_lost": "GPUFallenOffBus", "memory": "GPUMemoryError", "nvlink": "NVLinkError", "nvswitch": "NVSwitchError",
+    "pcie": "PCIeError", "gsp": "GSPError", "application": "GPUApplicationFault", "gpu_hardware": "GPUHardwareError",
+    "driver": "GPUDriverError", "thermal": "GPUThermalError", "recovery_action": "GPURecoveryAction",
+    "other": "GPUFault",
+}
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PodRef(_Frozen):
+    namespace: str
+    name: str
+
+
+class CordonRequest(BaseModel):
+    """A request to cordon a node for one incident: what the stream emits, and all a decision needs.
+
+    Redelivered copies are equal; a repeat of the incident carries a higher `count` (and a later
+    `last_seen`). `occurrences` (optional) lists recent occurrence times for `cordon_after` windows;
+    without it the window test uses `count` over `first_seen`..`last_seen`.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    schema_version: Literal[1] = 1
+    node: str = Field(min_length=1, max_length=253)
+    incident_id: str = Field(min_length=1)
+    fingerprint: str = ""
+    gpu: str = Field(default="", description="GPU UUID, else PCI address")
+    family: str
+    xids: tuple[int, ...] = ()
+    category: str = "unknown"
+    immediate_actions: tuple[str, ...] = ()
+    count: int = Field(default=1, ge=1)
+    first_seen: datetime
+    last_seen: datetime
+    occurrences: tuple[datetime, ...] = ()
+    reason: str = Field(default="", description="the stream's reason for the request")
+    pods: tuple[PodRef, ...] = Field(default=(), description="pods using the faulty GPU (drain candidates)")
+
+    @property
+    def codes(self) -> str:
+        return ", ".join(f"Xid {x}" for x in self.xids) or self.family
+
+
+class NodeView(_Frozen):
+    """What a decision needs to know about the node, as read just before deciding."""
+
+    name: str
+    exists: bool = True
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    unschedulable: bool = False
+    taint_keys: tuple[str, ...] = ()
+
+    @property
+    def cordoned_by_xidpipe(self) -> bool:
+        return ANN_CORDONED_AT in self.annotations
+
+    @property
+    def xidpipe_incident(self) -> str | None:
+        return self.annotations.get(ANN_INCIDENT)
+
+    @property
+    def recorded_occurrences(self) -> int:
+        try:
+            return int(self.annotations.get(ANN_OCCURRENCES, "0"))
+        except ValueError:
+            return 0
+
+
+class FleetView(_Frozen):
+    """The node's pool and what xidpipe has already done there (read from the cluster and the action record)."""
+
+    pool: str = ""
+    pool_nodes: int = Field(default=1, ge=0)
+    pool_cordoned_by_xidpipe: int = Field(default=0, ge=0)
+    cordons_last_hour: int = Field(default=0, ge=0)
+
+
+class BreakerState(_Frozen):
+    tripped: bool = False
+    tripped_at: datetime | None = None
+    reason: str = ""
+    pool: str | None = None
+    reset_at: datetime | None = None
+    reset_by: str | None = None
+    reset_reason: str | None = None
+
+
+CordonOutcome = Literal[
+    "cordon",  # cordon, taint, annotate, condition, event
+    "repeat",  # already cordoned by xidpipe for this incident; the incident repeated: update the event series
+    "already_cordoned",  # nothing to do (redelivery, or cordoned by xidpipe for another incident)
+    "not_needed",  # the policy does not ask for a cordon
+    "node_missing",
+    "foreign_cordon",  # cordoned by someone else: never touched
+    "opted_out",
+    "out_of_scope",
+    "breaker_open",  # the breaker is tripped: no automatic cordon
+    "trip_breaker",  # this cordon would pass the breaker's limit: trip it, raise a fleet incident
+]
+
+
+class CordonDecision(_Frozen):
+    outcome: CordonOutcome
+    reason: str
+    rule: str | None = None
+    dry_run: bool = False
+
+    @property
+    def changes_node(self) -> bool:
+        return self.outcome in ("cordon", "repeat")
+
+
+# --- rules ---------------------------------------------------------------------------------------
+
+
+def matches(match: Match, req: CordonRequest) -> bool:
+    if match.families and req.family not in match.families:
+        return False
+    if match.xids and not set(match.xids) & set(req.xids):
+        return False
+    if match.categories and req.category not in match.categories:
+        return False
+    return not (match.immediate_actions and not set(match.immediate_actions) & set(req.immediate_actions))
+
+
+def matching_rule(policy: CordonPolicy, req: CordonRequest) -> Rule | None:
+    return next((r for r in policy.rules if matches(r.match, req)), None)
+
+
+def occurrences_in_window(req: CordonRequest, window_s: float) -> tuple[int, str]:
+    """How many occurrences of the incident fall within one window ending at its latest, and how that
+    was counted. With no occurrence times and a span longer than the window, the count is assumed
+    spread evenly over the span."""
+    if req.occurrences:
+        end = max(req.occurrences)
+        n = sum(1 for t in req.occurrences if 0 <= (end - t).total_seconds() <= window_s)
+        return n, f"{n} occurrence(s) within {window_s:.0f} s"
+    span = max(0.0, (req.last_seen - req.first_seen).total_seconds())
+    if span <= window_s:
+        return req.count, f"{req.count} occurrence(s) within {span:.0f} s (window {window_s:.0f} s)"
+    n = math.floor(req.count * window_s / span + 1e-9)
+    return n, f"{req.count} occurrence(s) over {span:.0f} s, about {n} per {window_s:.0f} s window"
+
+
+def policy_verdict(policy: CordonPolicy, req: CordonRequest) -> tuple[bool, str, str | None]:
+    """(the policy asks for a cordon, why, the deciding rule's name)."""
+    rule = matching_rule(policy, req)
+    if rule is None:
+        return False, f"no rule matches {req.codes} ({req.family}, {req.category}): default never", None
+    if rule.action == "never":
+        return False, f"rule {rule.name}: never cordon for {req.codes} ({req.category})", rule.name
+    if rule.action == "cordon_now":
+        return True, f"rule {rule.name}: cordon at once for {req.codes} ({req.family})", rule.name
+    assert rule.occurrences is not None and rule.window_s is not None
+    n, how = occurrences_in_window(req, rule.window_s)
+    if n >= rule.occurrences:
+        return True, f"rule {rule.name}: {how}, threshold {rule.occurrences}", rule.name
+    return False, f"rule {rule.name}: {how}, below the threshold of {rule.occurrences}", rule.name
+
+
+# --- scope and breaker ---------------------------------------------------------------------------
+
+
+def pool_of(policy: CordonPolicy, labels: dict[str, str]) -> str:
+    return labels.get(policy.scope.pool_label, "")
+
+
+def scope_refusal(policy: CordonPolicy, node: NodeView) -> tuple[CordonOutcome, str] | None:
+    scope = policy.scope
+    if node.labels.get(scope.opt_out_label, "").lower() == "true":
+        return "opted_out", f"node {node.name} is labelled {scope.opt_out_label}=true"
+    pool = pool_of(policy, node.labels)
+    if scope.pools and pool not in scope.pools:
+        return "out_of_scope", f"node {node.name} is in pool '{pool}', not in the policy's pools {list(scope.pools)}"
+    model = node.labels.get(scope.gpu_model_label)
+    if scope.gpu_models and model not in scope.gpu_models:
+        return "out_of_scope", (f"node {node.name} has GPU model '{model or 'unknown'}', not in the policy's "
+                                f"gpu_models {list(scope.gpu_models)}")
+    missing = {k: v for k, v in scope.node_selector.items() if node.labels.get(k) != v}
+    if missing:
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(missing.items()))
+        return "out_of_scope", f"node {node.name} does not match the node selector ({shown})"
+    return None
+
+
+def pool_allowance(policy: CordonPolicy, pool_nodes: int) -> int:
+    """Nodes of a pool xidpipe may hold cordoned at once."""
+    share = math.floor(policy.breaker.max_pool_share * pool_nodes + 1e-9)
+    return max(policy.breaker.min_nodes, share)
+
+
+def breaker_limit(policy: CordonPolicy, fleet: FleetView) -> str | None:
+    """Why one more cordon would pass the breaker's limits, or None."""
+    allowed = pool_allowance(policy, fleet.pool_nodes)
+    if fleet.pool_cordoned_by_xidpipe + 1 > allowed:
+        return (f"pool '{fleet.pool}' has {fleet.pool_cordoned_by_xidpipe} of {fleet.pool_nodes} nodes cordoned by "
+                f"xidpipe; one more would pass the limit of {allowed} "
+                f"({policy.breaker.max_pool_share:.0%}, at least {policy.breaker.min_nodes})")
+    if fleet.cordons_last_hour + 1 > policy.breaker.max_per_hour:
+        return (f"{fleet.cordons_last_hour} cordons by xidpipe in the last hour; one more would pass the limit of "
+                f"{policy.breaker.max_per_hour} per hour")
+    return None
+
+
+# --- the decisions -------------------------------------------------------------------------------
+
+
+def decide_cordon(
+    req: CordonRequest,
+    node: NodeView,
+    fleet: FleetView,
+    breaker: BreakerState,
+    policy: CordonPolicy,
+    *,
+    dry_run: bool = False,
+) -> CordonDecision:
+    """Cordon or not, and why. Safe under redelivery: a request already carried out decides
+    `already_cordoned`, which changes nothing."""
+    dry = dry_run or policy.dry_run
+    wanted, why, rule = policy_verdict(policy, req)
+
+    def out(outcome: CordonOutcome, reason: str) -> CordonDecision:
+        return CordonDecision(outcome=outcome, reason=reason, rule=rule, dry_run=dry)
+
+    if not wanted:
+        return out("not_needed", why)
+    if not node.exists:
+        return out("node_missing", f"node {node.name} does not exist; {why}")
+    if node.cordoned_by_xidpipe:
+        mine = node.xidpipe_incident
+        if mine != req.incident_id:
+            return out("already_cordoned", f"node {node.name} is already cordoned by xidpipe for incident {mine}")
+        if req.count > node.recorded_occurrences:
+            return out("repeat", f"incident {req.incident_id} repeated ({req.count} occurrences); node already "
+                                 "cordoned by xidpipe")
+        return out("already_cordoned", f"node {node.name} is already cordoned by xidpipe for this incident")
+    if node.unschedulable:
+        return out("foreign_cordon", f"node {node.name} was cordoned by someone else (no {ANN_CORDONED_AT} "
+                                     "annotation): xidpipe leaves it alone")
+    refusal = scope_refusal(policy, node)
+    if refusal is not None:
+        return out(refusal[0], f"{refusal[1]}; {why}")
+    if breaker.tripped:
+        return out("breaker_open", f"cordon circuit breaker tripped at "
+                                   f"{breaker.tripped_at.isoformat() if breaker.tripped_at else '?'} "
+                                   f"({breaker.reason}); an operator must reset it; {why}")
+    limit = breaker_limit(policy, fleet)
+    if limit is not None:
+        return out("trip_breaker", f"{limit}: breaker trips, no automatic cordon until reset; {why}")
+    return out("cordon", why)
+
+
+ReleaseOutcome = Literal["release", "refuse", "node_missing"]
+
+
+class ReleaseDecision(_Frozen):
+    outcome: ReleaseOutcome
+    reason: str
+
+
+def decide_release(node: NodeView, incident_id: str | None) -> ReleaseDecision:
+    """Lift xidpipe's cordon, only when xidpipe set it (and for the named incident, when one is given)."""
+    if not node.exists:
+        return ReleaseDecision(outcome="node_missing", reason=f"node {node.name} does not exist")
+    if not node.cordoned_by_xidpipe:
+        if node.unschedulable:
+            return ReleaseDecision(outcome="refuse", reason=(
+                f"node {node.name} is cordoned, but not by xidpipe (no {ANN_CORDONED_AT} annotation): "
+                "xidpipe lifts only its own cordons; uncordon it with kubectl if that is intended"))
+        return ReleaseDecision(outcome="refuse", reason=f"node {node.name} carries no cordon by xidpipe")
+    mine = node.xidpipe_incident
+    if incident_id is not None and incident_id != mine:
+        return ReleaseDecision(outcome="refuse", reason=(
+            f"node {node.name} is cordoned by xidpipe for incident {mine}, not {incident_id}"))
+    return ReleaseDecision(outcome="release", reason=f"lift xidpipe's cordon for incident {mine}")
+
+
+# --- what the node should look like (wire-format dicts, camelCase) -------------------------------
+
+
+def with_our_taint(taints: list[dict[str, Any]], family: str) -> list[dict[str, Any]] | None:
+    """The taint list with xidpipe's taint for `family` (every other taint kept, in order), or None
+    when it is already there."""
+    ours = {"key": TAINT_KEY, "value": family, "effect": TAINT_EFFECT}
+    present = [t for t in taints if t.get("key") == TAINT_KEY and t.get("effect") == TAINT_EFFECT]
+    if present and present[0].get("value") == family and len(present) == 1:
+        return None
+    others = [t for t in taints if not (t.get("key") == TAINT_KEY and t.get("effect") == TAINT_EFFECT)]
+    return [*others, ours]
+
+
+def without_our_taint(taints: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    kept = [t for t in taints if t.get("key") != TAINT_KEY]
+    return None if len(kept) == len(taints) else kept
+
+
+def cordon_annotations(req: CordonRequest, decision: CordonDecision, at: datetime) -> dict[str, str]:
+    return {
+        ANN_CORDONED_AT: at.isoformat(),
+        ANN_INCIDENT: req.incident_id,
+        ANN_FINGERPRINT: req.fingerprint,
+        ANN_FAMILY: req.family,
+        ANN_REASON: decision.reason[:ANNOTATION_MAX],
+        ANN_OCCURRENCES: str(req.count),
+    }
+
+
+def condition_reason(family: str) -> str:
+    return CONDITION_REASONS.get(family, "GPUFault")
+
+
+def condition_message(req: CordonRequest) -> str:
+    gpu = f" on {req.gpu}" if req.gpu else ""
+    text = f"{req.codes}{gpu}: cordoned by xidpipe for incident {req.incident_id}"
+    if req.reason:
+        text += f" ({req.reason})"
+    return text[:ANNOTATION_MAX]

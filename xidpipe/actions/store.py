@@ -1,0 +1,196 @@
+"""The action record: every action xidpipe executed or decided, with its outcome, and the breaker state.
+
+Two stores with one interface:
+
+- `SqlActionStore(url)`: SQL tables `actions` (one row per action) and `cordon_breaker` (one row,
+  the breaker state), created if missing. Use it when several workers share one database.
+- `JsonlActionStore(path)`: one JSON object per line in `path`, the breaker state in
+  `<path>.breaker.json` (replaced atomically). For one worker, or for the command line on a
+  laptop. It is read in full to count recent cordons, so keep it to a few hundred thousand lines.
+
+The per-hour breaker limit counts records with `action="cordon"` and `outcome="done"`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict, Field
+
+from models.cordon import BreakerState
+
+ActionKind = Literal["cordon", "repeat", "release", "evict", "breaker_trip", "breaker_reset"]
+Outcome = Literal["done", "noop", "dry_run", "skipped", "refused", "blocked", "failed"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ActionRecord(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    at: datetime = Field(default_factory=utcnow)
+    action: ActionKind
+    outcome: Outcome
+    node: str | None = None
+    incident_id: str | None = None
+    decision: str | None = Field(default=None, description="the decision's outcome (cordon, foreign_cordon, ...)")
+    reason: str = ""
+    dry_run: bool = False
+    actor: str = "xidpipe"
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ActionStore(Protocol):
+    def record(self, rec: ActionRecord) -> None: ...
+
+    def cordons_since(self, since: datetime) -> int: ...
+
+    def breaker(self) -> BreakerState: ...
+
+    def set_breaker(self, state: BreakerState) -> None: ...
+
+    def recent(self, limit: int = 50) -> list[ActionRecord]: ...
+
+
+# --- JSON Lines -----------------------------------------------------------------------------------
+
+
+class JsonlActionStore:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.breaker_path = self.path.with_name(self.path.name + ".breaker.json")
+        self._lock = threading.Lock()
+
+    def record(self, rec: ActionRecord) -> None:
+        line = rec.model_dump_json() + "\n"
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(line)
+
+    def _all(self) -> list[ActionRecord]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        return [ActionRecord.model_validate_json(line) for line in text.splitlines() if line.strip()]
+
+    def cordons_since(self, since: datetime) -> int:
+        return sum(1 for r in self._all() if r.action == "cordon" and r.outcome == "done" and r.at >= since)
+
+    def recent(self, limit: int = 50) -> list[ActionRecord]:
+        return self._all()[-limit:]
+
+    def breaker(self) -> BreakerState:
+        try:
+            return BreakerState.model_validate_json(self.breaker_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return BreakerState()
+
+    def set_breaker(self, state: BreakerState) -> None:
+        with self._lock:
+            self.breaker_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.breaker_path.with_name(self.breaker_path.name + f".{os.getpid()}.tmp")
+            tmp.write_text(state.model_dump_json(), encoding="utf-8")
+            os.replace(tmp, self.breaker_path)
+
+
+# --- SQL ------------------------------------------------------------------------------------------
+
+metadata = sa.MetaData()
+
+actions_table = sa.Table(
+    "actions",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("outcome", sa.String(16), nullable=False),
+    sa.Column("node", sa.String(253)),
+    sa.Column("incident_id", sa.String(512)),
+    sa.Column("decision", sa.String(32)),
+    sa.Column("reason", sa.Text, nullable=False, default=""),
+    sa.Column("dry_run", sa.Boolean, nullable=False, default=False),
+    sa.Column("actor", sa.String(253), nullable=False),
+    sa.Column("details", sa.JSON, nullable=False),
+    sa.Index("ix_actions_action_at", "action", "at"),
+    sa.Index("ix_actions_node_at", "node", "at"),
+)
+
+breaker_table = sa.Table(
+    "cordon_breaker",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),  # always 1
+    sa.Column("state", sa.JSON, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _naive_if_sqlite(engine: sa.Engine, value: datetime) -> datetime:
+    value = _utc(value)
+    return value.replace(tzinfo=None) if engine.dialect.name == "sqlite" else value
+
+
+class SqlActionStore:
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        self.engine = sa.create_engine(url, future=True)
+        if create:
+            metadata.create_all(self.engine, checkfirst=True)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def record(self, rec: ActionRecord) -> None:
+        row = rec.model_dump(mode="json")
+        row["at"] = _naive_if_sqlite(self.engine, rec.at)
+        with self.engine.begin() as conn:
+            conn.execute(actions_table.insert().values(**row))
+
+    def cordons_since(self, since: datetime) -> int:
+        q = sa.select(sa.func.count()).select_from(actions_table).where(
+            actions_table.c.action == "cordon", actions_table.c.outcome == "done",
+            actions_table.c.at >= _naive_if_sqlite(self.engine, since),
+        )
+        with self.engine.connect() as conn:
+            return int(conn.execute(q).scalar_one())
+
+    def recent(self, limit: int = 50) -> list[ActionRecord]:
+        q = sa.select(actions_table).order_by(actions_table.c.id.desc()).limit(limit)
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).mappings().all()
+        out = []
+        for row in reversed(rows):
+            data = {k: v for k, v in row.items() if k != "id"}
+            data["at"] = _utc(data["at"])
+            out.append(ActionRecord.model_validate(data))
+        return out
+
+    def breaker(self) -> BreakerState:
+        with self.engine.connect() as conn:
+            state = conn.execute(sa.select(breaker_table.c.state).where(breaker_table.c.id == 1)).scalar_one_or_none()
+        return BreakerState() if state is None else BreakerState.model_validate(state)
+
+    def set_breaker(self, state: BreakerState) -> None:
+        values = {"state": state.model_dump(mode="json"), "updated_at": _naive_if_sqlite(self.engine, utcnow())}
+        with self.engine.begin() as conn:
+            updated = conn.execute(breaker_table.update().where(breaker_table.c.id == 1).values(**values))
+            if updated.rowcount == 0:
+                conn.execute(breaker_table.insert().values(id=1, **values))
+
+
+def open_store(database_url: str | None, action_log: Path) -> ActionStore:
+    """The SQL store when a database URL is configured, else the JSON Lines log."""
+    if database_url:
+        return SqlActionStore(database_url)
+    return JsonlActionStore(action_log)

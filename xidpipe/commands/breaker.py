@@ -1,0 +1,55 @@
+"""`xidpipe breaker status|reset`: the cordon circuit breaker.
+
+Once tripped (too many nodes of a pool, or too many cordons in an hour), no automatic cordon
+happens until an operator resets it here. A reset does not raise the limits: a cordon that would
+still pass them trips the breaker again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+from typing import Any
+
+from xidpipe.actions.cliopts import add_store_options, settings_from_args
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser("breaker", help="show or reset the cordon circuit breaker",
+                                                description="The cordon circuit breaker.")
+    bsub = p.add_subparsers(dest="breaker_command", metavar="SUBCOMMAND", required=True)
+    status = bsub.add_parser("status", help="print the breaker state as JSON (exit 0 closed, 3 tripped)",
+                             description="Print the breaker state and the latest trips as JSON. Exit status 0 "
+                             "when closed, 3 when tripped.")
+    add_store_options(status)
+    status.set_defaults(func=run_status)
+    reset = bsub.add_parser("reset", help="reset a tripped breaker",
+                            description="Close the breaker so automatic cordons resume; recorded with who and why.")
+    reset.add_argument("--reason", required=True, help="why automatic cordons may resume")
+    reset.add_argument("--by", default=None, help="who resets it (default: the login name)")
+    add_store_options(reset)
+    reset.set_defaults(func=run_reset)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from xidpipe.actions.runtime import store_from
+
+    store = store_from(settings_from_args(args))
+    state = store.breaker()
+    trips = [r.model_dump(mode="json") for r in store.recent(200) if r.action in ("breaker_trip", "breaker_reset")]
+    print(json.dumps({"breaker": state.model_dump(mode="json"), "history": trips[-10:]}, indent=2))
+    return 3 if state.tripped else 0
+
+
+def run_reset(args: argparse.Namespace) -> int:
+    from models.cordon_policy import CordonPolicy
+    from xidpipe.actions.executor import CordonExecutor
+    from xidpipe.actions.runtime import store_from
+
+    executor = CordonExecutor(CordonPolicy(), store_from(settings_from_args(args)), None)
+    was = executor.breaker_status()
+    state = executor.reset_breaker(by=args.by or getpass.getuser(), reason=args.reason)
+    print(("breaker reset" if was.tripped else "breaker was not tripped; reset recorded")
+          + f": {json.dumps(state.model_dump(mode='json'))}")
+    return 0

@@ -1,0 +1,150 @@
+"""`xidpipe policy check FILE` and `xidpipe policy test ...`: validate a cordon policy, and ask it
+what it would decide for a fault on a node, without touching a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+EXIT_OK, EXIT_INVALID = 0, 1
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "policy", help="validate the cordon policy and test its decisions",
+        description="Validate a cordon policy file, or show the decision (and its reason) it makes for a fault.",
+    )
+    psub = p.add_subparsers(dest="policy_command", metavar="SUBCOMMAND", required=True)
+
+    check = psub.add_parser("check", help="validate a policy file",
+                            description="Validate a cordon policy file. Exit status 0 when valid; 1 with a "
+                            "message naming each offending field otherwise.")
+    check.add_argument("file", metavar="FILE", help="policy YAML")
+    check.add_argument("--json", action="store_true", help="print the full policy, defaults filled in, as JSON")
+    check.set_defaults(func=run_check)
+
+    test = psub.add_parser(
+        "test", help="show the cordon decision for a fault on a node",
+        description="Decide whether a fault on a node would be cordoned, and why, from the policy and what "
+        "you state about the node and the fleet. Touches no cluster. Prints JSON.")
+    test.add_argument("--policy", dest="policy_file", help="policy YAML (default: the documented defaults)")
+    fault = test.add_argument_group("the fault")
+    fault.add_argument("--xid", type=int, action="append", default=[], help="Xid code (repeatable)")
+    fault.add_argument("--family", help="fault family (default: from the Xid)")
+    fault.add_argument("--category", help="category, e.g. suspected_hardware (default: from the Xid catalog)")
+    fault.add_argument("--action", dest="actions", action="append", default=[],
+                       help="NVIDIA immediate action (default: from the Xid catalog; repeatable)")
+    fault.add_argument("--count", type=int, default=1, help="occurrences of the incident (default 1)")
+    fault.add_argument("--span-s", type=float, default=0.0,
+                       help="seconds from the first to the last occurrence (default 0)")
+    fault.add_argument("--incident", default="policy-test", help="incident id (default policy-test)")
+    node = test.add_argument_group("the node")
+    node.add_argument("--node", required=True, help="node name")
+    node.add_argument("--labels", nargs="*", default=[], metavar="KEY=VALUE", help="node labels")
+    node.add_argument("--unschedulable", action="store_true", help="the node is already cordoned (by someone)")
+    node.add_argument("--cordoned-by-xidpipe", metavar="INCIDENT",
+                      help="the node is cordoned by xidpipe for this incident")
+    fleet = test.add_argument_group("the fleet")
+    fleet.add_argument("--pool-nodes", type=int, default=100, help="nodes in the node's pool (default 100)")
+    fleet.add_argument("--pool-cordoned", type=int, default=0, help="of which cordoned by xidpipe (default 0)")
+    fleet.add_argument("--cordons-last-hour", type=int, default=0, help="cordons by xidpipe in the last hour")
+    fleet.add_argument("--breaker-tripped", action="store_true", help="the circuit breaker is tripped")
+    test.set_defaults(func=run_test)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from models.cordon_policy import PolicyError
+    from xidpipe.actions.policy_file import load_policy
+
+    try:
+        policy = load_policy(args.file)
+    except PolicyError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_INVALID
+    if args.json:
+        print(policy.model_dump_json(indent=2))
+        return EXIT_OK
+    b = policy.breaker
+    print(f"{args.file}: valid cordon policy: {len(policy.rules)} rules "
+          f"({', '.join(f'{r.name}={r.action}' for r in policy.rules)}); breaker {b.max_pool_share:.0%} of a pool "
+          f"(at least {b.min_nodes}), {b.max_per_hour} per hour; drain {'on' if policy.drain.enabled else 'off'}"
+          f"{'; DRY RUN' if policy.dry_run else ''}")
+    return EXIT_OK
+
+
+def _parse_labels(items: list[str]) -> dict[str, str]:
+    labels = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"xidpipe policy test: --labels expects KEY=VALUE, got {item!r}")
+        labels[key] = value
+    return labels
+
+
+def derive_fault(xids: list[int]) -> tuple[str, str, list[str]]:
+    """(family, category, NVIDIA immediate actions) of Xids, from the bundled catalog."""
+    from models.catalog import load_catalog
+    from models.families import family_of
+    from models.kernlog.record import FaultRecord
+
+    catalog = load_catalog()
+    family, category, actions = "other", "unknown", []
+    for code in xids:
+        info = catalog.xid(code)
+        cat = info.category if info else "unknown"
+        if info and info.immediate_action:
+            actions.append(info.immediate_action)
+        if (family, category) == ("other", "unknown"):
+            family = family_of(FaultRecord(line=0, kind="xid", raw="", message="", xid=code, category=cat))
+            category = cat
+    return family, category, actions
+
+
+def run_test(args: argparse.Namespace) -> int:
+    from models.cordon import (
+        ANN_CORDONED_AT,
+        ANN_INCIDENT,
+        ANN_OCCURRENCES,
+        BreakerState,
+        CordonRequest,
+        FleetView,
+        NodeView,
+        decide_cordon,
+        pool_of,
+    )
+    from models.cordon_policy import PolicyError
+    from xidpipe.actions.policy_file import load_policy
+
+    try:
+        policy = load_policy(args.policy_file)
+    except PolicyError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_INVALID
+    family, category, actions = derive_fault(args.xid)
+    last = datetime.now(UTC)
+    req = CordonRequest(
+        node=args.node, incident_id=args.incident, family=args.family or family, xids=tuple(args.xid),
+        category=args.category or category, immediate_actions=tuple(args.actions or actions), count=args.count,
+        first_seen=last - timedelta(seconds=args.span_s), last_seen=last,
+    )
+    labels = _parse_labels(args.labels)
+    annotations = {}
+    if args.cordoned_by_xidpipe:
+        annotations = {ANN_CORDONED_AT: last.isoformat(), ANN_INCIDENT: args.cordoned_by_xidpipe,
+                       ANN_OCCURRENCES: str(args.count)}
+    node = NodeView(name=args.node, labels=labels, annotations=annotations,
+                    unschedulable=args.unschedulable or bool(args.cordoned_by_xidpipe))
+    fleet = FleetView(pool=pool_of(policy, labels), pool_nodes=args.pool_nodes,
+                      pool_cordoned_by_xidpipe=args.pool_cordoned, cordons_last_hour=args.cordons_last_hour)
+    breaker = BreakerState(tripped=True, reason="stated on the command line") if args.breaker_tripped \
+        else BreakerState()
+    decision = decide_cordon(req, node, fleet, breaker, policy)
+    out = {"cordon": decision.changes_node, **decision.model_dump(),
+           "request": req.model_dump(mode="json", include={"node", "family", "xids", "category",
+                                                           "immediate_actions", "count"})}
+    print(json.dumps(out, indent=2))
+    return EXIT_OK
