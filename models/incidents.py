@@ -196,8 +196,13 @@ class IncidentChange:
 
 
 def incident_gpu(node: str, gpu_uuid: str | None, pci: str | None) -> str:
-    """The GPU identity an incident groups by: the UUID when known, else the PCI address, else the node."""
-    return gpu_uuid or pci or "node"
+    """The GPU key an incident groups by: the PCI address when known, else the UUID, else the node.
+
+    The PCI address is in every kernel and NVML report of a GPU fault, while the UUID may only be
+    learnt later (an inventory read after the fault), so grouping by it keeps one incident per GPU
+    whatever order the reports arrive in. The UUID and serial are attributes of the incident.
+    """
+    return pci or gpu_uuid or "node"
 
 
 def new_incident_id(fingerprint: str, at: datetime) -> str:

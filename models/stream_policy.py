@@ -27,6 +27,12 @@ class PipelinePolicy(BaseModel):
         description="a kernel-log Xid and an NVML Xid event for the same node, GPU and Xid this close in time "
         "are one fault (the driver reports both within milliseconds; 5 s absorbs agent batching)",
     )
+    late_state_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="node state that arrives up to this long (arrival time) after a fault still attributes it: "
+        "state and kernel lines travel on different topics, and a worker may read them in either order",
+    )
     history_s: float = Field(
         default=7 * 24 * 3600.0,
         gt=0,

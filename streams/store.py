@@ -131,10 +131,11 @@ class Store:
         now = now or utcnow()
         res = BatchResult()
         with Session(self.engine, expire_on_commit=False) as s, s.begin():
-            self._states(s, [i for i in items if isinstance(i, StateItem)], res)
+            late = self._states(s, [i for i in items if isinstance(i, StateItem)], res)
             faults = self._new_faults(s, [i.observation for i in items if isinstance(i, FaultItem)], res)
             s.flush()
             batch = _Batch(s, self, now, res)
+            batch.repair(late)
             batch.faults(faults)
             self._evidence(s, [i for i in items if isinstance(i, EvidenceItem)], res)
             batch.finish()
@@ -142,9 +143,11 @@ class Store:
             res.outgoing = [_outgoing(o) for o in batch.outbox]
         return res
 
-    def _states(self, s: Session, states: list[StateItem], res: BatchResult) -> None:
+    def _states(self, s: Session, states: list[StateItem], res: BatchResult) -> dict[str, datetime]:
+        """Store new state snapshots; returns, per node, the earliest time from which they are valid."""
+        valid_from: dict[str, datetime] = {}
         if not states:
-            return
+            return valid_from
         keys = {(i.node, i.record_id) for i in states}
         seen: set[tuple[str, str]] = set(
             (node, rid) for node, rid in s.execute(
@@ -160,6 +163,7 @@ class Store:
                 continue
             seen.add(key)
             res.states += 1
+            valid_from[it.node] = min(valid_from.get(it.node, it.valid_from), it.valid_from)
             s.add(SeenRecord(node=it.node, record_id=it.record_id, topic=it.topic, seen_at=utcnow()))
             s.add(NodeState(node=it.node, kind=it.kind, record_id=it.record_id, valid_from=it.valid_from,
                             payload=it.payload))
@@ -168,6 +172,7 @@ class Store:
                     workload = workload_name(a.get("namespace"), a.get("pod"), a.get("container"), None)
                     s.add(GpuAssignment(node=it.node, gpu=a["gpu_id"], workload=workload or "?", pod=a["pod"],
                                         namespace=a["namespace"], container=a["container"], seen_at=it.valid_from))
+        return valid_from
 
     def _new_faults(self, s: Session, faults: list[FaultObservation], res: BatchResult) -> list[FaultObservation]:
         if not faults:
@@ -327,7 +332,7 @@ class _Batch:
         for obs, attr in attributed:
             key = (obs.node, attr.gpu.uuid, obs.xid)
             pairable = obs.xid is not None and attr.gpu.uuid is not None
-            if pairable and self._merge(obs, partners.get((*key, _other(obs.source)), [])):
+            if pairable and self._merge(obs, attr, partners.get((*key, _other(obs.source)), [])):
                 self.res.merged += 1
                 continue
             row = self._event_row(obs, attr)
@@ -336,6 +341,46 @@ class _Batch:
                 partners.setdefault((*key, obs.source), []).append(row)
             self.res.faults += 1
             self._group(obs, attr, row)
+
+    def repair(self, late: dict[str, datetime]) -> None:
+        """Attribute recent faults that state arriving now (read after them) is valid for."""
+        if not late:
+            return
+        recent = self.now - timedelta(seconds=self.p.late_state_s)
+        skew = self.p.clock_skew_s
+        repaired: dict[str, Incident] = {}
+        for node, valid_from in late.items():
+            rows = self.s.scalars(sa.select(FaultEvent).where(
+                FaultEvent.node == node, FaultEvent.ingested_at >= recent,
+                FaultEvent.occurred_at >= valid_from - timedelta(seconds=skew),
+                sa.or_(FaultEvent.gpu_uuid.is_(None), FaultEvent.pod.is_(None)),
+            ).limit(5000)).all()
+            if not rows:
+                continue
+            history = self._history(node, min(r.occurred_at for r in rows))
+            for r in rows:
+                attr = correlate(history, r.occurred_at, pci=r.pci, gpu_uuid=r.gpu_uuid, pid=r.pid,
+                                 process=r.process, skew_s=skew)
+                if not ((r.gpu_uuid is None and attr.gpu.uuid) or (r.pod is None and attr.pod.pod)):
+                    continue
+                g, p = attr.gpu, attr.pod
+                r.gpu_uuid, r.serial, r.mig_uuid = r.gpu_uuid or g.uuid, r.serial or g.serial, r.mig_uuid or g.mig_uuid
+                r.pod, r.namespace, r.container = p.pod, p.namespace, p.container
+                r.workload, r.attribution = attr.workload, attr.to_dict()
+                if r.incident_id is None:
+                    continue
+                inc = repaired.get(r.incident_id) or self.s.get(Incident, r.incident_id)
+                if inc is None:
+                    continue
+                repaired[inc.incident_id] = inc
+                inc.gpu_uuid, inc.serial = inc.gpu_uuid or g.uuid, inc.serial or g.serial
+                _add_listed(inc, "pods", f"{p.namespace}/{p.pod}/{p.container}" if p.pod else None)
+                _add_listed(inc, "workloads", attr.workload)
+        for inc in repaired.values():
+            inc.version += 1
+            log.info("incident %s attributed by late node state", inc.incident_id,
+                     extra={"node": inc.node, "gpu": inc.gpu_uuid, "incident": inc.incident_id})
+            self.outbox.append(_incident_message(inc, "attributed", "node state read after the fault attributes it"))
 
     def _history(self, node: str, since: datetime) -> NodeHistory:
         start = since - timedelta(seconds=self.p.history_s)
@@ -379,7 +424,7 @@ class _Batch:
             ).all())
         return out
 
-    def _merge(self, obs: FaultObservation, candidates: list[FaultEvent]) -> bool:
+    def _merge(self, obs: FaultObservation, attr: Attribution, candidates: list[FaultEvent]) -> bool:
         """Pair `obs` with the closest candidate report of the other source (removed from the list)."""
         best: int | None = None
         best_gap = 0.0
@@ -395,11 +440,20 @@ class _Batch:
         partner = candidates.pop(best)
         partner.sources = "kernel+nvml"
         partner.partner_hash = obs.content_hash
-        if obs.source == "kernel":  # the kernel line is the better evidence: keep its text
+        if obs.source == "kernel":  # the kernel line is the better evidence: its text, pid and process
             partner.nvml_record_id = partner.record_id
             partner.record_id, partner.raw, partner.message = obs.record_id, obs.raw, obs.message
-            partner.pid = partner.pid if partner.pid is not None else obs.pid
-            partner.process = partner.process or obs.process
+            partner.pid, partner.process = attr.process.pid, attr.process.process
+            if attr.pod.pod or partner.pod is None:
+                partner.pod, partner.namespace, partner.container = attr.pod.pod, attr.pod.namespace, attr.pod.container
+                partner.workload = attr.workload
+            partner.attribution = attr.to_dict()
+            inc = self.s.get(Incident, partner.incident_id) if partner.incident_id else None
+            if inc is not None:
+                _add_listed(inc, "processes", f"{obs.process or '?'}[{obs.pid}]" if obs.pid is not None else None)
+                _add_listed(inc, "pods", f"{attr.pod.namespace}/{attr.pod.pod}/{attr.pod.container}"
+                            if attr.pod.pod else None)
+                _add_listed(inc, "workloads", attr.workload)
         else:
             partner.nvml_record_id = obs.record_id
         log.debug("kernel and NVML reports of %s on %s merged", obs.code, partner.gpu_uuid,

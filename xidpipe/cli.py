@@ -14,6 +14,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xidpipe.commands.demo",
     "xidpipe.commands.dev",
     "xidpipe.commands.agent",
+    "xidpipe.commands.worker",
     "xidpipe.commands.policy",
     "xidpipe.commands.node",
     "xidpipe.commands.breaker",

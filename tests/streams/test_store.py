@@ -196,3 +196,31 @@ def test_evidence_links_to_its_fault(store: Store) -> None:
         event = sess.scalars(select(FaultEvent)).one()
         assert row.fault_event_id == event.id
         assert row.manifest[0]["name"] == "nvidia-smi -q" and "data" not in row.manifest[0]
+
+
+def test_state_read_after_the_fault_still_attributes_it(store: Store) -> None:
+    k = Kmsg("n8")
+    feed(store, items_of([k.xid(1, 79, T0 + s(10))]))  # the kernel topic was read first
+    (before,) = store.incidents()
+    assert before["gpu_uuid"] is None and before["gpu"] == "0000:38:00.0"
+    (res,) = feed(store, items_of([inventory("n8", T0), pods("n8", T0 + s(5), {1: ("ml", "infer-0", "srv")})]))
+    assert [o.payload["change"] for o in res.outgoing] == ["attributed"]
+    (after,) = store.incidents()
+    assert (after["gpu_uuid"], after["serial"], after["pods"]) == (uuid("n8", 1), serial("n8", 1), ["ml/infer-0/srv"])
+    (event,) = store.fault_events()
+    assert (event["gpu_uuid"], event["pod"]) == (uuid("n8", 1), "infer-0")
+    # Later faults of the same GPU join the same incident.
+    feed(store, items_of([k.xid(1, 79, T0 + s(20))]))
+    (same,) = store.incidents()
+    assert same["incident_id"] == after["incident_id"] and same["count"] == 2
+
+
+def test_nvml_report_first_then_kernel_line_is_one_event_with_the_kernel_details(store: Store) -> None:
+    k = Kmsg("n9")
+    feed(store, items_of([inventory("n9", T0), processes("n9", T0, {77: 2}), nvml_xid("n9", 2, 13, T0 + s(5), 1)]))
+    feed(store, items_of([k.xid(2, 13, T0 + s(5.5), 77, "trainer")]))
+    (event,) = store.fault_events()
+    assert event["sources"] == "kernel+nvml" and event["raw"].startswith("NVRM: Xid")
+    assert (event["pid"], event["process"], event["nvml_record_id"]) == (77, "trainer", "nvml:n9:1")
+    (inc,) = store.incidents()
+    assert inc["count"] == 1 and inc["processes"] == ["trainer[77]"]

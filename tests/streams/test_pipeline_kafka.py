@@ -1,0 +1,251 @@
+"""The worker end to end: a real Faust worker subprocess, the real Kafka broker, real PostgreSQL.
+
+- raw node records in → the expected incidents and fault events in SQL, updates and actions out;
+- poison messages land in the dead-letter topic with reason and original bytes, the stream goes on;
+- SIGTERM and SIGKILL of the worker mid-stream lose no fault and duplicate no event or incident.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import uuid as uuidlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from models.node_records import NodeRecord
+from streams.runner import WorkerProcess, produce, wait_caught_up
+from streams.settings import WorkerSettings
+from streams.store import Store
+from streams.topics import topology
+from streams.worker import prepare
+from tests.streams.records import T0, Kmsg, inventory, nvml_xid, pods, processes, s, serial, uuid
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str, postgres_database: str, tmp_path: Path) -> Iterator[WorkerSettings]:
+    run = uuidlib.uuid4().hex[:8]
+    st = WorkerSettings(
+        bootstrap_servers=kafka_bootstrap, database_url=postgres_database, app_id=f"t-worker-{run}",
+        topic_prefix=f"t-{run}.", partitions=2, datadir=tmp_path / "faust", session_timeout_s=6.0,
+        heartbeat_interval_s=1.0, commit_interval_s=0.5, sweep_interval_s=1.0, outbox_resend_after_s=1.0,
+        cluster="lab",
+    )
+    prepare(st)
+    yield st
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        topo = topology(st.topic_prefix, st.partitions)
+        names = [n for t in topo.all for n in t.names]
+        names += [t for t in admin.list_topics() if t.startswith(st.app_id)]
+        admin.delete_topics(names)
+    except Exception as exc:  # the broker may already be gone at session end
+        print(f"could not delete topics of {st.topic_prefix}: {exc}")
+    finally:
+        admin.close()
+
+
+@pytest.fixture
+def workers(settings: WorkerSettings, tmp_path: Path) -> Iterator[Callable[[], WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start() -> WorkerProcess:
+        w = WorkerProcess(settings, tmp_path / f"worker-{len(started)}.log").start()
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.kill()
+
+
+def poll(what: str, check: Callable[[], Any], timeout: float, worker: WorkerProcess | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        if worker is not None and not worker.alive():
+            raise AssertionError(f"worker died while waiting for {what}:\n{worker.log_tail()}")
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n{worker.log_tail() if worker else ''}")
+
+
+def read_topic(bootstrap: str, topic: str, want: int, timeout: float = 20.0) -> list[Any]:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, group_id=None)
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < want and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                out.extend(batch)
+    finally:
+        consumer.close()
+    return out
+
+
+def send_raw(bootstrap: str, topic: str, key: bytes, values: list[bytes]) -> None:
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    try:
+        for v in values:
+            p.send(topic, key=key, value=v)
+        p.flush(30)
+    finally:
+        p.close(5)
+
+
+def test_end_to_end_with_a_poison_message(settings: WorkerSettings, workers: Callable[[], WorkerProcess]) -> None:
+    topo = topology(settings.topic_prefix, settings.partitions)
+    a, b, c = Kmsg("gpu-a"), Kmsg("gpu-b"), Kmsg("gpu-c")
+    before: list[NodeRecord] = [
+        inventory("gpu-a", T0), inventory("gpu-b", T0),
+        pods("gpu-a", T0 + s(1), {0: ("ml", "train-7d9f8c6b5-abcde", "main"), 1: ("ml", "infer-0", "srv")}),
+        processes("gpu-a", T0 + s(2), {4242: 0}),
+        a.xid(0, 13, T0 + s(10), 4242, "python3"),
+        nvml_xid("gpu-a", 0, 13, T0 + s(10.2), 1),  # the NVML view of the same fault
+        b.xid(3, 79, T0 + s(20), text="GPU has fallen off the bus."),
+        *c.identity(2, T0),  # gpu-c publishes no inventory: the kernel's identity lines name its GPU
+    ]
+    storm = [c.xid(2, 48, T0 + s(30 + i * 0.001), text="An uncorrectable double bit error (DBE)") for i in range(300)]
+    produce(settings.bootstrap_servers, topo, [*before, *storm])
+    poison = [b"\x00\x01 definitely not json", b'{"kind": "kernel_line", "node": "gpu-a"}']
+    send_raw(settings.bootstrap_servers, topo.kernel.name, b"gpu-a", poison)
+    after_poison = a.xid(1, 31, T0 + s(40), 5151, "server", text="MMU Fault: ENGINE GRAPHICS")
+    produce(settings.bootstrap_servers, topo, [after_poison])
+
+    worker = workers()
+    wait_caught_up(settings, 90, worker)
+    store = Store(settings.database_url)
+    try:
+        poll("four incidents", lambda: len(store.incidents()) == 4, 30, worker)
+        incidents = {(i["node"], i["gpu_uuid"], i["family"]): i for i in store.incidents()}
+        events = store.fault_events()
+        unsent = poll("outbox drained", lambda: not store.unsent(older_than_s=-1) or None, 30, worker)
+        assert unsent
+    finally:
+        store.dispose()
+
+    assert set(incidents) == {
+        ("gpu-a", uuid("gpu-a", 0), "application"),
+        ("gpu-a", uuid("gpu-a", 1), "application"),
+        ("gpu-b", uuid("gpu-b", 3), "gpu_lost"),
+        ("gpu-c", uuid("gpu-c", 2), "memory"),
+    }
+    app0 = incidents[("gpu-a", uuid("gpu-a", 0), "application")]
+    assert app0["count"] == 1 and app0["category"] == "application" and app0["serial"] == serial("gpu-a", 0)
+    assert app0["pods"] == ["ml/train-7d9f8c6b5-abcde/main"] and app0["processes"] == ["python3[4242]"]
+    assert app0["immediate_action"] == "RESTART_APP"
+    lost = incidents[("gpu-b", uuid("gpu-b", 3), "gpu_lost")]
+    assert lost["category"] == "hardware" and lost["cordon_requested"] is True
+    mem = incidents[("gpu-c", uuid("gpu-c", 2), "memory")]
+    assert mem["count"] == 300 and mem["serial"] == serial("gpu-c", 2) and mem["status"] == "open"
+    # The message after the poison was handled.
+    late = incidents[("gpu-a", uuid("gpu-a", 1), "application")]
+    assert late["pods"] == ["ml/infer-0/srv"]
+
+    assert len(events) == 1 + 1 + 300 + 1
+    merged = [e for e in events if e["sources"] == "kernel+nvml"]
+    assert len(merged) == 1 and merged[0]["raw"].startswith("NVRM: Xid (PCI:0000:18:00): 13")
+    assert all(e["raw"] for e in events)
+
+    dead = read_topic(settings.bootstrap_servers, topo.kernel.dead_letter, want=2)
+    assert len(dead) == 2
+    bodies = [json.loads(m.value) for m in dead]
+    assert [base64.b64decode(b["value_b64"]) for b in bodies] == poison
+    assert [b["reason"] for b in bodies] == ["undecodable", "invalid"]
+    assert {b["topic"] for b in bodies} == {topo.kernel.name}
+    assert all(m.key == b"gpu-a" and b["offset"] >= 0 for m, b in zip(dead, bodies, strict=True))
+
+    updates = read_topic(settings.bootstrap_servers, topo.incidents.name, want=4)
+    opened = {json.loads(m.value)["incident"]["incident_id"] for m in updates
+              if json.loads(m.value)["change"] == "opened"}
+    assert opened == {i["incident_id"] for i in incidents.values()}
+    actions = [json.loads(m.value) for m in read_topic(settings.bootstrap_servers, topo.actions.name, want=10)]
+    cordons = [x for x in actions if x["kind"] == "cordon_candidate"]
+    assert {x["node"] for x in cordons} == {"gpu-b", "gpu-c"}
+    assert not any(x["family"] == "application" for x in cordons)
+    assert {x["incident_id"] for x in actions if x["kind"] == "ticket"} == opened
+
+    assert worker.terminate(30) == 0
+
+
+def _restart_records() -> list[NodeRecord]:
+    nodes = [f"rs-{i}" for i in range(4)]
+    out: list[NodeRecord] = [inventory(n, T0) for n in nodes]
+    kmsg = {n: Kmsg(n) for n in nodes}
+    kinds = [(48, "An uncorrectable double bit error (DBE)"), (79, "GPU has fallen off the bus."),
+             (74, "NVLink: fatal error detected on link 3")]
+    for i in range(2400):
+        n = nodes[i % 4]
+        xid, text = kinds[(i // 4) % 3]
+        out.append(kmsg[n].xid((i // 12) % 4, xid, T0 + s(10 + i * 0.01), text=text))
+    return out
+
+
+def test_sigterm_and_sigkill_mid_stream_lose_and_duplicate_nothing(
+    settings: WorkerSettings, workers: Callable[[], WorkerProcess]
+) -> None:
+    topo = topology(settings.topic_prefix, settings.partitions)
+    records = _restart_records()
+    faults = [r for r in records if r.kind == "kernel_line"]
+    expected_incidents = Counter()
+    for r in faults:
+        gpu = int(r.message.split("PCI:0000:")[1][:2], 16)
+        family = {"48": "memory", "79": "gpu_lost", "74": "nvlink"}[r.message.split("): ")[1].split(",")[0]]
+        expected_incidents[(r.node, uuid(r.node, (gpu - 0x18) // 0x20), family)] += 1
+
+    # The producer keeps publishing while workers come and go.
+    def publish() -> None:
+        chunk = 60
+        for i in range(0, len(records), chunk):
+            produce(settings.bootstrap_servers, topo, records[i:i + chunk], linger_ms=1)
+            time.sleep(0.5)
+
+    producer = threading.Thread(target=publish, name="test-producer")
+    producer.start()
+    store = Store(settings.database_url)
+    try:
+        first = workers()
+        poll("first events", lambda: store.counts()["fault_events"] > 200, 60, first)
+        assert first.terminate(30) == 0  # SIGTERM: clean stop mid-stream
+        assert producer.is_alive()
+
+        second = workers()
+        seen = store.counts()["fault_events"]
+        poll("more events", lambda: store.counts()["fault_events"] > seen + 200, 60, second)
+        second.kill()  # SIGKILL mid-stream: no commit, no goodbye
+        assert producer.is_alive() and store.counts()["fault_events"] < len(faults)
+
+        third = workers()
+        producer.join(120)
+        assert not producer.is_alive()
+        wait_caught_up(settings, 120, third)
+        poll("outbox drained", lambda: not store.unsent(older_than_s=-1) or None, 30, third)
+
+        events = store.fault_events()
+        incidents = store.incidents()
+        assert third.terminate(30) == 0
+    finally:
+        producer.join(5)
+        store.dispose()
+
+    assert len(events) == len(faults), "every fault exactly once"
+    assert len({(e["node"], e["record_id"]) for e in events}) == len(faults)
+    got = {(i["node"], i["gpu_uuid"], i["family"]): i["count"] for i in incidents}
+    assert len(incidents) == len(expected_incidents), "one incident per (node, GPU, family)"
+    assert got == dict(expected_incidents)
+    assert all(i["status"] == "open" for i in incidents)
