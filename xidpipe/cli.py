@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xidpipe.commands.policy",
     "xidpipe.commands.node",
     "xidpipe.commands.breaker",
+    "xidpipe.commands.silence",
 )
 
 

@@ -1,0 +1,54 @@
+"""Settings of the sinks: one object, loaded once at the composition root (env prefix
+`XIDPIPE_SINKS_`, nested with `__`: `XIDPIPE_SINKS_TICKET_POLICY__PROJECT=OPS`).
+
+Neither Jira nor Slack configured: tickets and messages go to the file outbox.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from models.chat_message import Routing
+from models.ticket_policy import TicketPolicy
+
+
+class SinkSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="XIDPIPE_SINKS_", env_nested_delimiter="__", extra="ignore")
+
+    database_url: str = Field(default="sqlite:///var/xidpipe.db",
+                              description="SQLAlchemy URL of the ticket map, notification log and silences")
+    outbox_dir: Path = Field(default=Path("var/outbox"), description="where tickets and messages go when no Jira "
+                             "or Slack is configured")
+
+    jira_url: str | None = Field(default=None, description="Jira base URL, e.g. https://jira.example.com")
+    jira_user: str | None = Field(default=None, description="Jira user (Cloud: the account's e-mail)")
+    jira_api_token: SecretStr | None = Field(default=None, description="Jira API token or password")
+    jira_timeout_s: float = Field(default=10.0, gt=0, description="per request; the library's default is none")
+    ticket_policy: TicketPolicy = Field(default_factory=TicketPolicy)
+    ticket_attempts: int = Field(default=3, ge=1, description="tries per notice before it waits in the queue")
+    ticket_retry_base_s: float = Field(default=1.0, gt=0, description="first in-place backoff; doubles per try")
+    ticket_retry_max_wait_s: float = Field(default=30.0, ge=0, description="longest Retry-After waited in place")
+    ticket_queue_base_s: float = Field(default=30.0, gt=0, description="first delay of a queued retry; doubles")
+    ticket_queue_max_s: float = Field(default=900.0, gt=0, description="longest delay of a queued retry (15 min)")
+    ticket_drain_interval_s: float = Field(default=10.0, gt=0, description="how often the queue is drained")
+
+    slack_bot_token: SecretStr | None = Field(default=None, description="bot token (xoxb-...): threads and edits")
+    slack_base_url: str = Field(default="https://slack.com/api/", description="Web API base URL")
+    slack_webhooks: dict[str, SecretStr] = Field(
+        default_factory=dict, description="channel → incoming webhook URL ('*': any channel), used without a bot token")
+    slack_timeout_s: int = Field(default=10, gt=0, description="per request")
+    slack_rate_limit_retries: int = Field(default=3, ge=0, description="429 retries inside slack-sdk (Retry-After)")
+    slack_server_error_retries: int = Field(default=2, ge=0, description="5xx retries inside slack-sdk")
+    slack_channel_interval_s: float = Field(default=1.0, ge=0, description="pacing: Slack allows ~1 message/s "
+                                            "per channel")
+    routing: Routing = Field(default_factory=Routing)
+    group_by: tuple[str, ...] = Field(default=("node", "family"), description="labels that make a group")
+    group_wait_s: float = Field(default=30.0, ge=0, description="a new group waits this long for its other alerts")
+    group_interval_s: float = Field(default=300.0, ge=0, description="a changed group is re-sent no sooner")
+    repeat_interval_s: float = Field(default=4 * 3600.0, ge=0, description="an unchanged firing group is repeated")
+    chat_retry_base_s: float = Field(default=30.0, gt=0, description="first delay after a failed send; doubles")
+    chat_retry_max_s: float = Field(default=900.0, gt=0, description="longest delay after failed sends")
+    chat_flush_interval_s: float = Field(default=5.0, gt=0, description="how often groups are decided again")
