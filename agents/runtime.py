@@ -35,6 +35,7 @@ def build_source(
     settings: AgentSettings,
     cursor: dict[str, Any] | None,
     line_filter: Callable[[str], bool] | None = None,
+    block_filter: Callable[[str], bool] | None = None,
 ) -> KernelLogSource:
     if settings.source == "kmsg":
         from agents.kernlog.kmsg import KmsgSource
@@ -54,7 +55,7 @@ def build_source(
     from agents.kernlog.filetail import FileSource
 
     return FileSource(settings.log_file, cursor, follow=settings.follow, replay_rate=settings.replay_rate,
-                      line_filter=line_filter)
+                      line_filter=line_filter, block_filter=block_filter)
 
 
 def _security(settings: AgentSettings) -> dict[str, Any]:
@@ -140,7 +141,10 @@ class Agent:
     def _kernel_loop(self) -> None:
         try:
             source = self._source or build_source(
-                self.settings, self.resume_cursor(), lambda message: self.prefilter(message).keep
+                self.settings,
+                self.resume_cursor(),
+                lambda message: self.prefilter(message).keep,
+                self.prefilter.may_match,
             )
             self._source = source
             for item in source.items():

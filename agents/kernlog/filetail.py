@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 # on file systems without inotify events); without inotify it polls every FALLBACK_POLL_S.
 IDLE_POLL_S = 1.0
 FALLBACK_POLL_S = 0.02
-MIN_WAKE_INTERVAL_S = 0.02
+MIN_WAKE_INTERVAL_S = 0.025
 MAX_LINE = 64 * 1024
 CHUNK = 256 * 1024
 
@@ -50,10 +50,13 @@ class FileSource:
         follow: bool = True,
         replay_rate: float | None = None,
         line_filter: Callable[[str], bool] | None = None,
+        block_filter: Callable[[str], bool] | None = None,
     ) -> None:
-        """`line_filter`: lines it rejects come out in bulk as SourceSkip items."""
+        """`line_filter`: lines it rejects come out in bulk as SourceSkip items. `block_filter`: given
+        many lines joined by newlines, False when `line_filter` would reject every one of them."""
         self._path = path
         self._filter = line_filter
+        self._block_filter = block_filter
         self._cursor = cursor or {}
         self._follow = follow
         self._interval = 1.0 / replay_rate if replay_rate else 0.0
@@ -99,7 +102,11 @@ class FileSource:
         fd = fh.fileno()
         spath = str(path)
         while True:
-            data = os.pread(fd, CHUNK, offset)
+            # Ask only for what is there: a large pread buffer is an mmap and munmap on every call.
+            available = os.fstat(fd).st_size - offset
+            if available <= 0:
+                return
+            data = os.pread(fd, min(CHUNK, available), offset)
             if not data:
                 return
             end = data.rfind(b"\n")
@@ -108,6 +115,13 @@ class FileSource:
                     return  # a partial line: wait for the writer to finish it
                 lines, ends = [data[:MAX_LINE]], 0  # an overlong line is cut into pieces
             else:
+                if self._block_filter is not None and not self._interval:
+                    block = data[:end].decode("utf-8", "replace")
+                    if not self._block_filter(block):
+                        offset += end + 1
+                        yield SourceSkip({"path": spath, "inode": inode, "offset": offset},
+                                         [ln.rstrip("\r") for ln in block.split("\n")])
+                        continue
                 lines, ends = data[: end + 1].split(b"\n")[:-1], 1
             skipped: list[str] = []
             keep = self._filter

@@ -43,6 +43,9 @@ _DROP = Verdict(False, False)
 class PreFilter:
     def __init__(self, keep_patterns: Sequence[str], fault_patterns: Sequence[str]) -> None:
         self._keep = tuple(re.compile(p) for p in keep_patterns)
+        # The same patterns over many lines at once (MULTILINE keeps ^ and $ per line): a block in
+        # which none matches holds no line to keep, and is skipped without a look at each line.
+        self._block = (*(re.compile(p, re.MULTILINE) for p in keep_patterns), *_AER)
         self._fault = re.compile("|".join(f"(?:{p})" for p in fault_patterns)) if fault_patterns else None
         self._lock = threading.Lock()
         self._pci: frozenset[str] | None = None
@@ -51,6 +54,10 @@ class PreFilter:
         """GPU and root-port addresses (`0000:3b:00.0`); AER lines for other devices are then dropped."""
         with self._lock:
             self._pci = frozenset(normalize_bdf(a) for a in addresses)
+
+    def may_match(self, block: str) -> bool:
+        """False when no line of `block` (lines joined by newlines) can be kept."""
+        return any(p.search(block) for p in self._block)
 
     def __call__(self, message: str) -> Verdict:
         for pattern in self._keep:
