@@ -174,7 +174,7 @@ class ChatNotifier:
             permanent = isinstance(exc, PermanentError)
             attempts = (failure.attempts if failure else 0) + 1
             delay = min(self.retry_max_s, self.retry_base_s * 2 ** (attempts - 1))
-            delay = max(delay, exc.retry_after or 0.0)
+            delay = self.retry_max_s if permanent else max(delay, exc.retry_after or 0.0)
             at = now + timedelta(seconds=delay)
             self.store.record_failure(gk, channel, exc.message, at, now, permanent)
             log.warning("notification for %s failed (%s): %s; next attempt at %s", gk,

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ class TicketSink:
         self.retry = retry or RetryPolicy()
         self.clock = clock
         self.sleep = sleep
+        self._lock = threading.Lock()  # the drain loop and submissions run in different threads
 
     # --- entry points ------------------------------------------------------------------------------
     def submit(self, notice: IncidentNotice) -> TicketOutcome:
@@ -115,6 +117,10 @@ class TicketSink:
 
     # --- handling ----------------------------------------------------------------------------------
     def process(self, incident_id: str) -> TicketOutcome:
+        with self._lock:
+            return self._process(incident_id)
+
+    def _process(self, incident_id: str) -> TicketOutcome:
         job = self.store.job(incident_id)
         if job is None:
             return TicketOutcome(incident_id, "done", "nothing queued")

@@ -57,6 +57,20 @@ def make_notice(node: str = "gpu-node-03", *, count: int = 1, category: str = "h
     return IncidentNotice(dossier=d, node_pool=pool, previous_incident_id=previous)
 
 
+@pytest.fixture(autouse=True)
+def no_threads_left() -> Iterator[None]:
+    """Every stand-in and client thread a test started has ended when it is over."""
+    import threading
+    import time
+
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and set(threading.enumerate()) - before:
+        time.sleep(0.02)
+    assert not set(threading.enumerate()) - before
+
+
 @pytest.fixture
 def clock() -> Clock:
     return Clock()

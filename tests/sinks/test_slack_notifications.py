@@ -190,6 +190,7 @@ def test_an_unknown_channel_is_a_permanent_failure(fake_slack: FakeSlack, store:
     sent_now(n, clock, make_notice())
     failure = store.failure(store.group_keys()[0])
     assert failure is not None and failure.permanent and "channel_not_found" in failure.last_error
+    assert failure.next_attempt_at == clock.now + timedelta(seconds=900)
     assert store.notification_log() == []
 
 

@@ -6,8 +6,10 @@ Used by the Jira and the Slack stand-ins. Binds to 127.0.0.1 only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -80,6 +82,7 @@ class FakeHTTPServer:
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
+        self._connections: set[socket.socket] = set()
         self._thread: threading.Thread | None = None
         self.error_body: Callable[[int], Any] = lambda status: {"error": f"HTTP {status}"}
 
@@ -103,6 +106,16 @@ class FakeHTTPServer:
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 pass
 
+            def setup(self) -> None:
+                super().setup()
+                with fake._lock:
+                    fake._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with fake._lock:
+                    fake._connections.discard(self.connection)
+                super().finish()
+
             def _any(self) -> None:
                 fake._dispatch(self)
 
@@ -116,12 +129,21 @@ class FakeHTTPServer:
         return self
 
     def stop(self) -> None:
+        """Stop serving and end every connection (keep-alive handlers would otherwise wait on them)."""
         self._stopping.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
         if self._thread is not None:
             self._thread.join(5)
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + 5
+        while self._connections and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     @property
     def url(self) -> str:
