@@ -121,7 +121,7 @@ class HumanEditsBeforeOurWrite(KubeNodes):
         super().__init__(*args, **kwargs)
         self.human, self.edits, self.conflicts = human, edits, 0
 
-    def apply_cordon(self, current: NodeRead, *args: Any) -> list[str]:
+    def apply_cordon(self, current: NodeRead, *args: Any) -> tuple[list[str], client.V1Node]:
         if self.edits:
             self.edits -= 1
             name = current.view.name

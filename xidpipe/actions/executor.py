@@ -138,7 +138,7 @@ class CordonExecutor:
             at = self.clock()
             for _ in range(self.conflict_retries):
                 try:
-                    changes = nodes.apply_cordon(current, req, decision, at)
+                    changes, cordoned = nodes.apply_cordon(current, req, decision, at)
                     break
                 except Conflict:
                     current = nodes.read(req.node)
@@ -149,8 +149,7 @@ class CordonExecutor:
                 return self._result(req, decision, "failed", retryable=True,
                                     reason=f"node {req.node} kept changing: {self.conflict_retries} conflicts")
         # The node is cordoned and claimed; the condition and the Event follow outside the lock.
-        after = nodes.read(req.node)
-        if nodes.gpu_unhealthy(req.node, req, at, after.node):
+        if nodes.gpu_unhealthy(req.node, req, at, cordoned):
             changes.append("condition")
         if nodes.emit_event(req.node, key=req.incident_id, kind="cordon", action="Cordon",
                             reason=_event_reason(req), note=f"Cordoned by xidpipe: {decision.reason}",

@@ -16,6 +16,7 @@ What it writes, and how:
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -87,6 +88,12 @@ class KubeNodes:
         self.events = client.EventsV1Api(api_client)
         self.reporting_instance = reporting_instance[:128]
         self.backoff = backoff or Backoff()
+        self._seen_rv = 0  # the newest node resourceVersion this client has read or written
+
+    def _saw(self, node: client.V1Node | None) -> None:
+        rv = node.metadata.resource_version if node is not None and node.metadata else None
+        if rv and rv.isdigit():
+            self._seen_rv = max(self._seen_rv, int(rv))
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return call_with_retry(lambda: fn(*args, **kwargs), what, self.backoff)
@@ -100,6 +107,7 @@ class KubeNodes:
             if exc.status == 404:
                 return NodeRead(NodeView(name=name, exists=False), None)
             raise
+        self._saw(node)
         meta, spec = node.metadata, node.spec
         taints: list[dict[str, Any]] = (
             list(self.api_client.sanitize_for_serialization(spec.taints or [])) if spec else []  # type: ignore[no-untyped-call]
@@ -111,14 +119,29 @@ class KubeNodes:
         return NodeRead(view, node, meta.resource_version, taints)
 
     def fleet_view(self, policy: CordonPolicy, labels: dict[str, str], cordons_last_hour: int) -> FleetView:
-        """The node's pool: its size and how many of its nodes xidpipe holds cordoned now."""
+        """The node's pool: its size and how many of its nodes xidpipe holds cordoned now.
+
+        Lists only the pool's nodes (label selector) and reads the raw JSON: deserialising every
+        node into client models would cost more than the request itself on a large pool. The list
+        is served from the API server's cache, but never older than the newest node version this
+        client has read or written (`resourceVersionMatch=NotOlderThan`): every cordon it wrote is
+        counted. A fully consistent list waits for the cache to confirm the latest etcd revision,
+        which takes tens of milliseconds after writes to other resources (Events)."""
         pool = pool_of(policy, labels)
-        nodes = self._call("list nodes", self.core.list_node).items
-        in_pool = [n for n in nodes if pool_of(policy, n.metadata.labels or {}) == pool]
+        key = policy.scope.pool_label
+        selector = f"{key}={pool}" if pool else f"!{key}"
+        freshness: dict[str, str] = {}
+        if self._seen_rv:
+            freshness = {"resource_version": str(self._seen_rv), "resource_version_match": "NotOlderThan"}
+        response = self._call("list nodes", self.core.list_node, label_selector=selector, _preload_content=False,
+                              **freshness)
+        items = json.loads(response.data).get("items") or []
         cordoned = sum(
-            1 for n in in_pool if ANN_CORDONED_AT in (n.metadata.annotations or {}) and n.spec and n.spec.unschedulable
+            1 for n in items
+            if ANN_CORDONED_AT in ((n.get("metadata") or {}).get("annotations") or {})
+            and (n.get("spec") or {}).get("unschedulable")
         )
-        return FleetView(pool=pool, pool_nodes=len(in_pool), pool_cordoned_by_xidpipe=cordoned,
+        return FleetView(pool=pool, pool_nodes=len(items), pool_cordoned_by_xidpipe=cordoned,
                          cordons_last_hour=cordons_last_hour)
 
     # --- cordon -----------------------------------------------------------------------------------
@@ -127,6 +150,7 @@ class KubeNodes:
         body = [{"op": "test", "path": "/metadata/resourceVersion", "value": current.resource_version}, *ops]
         try:
             patched: client.V1Node = self._call(what, self.core.patch_node, current.view.name, body)
+            self._saw(patched)
             return patched
         except PermanentError as exc:
             if exc.status == 409:
@@ -138,8 +162,10 @@ class KubeNodes:
                     raise Conflict(str(exc)) from exc
             raise
 
-    def apply_cordon(self, current: NodeRead, req: CordonRequest, decision: CordonDecision, at: datetime) -> list[str]:
-        """Cordon, taint and claim the node in one guarded patch; returns what changed."""
+    def apply_cordon(
+        self, current: NodeRead, req: CordonRequest, decision: CordonDecision, at: datetime
+    ) -> tuple[list[str], client.V1Node]:
+        """Cordon, taint and claim the node in one guarded patch; returns what changed and the node."""
         assert current.node is not None
         ops: list[dict[str, Any]] = []
         changed: list[str] = []
@@ -157,13 +183,12 @@ class KubeNodes:
             ops.extend({"op": "add", "path": f"/metadata/annotations/{_escape(k)}", "value": v}
                        for k, v in annotations.items())
         changed.append("annotations")
-        self._guarded_patch(current, ops, f"cordon node {current.view.name}")
-        return changed
+        return changed, self._guarded_patch(current, ops, f"cordon node {current.view.name}")
 
     def record_repeat(self, name: str, count: int) -> None:
-        self._call(f"annotate node {name}", self.core.patch_node, name,
+        self._saw(self._call(f"annotate node {name}", self.core.patch_node, name,
                    {"metadata": {"annotations": {ANN_OCCURRENCES: str(count)}}},
-                   _content_type="application/merge-patch+json")
+                   _content_type="application/merge-patch+json"))
 
     def set_condition(self, name: str, status: str, reason: str, message: str, at: datetime,
                       node: client.V1Node | None) -> bool:
@@ -178,8 +203,8 @@ class KubeNodes:
             transition = existing.last_transition_time.isoformat()
         condition = {"type": CONDITION_TYPE, "status": status, "reason": reason, "message": message,
                      "lastHeartbeatTime": stamp, "lastTransitionTime": transition}
-        self._call(f"set condition on {name}", self.core.patch_node_status, name,
-                   {"status": {"conditions": [condition]}})
+        self._saw(self._call(f"set condition on {name}", self.core.patch_node_status, name,
+                             {"status": {"conditions": [condition]}}))
         return True
 
     def gpu_unhealthy(self, name: str, req: CordonRequest, at: datetime, node: client.V1Node | None) -> bool:

@@ -6,7 +6,8 @@ Two stores with one interface:
   the breaker state), created if missing. Use it when several workers share one database.
 - `JsonlActionStore(path)`: one JSON object per line in `path`, the breaker state in
   `<path>.breaker.json` (replaced atomically). For one worker, or for the command line on a
-  laptop. It is read in full to count recent cordons, so keep it to a few hundred thousand lines.
+  laptop. The cordon times are read once and kept in memory (read again when another process
+  appended), so keep the log to a few hundred thousand lines.
 
 The per-hour breaker limit counts records with `action="cordon"` and `outcome="done"`.
 """
@@ -67,13 +68,31 @@ class JsonlActionStore:
         self.path = Path(path)
         self.breaker_path = self.path.with_name(self.path.name + ".breaker.json")
         self._lock = threading.Lock()
+        # Times of executed cordons, kept in memory; re-read when another process wrote to the log.
+        self._cordons: list[datetime] = []
+        self._known_size = -1
 
     def record(self, rec: ActionRecord) -> None:
         line = rec.model_dump_json() + "\n"
         with self._lock:
+            self._refresh()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as fh:
                 fh.write(line)
+                size = fh.tell()
+            if self._known_size >= 0:
+                self._known_size = size
+                if rec.action == "cordon" and rec.outcome == "done":
+                    self._cordons.append(rec.at)
+
+    def _refresh(self) -> None:
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if size != self._known_size:
+            self._cordons = [r.at for r in self._all() if r.action == "cordon" and r.outcome == "done"]
+            self._known_size = size
 
     def _all(self) -> list[ActionRecord]:
         try:
@@ -83,7 +102,9 @@ class JsonlActionStore:
         return [ActionRecord.model_validate_json(line) for line in text.splitlines() if line.strip()]
 
     def cordons_since(self, since: datetime) -> int:
-        return sum(1 for r in self._all() if r.action == "cordon" and r.outcome == "done" and r.at >= since)
+        with self._lock:
+            self._refresh()
+            return sum(1 for at in self._cordons if at >= since)
 
     def recent(self, limit: int = 50) -> list[ActionRecord]:
         return self._all()[-limit:]
