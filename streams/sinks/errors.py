@@ -15,11 +15,13 @@ from models.redact import REDACTED, redact
 class SinkError(Exception):
     retryable = False
 
-    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None,
+                 fields: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.retry_after = retry_after
+        self.fields = fields  # the request fields the service named in its error (Jira's "errors" keys)
 
 
 class TransientError(SinkError):

@@ -32,6 +32,7 @@ T = TypeVar("T")
 
 DESCRIPTION_CAP = 30_000  # Jira's description field holds 32,767 characters; the full dossier is attached
 _INFO_FIELDS = "status,labels,attachment"
+_OPTIONAL_FIELDS = frozenset({"components", "priority"})
 
 
 class JiraTracker:
@@ -87,7 +88,12 @@ class JiraTracker:
             except ValueError:
                 retry_after = None
             return TransientError(message, status, retry_after)
-        return PermanentError(message, status)
+        try:
+            body = exc.response.json() if exc.response is not None else {}
+        except ValueError:
+            body = {}
+        fields = tuple(sorted((body.get("errors") or {}) if isinstance(body, dict) else {}))
+        return PermanentError(message, status, fields=fields)
 
     def _info(self, raw: Mapping[str, Any]) -> TicketInfo:
         fields = raw.get("fields") or {}
@@ -123,7 +129,17 @@ class JiraTracker:
             "summary": summary[:250], "description": description, "priority": {"name": fields.priority},
             "labels": list(fields.labels), "components": [{"name": c} for c in fields.components],
         }
-        issue = self._call("create issue", lambda j: j.create_issue(fields=payload, prefetch=False))
+        try:
+            issue = self._call("create issue", lambda j: j.create_issue(fields=payload, prefetch=False))
+        except PermanentError as exc:
+            optional = [f for f in exc.fields if f in _OPTIONAL_FIELDS]
+            if exc.status != 400 or not optional or len(optional) != len(exc.fields):
+                raise
+            # A component or priority this Jira does not know must not keep the ticket from being written.
+            log.warning("Jira refused %s: creating the ticket without them (%s)", ", ".join(optional), exc.message)
+            for name in optional:
+                payload.pop(name, None)
+            issue = self._call("create issue", lambda j: j.create_issue(fields=payload, prefetch=False))
         key = str(issue.key)
         log.info("created Jira ticket %s", key, extra={"ticket": key, "project": fields.project})
         return TicketInfo(key, self.url(key), False, frozenset(fields.labels), frozenset())

@@ -224,7 +224,7 @@ class TicketSink:
             if d.action == "reopen":
                 self.tracker.reopen(key, self.policy.reopen_transition)
             if d.comment is not None:
-                self.tracker.comment(key, d.comment, marker)
+                self.tracker.comment(key, redact(d.comment), marker)
             if d.action != "attach":
                 self.store.put_ticket(incident_id=s.incident_id, fingerprint=s.fingerprint, key=key,
                                       tracker=self.tracker.name, category=s.category, count=s.count, now=now,

@@ -297,6 +297,18 @@ def test_a_refused_ticket_is_recorded_with_jiras_message(fake_jira: FakeJira, ji
     assert_no_secrets(*(r.getMessage() for r in caplog.records), out.error or "")
 
 
+def test_an_unknown_component_does_not_keep_the_ticket_from_being_written(
+        fake_jira: FakeJira, jira: JiraTracker, store: SinkStore, clock: Clock,
+        caplog: pytest.LogCaptureFixture) -> None:
+    sink = TicketSink(jira, store, TicketPolicy(components_by_pool={"h100-train": ["rack-b"]}), retry=FAST_RETRY,
+                      clock=clock)
+    out = sink.submit(make_notice())
+    assert (out.status, out.action) == ("done", "create")
+    assert "components" not in fake_jira.issues["GPU-1"].fields
+    assert any("Component name 'rack-b' is not valid" in r.getMessage() for r in caplog.records)
+    assert len(fake_jira.calls("POST", ISSUE)) == 2
+
+
 def test_bad_credentials_are_permanent_and_the_token_is_never_shown(fake_jira: FakeJira, store: SinkStore,
                                                                     clock: Clock,
                                                                     caplog: pytest.LogCaptureFixture) -> None:

@@ -49,6 +49,7 @@ class FakeJira(FakeHTTPServer):
         self.deployment = deployment
         self.projects = set(projects)
         self.priorities = {"Highest", "High", "Medium", "Low", "Lowest"}
+        self.components = {"gpu-hardware", "nvlink-fabric", "gpu-driver", "gpu-fleet", "gpu-workloads"}
         self.issues: dict[str, FakeIssue] = {}
         self._next_id = 10000
         self._next_att = 30000
@@ -127,6 +128,9 @@ class FakeJira(FakeHTTPServer):
         prio = (f.get("priority") or {}).get("name")
         if prio is not None and prio not in self.priorities:
             errors["priority"] = f"Priority name '{prio}' is not valid"
+        unknown = [c.get("name") for c in f.get("components") or [] if c.get("name") not in self.components]
+        if unknown:
+            errors["components"] = f"Component name '{unknown[0]}' is not valid"
         labels = f.get("labels") or []
         if any(" " in label for label in labels):
             errors["labels"] = "The label must not contain spaces."
