@@ -98,3 +98,27 @@ def test_replay_rate_paces_lines(tmp_path: Path) -> None:
     elapsed = time.monotonic() - began
     assert len(items) == 21
     assert 0.18 <= elapsed < 2.0
+
+
+def test_filtered_lines_come_out_in_bulk_with_exact_positions(tmp_path: Path) -> None:
+    from agents.kernlog.base import SourceSkip
+    from agents.kernlog.prefilter import DEFAULT_FAULT_PATTERNS, DEFAULT_KEEP_PATTERNS, PreFilter
+
+    f = PreFilter(DEFAULT_KEEP_PATTERNS, DEFAULT_FAULT_PATTERNS)
+    log = tmp_path / "kern.log"
+    noise = [f"kernel: eth0: link flap {i}" for i in range(3)]
+    _write(log, [noise[0], XID, noise[1], noise[2]], "w")
+    src = FileSource(log, None, follow=True, line_filter=lambda m: f(m).keep, block_filter=f.may_match)
+    it = src.items()
+    got = _take(it, 3)
+    assert isinstance(got[0], SourceSkip) and got[0].messages == [noise[0]]
+    assert got[0].cursor["offset"] == len(noise[0]) + 1
+    assert isinstance(got[1], SourceLine) and got[1].message == XID and got[1].file_offset == len(noise[0]) + 1
+    assert isinstance(got[2], SourceSkip) and got[2].messages == noise[1:]
+    assert got[2].cursor["offset"] == log.stat().st_size
+    _drain_idle(it)
+    _write(log, ["kernel: usb 1-1: new device", "kernel: usb 1-1: gone"])  # a block with no GPU line
+    (block,) = _take(it, 1)
+    assert isinstance(block, SourceSkip) and len(block.messages) == 2
+    assert block.cursor["offset"] == log.stat().st_size
+    src.close()
