@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from models.dossier import render_markdown
 from models.ticket_policy import TicketPolicy
 from streams.sinks.jira_tracker import JiraTracker
 from streams.sinks.store import SinkStore, make_engine
@@ -23,6 +24,7 @@ from tests.fakes.jira.server import FakeJira
 from tests.sinks.conftest import FAST_RETRY, JIRA_TOKEN, POD_SECRET, SLACK_TOKEN, Clock, make_notice
 
 ISSUE = r"/rest/api/2/issue"
+GOLDEN = Path(__file__).parent / "golden"
 SECRETS = (JIRA_TOKEN, POD_SECRET, SLACK_TOKEN)
 
 
@@ -57,6 +59,17 @@ def test_create_one_ticket_with_fields_dossier_and_evidence(fake_jira: FakeJira,
     assert dossier["incident_id"] == out.incident_id
     row = ticket_sink.store.ticket(out.incident_id)
     assert row is not None and row.ticket_key == "GPU-1" and not row.recovered
+
+
+def test_create_request_matches_the_golden_file(fake_jira: FakeJira, ticket_sink: TicketSink) -> None:
+    notice = make_notice()
+    ticket_sink.submit(notice)
+    [create] = fake_jira.calls("POST", ISSUE)
+    body = create.json()
+    assert body["fields"].pop("description") == render_markdown(notice.dossier)
+    golden = json.loads((GOLDEN / "jira_create_gpu_lost.json").read_text())
+    golden["fields"].pop("description")
+    assert body == golden
 
 
 def test_attachments_carry_the_xsrf_header_and_the_file_field(fake_jira: FakeJira, ticket_sink: TicketSink) -> None:
