@@ -20,7 +20,7 @@ from models.node_records import EVIDENCE_TOPIC, KERNEL_TOPIC, NVML_TOPIC, STATE_
 from tests.agents.agent_process import AgentProcess
 from tests.agents.conftest import consume
 from tests.agents.kmsg_records import XID79, boot_stream, record
-from tests.agents.test_nvml import BASE, GPU0, GPU1
+from tests.agents.test_nvml import BASE, GPU0, GPU1, write_config
 
 pytestmark = pytest.mark.kafka
 
@@ -33,7 +33,7 @@ def test_kernel_path_flows_while_nvml_hangs_and_faults_bring_evidence(
     fake_nvml_lib: Path, tmp_path: Path, kafka_bootstrap: str, unique_node: str
 ) -> None:
     config = tmp_path / "nvml.conf"
-    config.write_text(BASE + "hang func=nvmlDeviceGetComputeRunningProcesses_v3 ms=60000\n"
+    write_config(config, BASE + "hang func=nvmlDeviceGetComputeRunningProcesses_v3 ms=60000\n"
                              "hang func=nvmlDeviceGetPowerManagementLimit ms=60000\n")
     proc = tmp_path / "proc"
     (proc / "1234").mkdir(parents=True)
@@ -75,7 +75,7 @@ def test_kernel_path_flows_while_nvml_hangs_and_faults_bring_evidence(
         # A fault line with a pid, then an NVML Xid event on the other GPU.
         with open(kmsg, "ab") as fh:
             fh.write(record(100, XID79, cont={"SUBSYSTEM": "pci"}))
-        config.write_text(config.read_text() + "event id=1 gpu=1 type=8 data=79\n")
+        write_config(config, config.read_text() + "event id=1 gpu=1 type=8 data=79\n")
         events = mine(consume(kafka_bootstrap, NVML_TOPIC, until=lambda r: bool(mine(r)), timeout_s=20))
         assert events[0]["event_type"] == "xid_critical" and events[0]["gpu_uuid"] == GPU1
 

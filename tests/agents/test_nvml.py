@@ -31,6 +31,13 @@ proc gpu=1 pid=4242 mem=1048576
 """
 
 
+def write_config(path: Path, text: str) -> None:
+    """Replace the fake's script atomically: it re-reads the file whenever it changes."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 class Probe:
     def __init__(self, lib: Path, config: Path, proc_root: Path) -> None:
         env = {**os.environ, "LD_LIBRARY_PATH": str(lib), "XIDPIPE_FAKE_NVML_CONFIG": str(config)}
@@ -77,7 +84,7 @@ def proc_root(tmp_path: Path) -> Path:
 
 def test_inventory_processes_events_and_lost_gpu(fake_nvml_lib: Path, tmp_path: Path, proc_root: Path) -> None:
     config = tmp_path / "nvml.conf"
-    config.write_text(BASE)
+    write_config(config, BASE)
     probe = Probe(fake_nvml_lib, config, proc_root)
     try:
         inv = probe.wait_for(lambda r: r["kind"] == "inventory")
@@ -101,7 +108,7 @@ def test_inventory_processes_events_and_lost_gpu(fake_nvml_lib: Path, tmp_path: 
                                        "container_id": CID, "pod_uid": POD}]
 
         # Scripted events: an Xid attributed to a MIG instance, a double-bit ECC error, a recovery action.
-        config.write_text(BASE + "event id=1 gpu=0 type=8 data=94 gi=2 ci=0\n"
+        write_config(config, BASE + "event id=1 gpu=0 type=8 data=94 gi=2 ci=0\n"
                                  "event id=2 gpu=1 type=2 data=0\n"
                                  "event id=3 gpu=1 type=0x8000 data=2\n")
         xid = probe.wait_for(lambda r: r["kind"] == "nvml_event" and r["event_type"] == "xid_critical")
@@ -113,10 +120,10 @@ def test_inventory_processes_events_and_lost_gpu(fake_nvml_lib: Path, tmp_path: 
         assert rec["event_type"] == "recovery_action" and rec["event_data"] == 2
 
         # GPU 1 falls off the bus, then disappears from the device list.
-        config.write_text(BASE.replace("bus=00000000:5E:00.0", "bus=00000000:5E:00.0 lost=1"))
+        write_config(config, BASE.replace("bus=00000000:5E:00.0", "bus=00000000:5E:00.0 lost=1"))
         lost = probe.wait_for(lambda r: r["kind"] == "gpu_missing")
         assert lost["reason"] == "gpu_lost" and lost["gpu_uuid"] == GPU1 and lost["pci_bus_id"] == "00000000:5E:00.0"
-        config.write_text("\n".join(ln for ln in BASE.splitlines() if GPU1 not in ln and "proc" not in ln) + "\n")
+        write_config(config, "\n".join(ln for ln in BASE.splitlines() if GPU1 not in ln and "proc" not in ln) + "\n")
         dropped = probe.wait_for(lambda r: r["kind"] == "gpu_missing")
         assert dropped["reason"] == "count_dropped" and (dropped["expected_count"], dropped["observed_count"]) == (2, 1)
     finally:
@@ -129,7 +136,7 @@ def test_a_hanging_call_times_out_and_the_rest_of_the_inventory_is_read(
     fake_nvml_lib: Path, tmp_path: Path, proc_root: Path
 ) -> None:
     config = tmp_path / "nvml.conf"
-    config.write_text(BASE + "hang func=nvmlDeviceGetPowerManagementLimit ms=20000\n")
+    write_config(config, BASE + "hang func=nvmlDeviceGetPowerManagementLimit ms=20000\n")
     probe = Probe(fake_nvml_lib, config, proc_root)
     began = time.monotonic()
     try:

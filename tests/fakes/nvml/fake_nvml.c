@@ -2,7 +2,8 @@
  * A fake libnvidia-ml.so.1 for tests, compiled against NVIDIA's nvml.h (PyPI nvidia-nvml-dev) so
  * that nvidia-ml-py's real ctypes code runs against it.
  *
- * Scripted by the file named in $XIDPIPE_FAKE_NVML_CONFIG, re-read whenever it changes, one
+ * Scripted by the file named in $XIDPIPE_FAKE_NVML_CONFIG, re-read whenever it changes (replace it
+ * with a rename, so that it is never read half-written), one
  * directive per line (`#` starts a comment; underscores in `name=` stand for spaces):
  *
  *   driver 550.54.15
@@ -102,6 +103,7 @@ static int n_hangs;
 static struct nvmlEventSet_st sets[MAX_SETS];
 static struct timespec loaded_mtime;
 static off_t loaded_size = -1;
+static ino_t loaded_ino;
 static int initialised;
 
 static const char *kv(const char *line, const char *key, char *out, size_t n) {
@@ -203,7 +205,7 @@ static void reload(void) {
     const char *path = getenv("XIDPIPE_FAKE_NVML_CONFIG");
     struct stat st;
     if (!path || stat(path, &st) != 0) return;
-    if (st.st_size == loaded_size && st.st_mtim.tv_sec == loaded_mtime.tv_sec &&
+    if (st.st_ino == loaded_ino && st.st_size == loaded_size && st.st_mtim.tv_sec == loaded_mtime.tv_sec &&
         st.st_mtim.tv_nsec == loaded_mtime.tv_nsec)
         return;
     FILE *f = fopen(path, "r");
@@ -212,6 +214,7 @@ static void reload(void) {
     fclose(f);
     loaded_size = st.st_size;
     loaded_mtime = st.st_mtim;
+    loaded_ino = st.st_ino;
 }
 
 static void sleep_ms(long ms) {
