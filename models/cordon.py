@@ -9,12 +9,15 @@ unschedulable by anyone else is never touched, and such a cordon is never lifted
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from models.catalog import Catalog, load_catalog
 from models.cordon_policy import CordonPolicy, Match, Rule
+from models.families import FAMILIES
 
 # --- what xidpipe writes on a node ------------------------------------------------------------
 
@@ -78,9 +81,64 @@ class CordonRequest(BaseModel):
     reason: str = Field(default="", description="the stream's reason for the request")
     pods: tuple[PodRef, ...] = Field(default=(), description="pods using the faulty GPU (drain candidates)")
 
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, value: str) -> str:
+        if value not in FAMILIES:  # it becomes the taint's value: only known names
+            raise ValueError(f"unknown fault family {value!r}; known: {', '.join(FAMILIES)}")
+        return value
+
     @property
     def codes(self) -> str:
         return ", ".join(f"Xid {x}" for x in self.xids) or self.family
+
+
+class IncidentLike(Protocol):
+    """What `cordon_request_for` reads from an incident (e.g. `models.incidents.IncidentState`)."""
+
+    @property
+    def incident_id(self) -> str: ...
+    @property
+    def fingerprint(self) -> str: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def gpu(self) -> str: ...
+    @property
+    def family(self) -> str: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def first_seen(self) -> datetime: ...
+    @property
+    def last_seen(self) -> datetime: ...
+    @property
+    def category(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def codes(self) -> tuple[str, ...]: ...
+
+
+_XID_CODE = re.compile(r"^Xid (\d+)$")
+
+
+def cordon_request_for(
+    incident: IncidentLike, *, pods: tuple[PodRef, ...] = (), occurrences: tuple[datetime, ...] = (),
+    catalog: Catalog | None = None,
+) -> CordonRequest:
+    """The cordon request for an incident: Xids from its codes ("Xid 79"), NVIDIA's immediate
+    actions for them from the catalog."""
+    cat = catalog or load_catalog()
+    xids = tuple(int(m.group(1)) for code in incident.codes if (m := _XID_CODE.match(code)))
+    actions = tuple(dict.fromkeys(
+        info.immediate_action for x in xids if (info := cat.xid(x)) is not None and info.immediate_action))
+    return CordonRequest(
+        node=incident.node, incident_id=incident.incident_id, fingerprint=incident.fingerprint, gpu=incident.gpu,
+        family=incident.family, xids=xids, category=incident.category, immediate_actions=actions,
+        count=incident.count, first_seen=incident.first_seen, last_seen=incident.last_seen,
+        occurrences=occurrences, reason=incident.reason, pods=pods,
+    )
 
 
 class NodeView(_Frozen):

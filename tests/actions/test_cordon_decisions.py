@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,8 @@ from models.cordon import (
     CordonRequest,
     FleetView,
     NodeView,
+    PodRef,
+    cordon_request_for,
     decide_cordon,
     decide_release,
     occurrences_in_window,
@@ -227,3 +230,55 @@ def _pod(node_name: str, annotations: dict[str, str] | None = None, owner: str |
 ])
 def test_drain_skips(pod: client.V1Pod, reason: str | None) -> None:
     assert skip_reason(pod, "n1") == reason
+
+
+def test_a_request_from_the_streams_incident() -> None:
+    from dataclasses import replace
+
+    from models.incidents import apply_fault
+    from models.stream_policy import PipelinePolicy
+
+    opened = apply_fault(None, node="n1", gpu="GPU-5d8c", family="gpu_lost", code="Xid 79", at=T0,
+                         policy=PipelinePolicy()).incident
+    incident = replace(opened, category="hardware", reason="GPU fell off the bus")
+
+    request_ = cordon_request_for(incident, pods=(PodRef(namespace="ml", name="trainer-0"),))
+
+    assert (request_.node, request_.incident_id, request_.fingerprint) == ("n1", opened.incident_id,
+                                                                           opened.fingerprint)
+    assert (request_.xids, request_.immediate_actions, request_.family) == ((79,), ("RESTART_BM",), "gpu_lost")
+    assert request_.pods[0].name == "trainer-0"
+    assert decide_cordon(request_, node(), FleetView(pool_nodes=100), BreakerState(), POLICY).outcome == "cordon"
+
+
+def test_a_request_names_a_known_family() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="unknown fault family 'gpu gone'"):
+        req(79).model_validate({**req(79).model_dump(), "family": "gpu gone"})
+
+
+def test_event_names_are_stable_and_valid_for_long_node_names() -> None:
+    from xidpipe.actions.k8s import event_name
+
+    long_node = "gpu-" + "a" * 249
+
+    assert event_name("n1", "inc-1") == event_name("n1", "inc-1") != event_name("n1", "inc-2")
+    assert len(event_name(long_node, "inc-1")) <= 253
+    assert event_name("n1", "inc-1", "release") != event_name("n1", "inc-1")
+
+
+def test_without_a_cluster_every_decision_is_a_recorded_dry_run(tmp_path: Path) -> None:
+    from xidpipe.actions.executor import CordonExecutor
+    from xidpipe.actions.store import JsonlActionStore
+
+    store = JsonlActionStore(tmp_path / "a.jsonl")
+    executor = CordonExecutor(POLICY, store, None)
+
+    cordon = executor.handle(req(79))
+    never = executor.handle(req(13))
+
+    assert (cordon.outcome, cordon.decision, cordon.dry_run) == ("dry_run", "cordon", True)
+    assert (never.outcome, never.decision) == ("skipped", "not_needed")
+    assert [(r.action, r.outcome) for r in store.recent()] == [("cordon", "dry_run"), ("cordon", "skipped")]
+    assert store.cordons_since(T0 - timedelta(days=1)) == 0  # dry runs do not count towards the breaker

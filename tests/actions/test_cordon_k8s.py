@@ -272,3 +272,45 @@ def test_unreachable_api_server_is_a_retryable_failure(worker_configuration: cli
 
     assert (result.outcome, result.retryable) == ("failed", True)
     assert "still failing" in result.reason
+
+
+def test_dry_run_decides_and_records_but_changes_nothing(
+    admin_core: client.CoreV1Api, make_node: NodeFactory, make_executor: ExecutorFactory, action_log: Path
+) -> None:
+    name = make_node(pool=unique("pool"))
+    before = admin_core.read_node(name)
+
+    result = make_executor(CordonPolicy(dry_run=True)).handle(xid79(name))
+
+    assert (result.outcome, result.decision, result.dry_run) == ("dry_run", "cordon", True)
+    assert admin_core.read_node(name).metadata.resource_version == before.metadata.resource_version
+    assert node_events(admin_core, name) == []
+    assert [(r["outcome"], r["dry_run"]) for r in records(action_log)] == [("dry_run", True)]
+
+
+async def test_the_async_wrapper_runs_the_action_off_the_event_loop(
+    admin_core: client.CoreV1Api, make_node: NodeFactory, make_executor: ExecutorFactory
+) -> None:
+    import asyncio
+    import threading
+
+    name = make_node(pool=unique("pool"))
+    executor = make_executor()
+    ticks = 0
+    loop_thread = threading.get_ident()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    try:
+        result = await executor.handle_async(xid79(name))
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    assert result.outcome == "done" and admin_core.read_node(name).spec.unschedulable
+    assert ticks > 0 and threading.get_ident() == loop_thread  # the loop kept running meanwhile

@@ -131,3 +131,27 @@ def test_daemonset_pods_and_pods_on_other_nodes_are_skipped(
                               f"{namespace}/{elsewhere.metadata.name}": f"not on node {node}"}
     assert report.gone == [f"{namespace}/gone"] and report.evicted == []
     assert not deletion_requested(admin_core, daemon)
+
+
+def test_unattributed_incident_evicts_only_gpu_requesting_pods_when_asked(
+    admin_core: client.CoreV1Api, worker_core: client.CoreV1Api, make_node: NodeFactory, namespace: str,
+) -> None:
+    node = make_node(pool=unique("pool"))
+
+    def pod(gpus: int) -> client.V1Pod:
+        limits = {"nvidia.com/gpu": str(gpus)} if gpus else None
+        return admin_core.create_namespaced_pod(namespace, client.V1Pod(
+            metadata=client.V1ObjectMeta(name=unique("job")),
+            spec=client.V1PodSpec(node_name=node, automount_service_account_token=False, containers=[
+                client.V1Container(name="main", image="registry.example/job:1",
+                                   resources=client.V1ResourceRequirements(limits=limits))]),
+        ))
+
+    gpu_pod, cpu_pod = pod(1), pod(0)
+    off = drain_gpu_pods(worker_core, node, (), Drain(enabled=True, deadline_s=2))
+    on = drain_gpu_pods(worker_core, node, (), Drain(enabled=True, deadline_s=2, unattributed="gpu_requesting",
+                                                     grace_period_s=0))
+
+    assert off.evicted == [] and off.complete
+    assert on.evicted == [f"{namespace}/{gpu_pod.metadata.name}"]
+    assert deletion_requested(admin_core, gpu_pod) and not deletion_requested(admin_core, cpu_pod)

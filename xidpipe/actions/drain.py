@@ -93,9 +93,13 @@ def drain_gpu_pods(
                 else:
                     report.failed[f"{ref.namespace}/{ref.name}"] = describe(exc)
     elif policy.unattributed == "gpu_requesting":
-        listed = core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed")
-        candidates = [p for p in listed.items if _requests_gpu(p)]
+        try:
+            listed = core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed")
+        except ApiException as exc:
+            report.failed[f"pods on {node}"] = describe(exc)
+        else:
+            candidates = [p for p in listed.items if _requests_gpu(p)]
     pending: list[client.V1Pod] = []
     for pod in candidates:
         why = skip_reason(pod, node)

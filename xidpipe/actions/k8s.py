@@ -73,8 +73,10 @@ def _escape(key: str) -> str:
 
 
 def event_name(node: str, incident_id: str, kind: str = "cordon") -> str:
+    """A stable Event name per (node, incident, kind), within the 253 characters an object name may have."""
     digest = hashlib.sha256(f"{incident_id}\x1f{kind}".encode()).hexdigest()[:12]
-    return f"{node}.xidpipe-{kind}.{digest}"
+    suffix = f".xidpipe-{kind}.{digest}"
+    return node[: 253 - len(suffix)].rstrip(".-") + suffix
 
 
 class KubeNodes:
