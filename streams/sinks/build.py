@@ -57,5 +57,6 @@ def build_sinks(settings: SinkSettings, store: SinkStore | None = None) -> Sinks
                          repeat_interval=timedelta(seconds=settings.repeat_interval_s))
     chat = ChatNotifier(transport, store, settings.routing, policy,
                         channel_interval_s=settings.slack_channel_interval_s, retry_base_s=settings.chat_retry_base_s,
-                        retry_max_s=settings.chat_retry_max_s, ticket_url=tickets.ticket_url)
+                        retry_max_s=settings.chat_retry_max_s, ticket_url=tickets.ticket_url,
+                        retention_s=settings.chat_retention_s)
     return Sinks(store, tickets, chat)

@@ -13,7 +13,8 @@ succeeded; a failed send is recorded in `chat_failures` with the next attempt ti
 (run in a loop by `run()`) tries again: nothing is lost. A timeout leaves it unknown whether
 Slack posted the message, so before posting again the channel is searched for the message's key.
 Sends to one channel are paced (`channel_interval_s`, Slack allows about one message per second
-per channel).
+per channel). Groups whose alerts are all resolved, and told so, are forgotten after `retention_s`
+(their log entry stays: a later alert in the same group continues the same thread).
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ class ChatNotifier:
     def __init__(self, transport: ChatTransport, store: Any, routing: Routing | None = None,
                  policy: GroupPolicy | None = None, *, channel_interval_s: float = 1.0, retry_base_s: float = 30.0,
                  retry_max_s: float = 900.0, ticket_url: Callable[[str], str | None] = lambda _: None,
-                 clock: Callable[[], datetime] = utcnow, sleep: Callable[[float], None] = time.sleep) -> None:
+                 clock: Callable[[], datetime] = utcnow, sleep: Callable[[float], None] = time.sleep,
+                 retention_s: float = 86400.0) -> None:
         self.transport = transport
         self.store = store
         self.routing = routing or Routing()
@@ -99,6 +101,7 @@ class ChatNotifier:
         self.ticket_url = ticket_url
         self.clock = clock
         self.sleep = sleep
+        self.retention = timedelta(seconds=retention_s)
         self._last_send: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -117,7 +120,9 @@ class ChatNotifier:
 
     def flush(self) -> list[ChatOutcome]:
         """Decide again for every group: group_wait and group_interval ends, retries, repeats."""
-        return [self.flush_group(gk) for gk in self.store.group_keys()]
+        outcomes = [self.flush_group(gk) for gk in self.store.group_keys()]
+        self.store.prune_alerts(self.clock() - self.retention)
+        return outcomes
 
     async def submit_async(self, notice: IncidentNotice) -> ChatOutcome:
         return await asyncio.to_thread(self.submit, notice)
@@ -162,13 +167,14 @@ class ChatNotifier:
         try:
             if entry is None or entry.thread_ts is None or not self.transport.threads:
                 message = render_group(notices, self.ticket_url)
-                posted = self._post(channel if entry is None else entry.channel, message, key, None, retrying)
+                posted = self._post(channel if entry is None else entry.channel, message, key, None, retrying,
+                                    channel)
                 root = posted.ts if entry is None else entry.thread_ts
             else:
-                self._pace(entry.channel)
+                self._pace(channel)
                 self.transport.update(entry.channel, entry.thread_ts, render_group(notices, self.ticket_url), key)
                 posted = self._post(entry.channel, render_reply(decision, notices), f"{key}-reply", entry.thread_ts,
-                                    retrying)
+                                    retrying, channel)
                 root = entry.thread_ts
         except SinkError as exc:
             permanent = isinstance(exc, PermanentError)
@@ -185,14 +191,14 @@ class ChatNotifier:
         log.info("notification %s for %s in %s: %s", decision.action, gk, posted.channel, decision.reason, extra=ctx)
         return ChatOutcome(gk, decision.action, decision.reason, posted.channel, posted.ts)
 
-    def _post(self, channel: str, message: dict[str, Any], key: str, thread_ts: str | None,
-              check_first: bool) -> Posted:
+    def _post(self, channel: str, message: dict[str, Any], key: str, thread_ts: str | None, check_first: bool,
+              pace_key: str) -> Posted:
         if check_first:
             found = self.transport.find(channel, key, thread_ts)
             if found is not None:
                 log.info("message %s was posted before the last failure: not posting it again", key)
                 return found
-        self._pace(channel)
+        self._pace(pace_key)
         try:
             return self.transport.post(channel, message, key, thread_ts)
         except AmbiguousError:

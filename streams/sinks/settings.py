@@ -51,4 +51,6 @@ class SinkSettings(BaseSettings):
     repeat_interval_s: float = Field(default=4 * 3600.0, ge=0, description="an unchanged firing group is repeated")
     chat_retry_base_s: float = Field(default=30.0, gt=0, description="first delay after a failed send; doubles")
     chat_retry_max_s: float = Field(default=900.0, gt=0, description="longest delay after failed sends")
+    chat_retention_s: float = Field(default=86400.0, gt=0, description="a group all resolved and told so is "
+                                    "forgotten after this long (a recurrence continues its thread)")
     chat_flush_interval_s: float = Field(default=5.0, gt=0, description="how often groups are decided again")

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from models.notify import Matcher, Silence
+from models.notify import Alert, Matcher, Silence, content_hash
 from models.sink_tables import (
     ChatAlertRow,
     ChatFailureRow,
@@ -163,6 +163,23 @@ class SinkStore:
     def group_keys(self) -> list[str]:
         with self.session() as s:
             return list(s.scalars(sa.select(ChatAlertRow.group_key).distinct().order_by(ChatAlertRow.group_key)))
+
+    def prune_alerts(self, before: datetime) -> int:
+        """Forget groups whose alerts are all resolved, whose resolution was sent, last changed before `before`."""
+        removed = 0
+        with self.session() as s, s.begin():
+            for gk in list(s.scalars(sa.select(ChatAlertRow.group_key).distinct())):
+                rows = list(s.scalars(sa.select(ChatAlertRow).where(ChatAlertRow.group_key == gk)))
+                entry = s.get(NotificationLogRow, gk)
+                if entry is None or any(r.status != "resolved" or r.updated_at >= before for r in rows):
+                    continue
+                told = content_hash(Alert(r.fingerprint, r.labels, "resolved", r.starts_at) for r in rows)
+                if told != entry.content_hash:
+                    continue
+                for r in rows:
+                    s.delete(r)
+                removed += len(rows)
+        return removed
 
     def sent(self, group_key: str) -> NotificationLogRow | None:
         with self.session() as s:

@@ -89,6 +89,28 @@ def test_changes_go_into_the_thread_not_new_messages(fake_slack: FakeSlack, noti
     assert entry.messages == 3 and entry.thread_ts == root.ts
 
 
+def test_resolved_groups_are_forgotten_and_a_recurrence_continues_the_thread(fake_slack: FakeSlack,
+                                                                              notifier: ChatNotifier,
+                                                                              clock: Clock) -> None:
+    sent_now(notifier, clock, make_notice())
+    clock.advance(minutes=10)
+    notifier.submit(make_notice(status="resolved"))
+    clock.advance(hours=2)
+    notifier.flush()
+    assert notifier.store.group_keys() != []  # kept for a day
+    clock.advance(days=1)
+    notifier.flush()
+    assert notifier.store.group_keys() == []
+    clock.advance(days=3)
+    notifier.submit(make_notice(incident="v1:3f2a9c0d11223344@later"))
+    clock.advance(minutes=1)
+    notifier.flush()
+    [root] = fake_slack.roots("gpu-infra")  # the recurrence continues the group's thread
+    replies = fake_slack.replies("gpu-infra", root.ts)
+    assert len(replies) == 2 and root.edits == 2
+    assert "1 firing, 0 resolved" in replies[-1].text and "v1:3f2a9c0d11223344@later" in root.text + str(root.blocks)
+
+
 def test_unchanged_firing_group_repeats_in_its_thread(fake_slack: FakeSlack, notifier: ChatNotifier,
                                                       clock: Clock) -> None:
     sent_now(notifier, clock, make_notice())
