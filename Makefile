@@ -28,7 +28,8 @@ lint: install
 	$(BIN)/lint-imports
 
 # Everything the tests need that is not a Python package: the Kafka jars from Maven Central,
-# Debian packages (PostgreSQL server; systemd-journal-remote to write real journal files),
+# Debian packages (PostgreSQL server; systemd-journal-remote and journalctl for real journal files;
+# gcc to build the fake libnvidia-ml.so.1),
 # the kube-apiserver and etcd built from Go modules.
 services: install system-packages kafka-jars testcluster
 
@@ -36,6 +37,8 @@ system-packages:
 	@missing=""; \
 	  { command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	  test -x /lib/systemd/systemd-journal-remote || missing="$$missing systemd-journal-remote"; \
+	  command -v journalctl >/dev/null 2>&1 || missing="$$missing systemd"; \
+	  { command -v gcc && test -e /usr/include/stdio.h; } >/dev/null 2>&1 || missing="$$missing gcc libc6-dev"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing Debian packages:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
