@@ -314,3 +314,21 @@ async def test_the_async_wrapper_runs_the_action_off_the_event_loop(
 
     assert result.outcome == "done" and admin_core.read_node(name).spec.unschedulable
     assert ticks > 0 and threading.get_ident() == loop_thread  # the loop kept running meanwhile
+
+
+def test_a_concurrent_burst_cordons_exactly_the_pool_share(
+    admin_core: client.CoreV1Api, make_node: NodeFactory, make_executor: ExecutorFactory
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = unique("pool")
+    names = [make_node(pool=pool) for _ in range(10)]
+    executor = make_executor(CordonPolicy(breaker=Breaker(max_pool_share=0.3, max_per_hour=100)))
+
+    with ThreadPoolExecutor(8) as threads:
+        results = list(threads.map(lambda n: executor.handle(xid79(n)), names))
+
+    decisions = sorted(r.decision or "" for r in results)
+    assert decisions.count("cordon") == 3 and decisions.count("trip_breaker") == 1
+    assert decisions.count("breaker_open") == 6
+    assert sum(1 for n in names if admin_core.read_node(n).spec.unschedulable) == 3
