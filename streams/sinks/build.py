@@ -51,7 +51,7 @@ def build_sinks(settings: SinkSettings, store: SinkStore | None = None) -> Sinks
     tickets = TicketSink(tracker, store, settings.ticket_policy, RetryPolicy(
         attempts=settings.ticket_attempts, base_s=settings.ticket_retry_base_s,
         max_wait_s=settings.ticket_retry_max_wait_s, queue_base_s=settings.ticket_queue_base_s,
-        queue_max_s=settings.ticket_queue_max_s))
+        queue_max_s=settings.ticket_queue_max_s, index_settle_s=settings.ticket_index_settle_s))
     policy = GroupPolicy(group_by=settings.group_by, group_wait=timedelta(seconds=settings.group_wait_s),
                          group_interval=timedelta(seconds=settings.group_interval_s),
                          repeat_interval=timedelta(seconds=settings.repeat_interval_s))

@@ -16,8 +16,9 @@ class SinkError(Exception):
     retryable = False
 
     def __init__(self, message: str, status: int | None = None, retry_after: float | None = None,
-                 fields: tuple[str, ...] = ()) -> None:
+                 fields: tuple[str, ...] = (), defer: bool = False) -> None:
         super().__init__(message)
+        self.defer = defer  # do not retry in place: leave it to the queue
         self.message = message
         self.status = status
         self.retry_after = retry_after

@@ -33,6 +33,8 @@ class SinkSettings(BaseSettings):
     ticket_retry_max_wait_s: float = Field(default=30.0, ge=0, description="longest Retry-After waited in place")
     ticket_queue_base_s: float = Field(default=30.0, gt=0, description="first delay of a queued retry; doubles")
     ticket_queue_max_s: float = Field(default=900.0, gt=0, description="longest delay of a queued retry (15 min)")
+    ticket_index_settle_s: float = Field(default=60.0, gt=0, description="after a create timed out, wait this long "
+                                         "for Jira's search index before looking for the ticket it may have made")
     ticket_drain_interval_s: float = Field(default=10.0, gt=0, description="how often the queue is drained")
 
     slack_bot_token: SecretStr | None = Field(default=None, description="bot token (xoxb-...): threads and edits")

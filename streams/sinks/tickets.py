@@ -2,11 +2,13 @@
 
 Every notice is first written to the `ticket_queue` table (its latest snapshot per incident), then
 handled. A transient failure (429, 5xx, Jira unreachable, a timeout) is retried in place a few
-times with backoff, honouring Retry-After; if Jira stays unavailable the row stays `pending` with
-a next attempt time, and `drain()` (run by `run()` in a loop) picks it up: Jira being down delays
-tickets, it never loses them. A permanent failure (another 4xx) marks the row `failed` with
-Jira's message. Each attempt re-reads the state first (the map in SQL, else a search on the
-fingerprint label), so a retried or redelivered notice never opens a second ticket.
+times with backoff, honouring Retry-After. A create that timed out is looked for again only after
+`index_settle_s`, once Jira's search index shows what it may have created. If Jira stays
+unavailable the row stays `pending` with a next attempt time, and `drain()` (run by `run()` in a
+loop) picks it up: Jira being down delays tickets, it never loses them. A permanent failure
+(another 4xx) marks the row `failed` with Jira's message. Each attempt re-reads the state first
+(the map in SQL, else a search on the fingerprint label), so a retried or redelivered notice never
+opens a second ticket.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from models.ticket_policy import (
     incident_label,
     wants_ticket,
 )
-from streams.sinks.errors import PermanentError, TransientError
+from streams.sinks.errors import AmbiguousError, PermanentError, TransientError
 from streams.sinks.model import IncidentNotice
 from streams.sinks.ports import TicketInfo, TicketTracker
 from streams.sinks.store import SinkStore
@@ -57,6 +59,7 @@ class RetryPolicy:
     max_wait_s: float = 30.0  # a longer Retry-After is not waited for in place: the row is retried later
     queue_base_s: float = 30.0  # the drain loop's first retry delay, doubling per failed handling
     queue_max_s: float = 900.0  # and its longest
+    index_settle_s: float = 60.0  # after a create that timed out: wait this long for Jira's search index
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +141,7 @@ class TicketSink:
                 return TicketOutcome(incident_id, "failed", "permanent error", error=exc.message)
             except TransientError as exc:
                 delay = max(self.retry.base_s * 2 ** (attempt - 1), exc.retry_after or 0.0)
-                if attempt < self.retry.attempts and delay <= self.retry.max_wait_s:
+                if attempt < self.retry.attempts and delay <= self.retry.max_wait_s and not exc.defer:
                     log.warning("ticket for %s: %s; retry %d/%d in %.1f s", incident_id, exc.message, attempt,
                                 self.retry.attempts - 1, delay, extra=ctx)
                     self.sleep(delay)
@@ -209,7 +212,14 @@ class TicketSink:
         key: str
         if d.action in ("create", "link"):
             assert d.fields is not None
-            info = self.tracker.create(d.fields, redact(title(dossier)), render_markdown(dossier))
+            try:
+                info = self.tracker.create(d.fields, redact(title(dossier)), render_markdown(dossier))
+            except AmbiguousError as exc:
+                # Jira may have created it; its search index (the only way to find it without the key)
+                # lags behind, so the next look waits until the index has settled.
+                raise AmbiguousError(f"{exc.message}; Jira may have created the ticket: looking for it in "
+                                     f"{self.retry.index_settle_s:g} s", exc.status, self.retry.index_settle_s,
+                                     defer=True) from None
             key = info.key
             if d.action == "link":
                 assert d.key is not None

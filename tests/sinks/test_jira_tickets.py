@@ -229,13 +229,23 @@ async def test_the_drain_loop_delivers_in_the_background_and_stops(fake_jira: Fa
     assert list(fake_jira.issues) == ["GPU-1"] and ticket_sink.store.jobs("pending") == []
 
 
-def test_timeout_after_jira_created_the_ticket_does_not_create_another(fake_jira: FakeJira,
-                                                                       ticket_sink: TicketSink) -> None:
-    fake_jira.inject("POST", ISSUE, kind="timeout", delay=1.5)
+def test_timeout_after_jira_created_the_ticket_does_not_create_another(fake_jira: FakeJira, ticket_sink: TicketSink,
+                                                                       clock: Clock) -> None:
+    fake_jira.search_lag_s = 1.5  # the new issue is not searchable at once, as in real Jira
+    fake_jira.inject("POST", ISSUE, kind="timeout", delay=1.2)
     out = ticket_sink.submit(make_notice())
-    assert out.status == "done"
-    assert list(fake_jira.issues) == ["GPU-1"]
+    assert out.status == "pending" and "may have created" in (out.error or "")
+    assert list(fake_jira.issues) == ["GPU-1"] and not fake_jira.searchable("GPU-1")  # a search now would miss it
+    job = ticket_sink.store.job(out.incident_id)
+    assert job is not None and job.next_attempt_at == clock.now + timedelta(seconds=60)
+    assert fake_jira.wait_for(lambda: fake_jira.searchable("GPU-1"), timeout=5)
+    clock.advance(seconds=60)
+    [done] = ticket_sink.drain()
+    assert (done.status, done.key) == ("done", "GPU-1")
+    assert list(fake_jira.issues) == ["GPU-1"] and len(fake_jira.calls("POST", ISSUE)) == 1
     assert len(fake_jira.issues["GPU-1"].attachments) == 3
+    row = ticket_sink.store.ticket(out.incident_id)
+    assert row is not None and row.recovered
 
 
 def test_timeout_on_a_comment_or_an_attachment_does_not_repeat_it(fake_jira: FakeJira, ticket_sink: TicketSink,

@@ -4,8 +4,9 @@ Server info (Server or Cloud deployment), fields, create / get / update issue (b
 id), comments, transitions (with a simple workflow: Open → Done → Reopened), attachments
 (multipart field `file`, 403 without `X-Atlassian-Token: no-check` as Jira's XSRF check does),
 issue links, and search in both forms: `GET /rest/api/2/search` (Server/DC) and the enhanced
-`/rest/api/{2,3}/search/jql` (Cloud). Errors have Jira's body `{"errorMessages": [...],
-"errors": {...}}`. Basic auth is checked. Faults are scripted through `FakeHTTPServer.inject`.
+`/rest/api/{2,3}/search/jql` (Cloud), with an optional index lag (`search_lag_s`). Errors have
+Jira's body `{"errorMessages": [...], "errors": {...}}`. Basic auth is checked. Faults are
+scripted through `FakeHTTPServer.inject`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from email.parser import BytesParser
 from email.policy import HTTP
@@ -34,6 +36,7 @@ class FakeIssue:
     attachments: list[dict[str, Any]] = field(default_factory=list)
     links: list[dict[str, Any]] = field(default_factory=list)
     attachment_data: dict[str, bytes] = field(default_factory=dict)  # attachment id -> content
+    created: float = field(default_factory=time.monotonic)
 
 
 def jira_error(status: int, messages: list[str] | None = None, errors: dict[str, str] | None = None) -> Response:
@@ -48,6 +51,7 @@ class FakeJira(FakeHTTPServer):
         self.token = token
         self.deployment = deployment
         self.projects = set(projects)
+        self.search_lag_s = 0.0  # Jira's search index is eventually consistent: new issues show up this late
         self.priorities = {"Highest", "High", "Medium", "Low", "Lowest"}
         self.components = {"gpu-hardware", "nvlink-fabric", "gpu-driver", "gpu-fleet", "gpu-workloads"}
         self.issues: dict[str, FakeIssue] = {}
@@ -92,6 +96,10 @@ class FakeJira(FakeHTTPServer):
         fields["comment"] = {"comments": i.comments, "total": len(i.comments), "maxResults": 50, "startAt": 0}
         fields["issuelinks"] = i.links
         return {"id": i.id, "key": i.key, "self": self._self(i), "fields": fields}
+
+    def searchable(self, key: str, now: float | None = None) -> bool:
+        issue = self.issues.get(key)
+        return issue is not None and (now or time.monotonic()) - issue.created >= self.search_lag_s
 
     def set_status(self, key: str, status: str) -> None:
         with self._lock:
@@ -258,7 +266,8 @@ class FakeJira(FakeHTTPServer):
 
     def _matching(self, jql: str) -> list[FakeIssue] | Response:
         clauses = [c.strip() for c in re.split(r"\s+AND\s+", re.sub(r"(?i)\s+ORDER BY.*$", "", jql)) if c.strip()]
-        found = list(self.issues.values())
+        now = time.monotonic()
+        found = [i for i in self.issues.values() if self.searchable(i.key, now)]
         for clause in clauses:
             m = re.fullmatch(r'(labels|project)\s*=\s*"?([^"]+)"?', clause)
             if not m:
