@@ -172,10 +172,20 @@ class ChatNotifier:
                 root = posted.ts if entry is None else entry.thread_ts
             else:
                 self._pace(channel)
-                self.transport.update(entry.channel, entry.thread_ts, render_group(notices, self.ticket_url), key)
-                posted = self._post(entry.channel, render_reply(decision, notices), f"{key}-reply", entry.thread_ts,
-                                    retrying, channel)
-                root = entry.thread_ts
+                try:
+                    self.transport.update(entry.channel, entry.thread_ts, render_group(notices, self.ticket_url), key)
+                except PermanentError as exc:
+                    if exc.status != 404 and "message_not_found" not in exc.message:
+                        raise
+                    # Someone deleted the thread's root: the group starts a new thread.
+                    log.warning("root message of %s is gone (%s): starting a new thread", gk, exc.message, extra=ctx)
+                    posted = self._post(entry.channel, render_group(notices, self.ticket_url), f"{key}-new", None,
+                                        retrying, channel)
+                    root = posted.ts
+                else:
+                    posted = self._post(entry.channel, render_reply(decision, notices), f"{key}-reply",
+                                        entry.thread_ts, retrying, channel)
+                    root = entry.thread_ts
         except SinkError as exc:
             permanent = isinstance(exc, PermanentError)
             attempts = (failure.attempts if failure else 0) + 1

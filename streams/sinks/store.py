@@ -195,7 +195,7 @@ class SinkStore:
                                          content_hash=content_hash, sent_at=sent_at, messages=1, transport=transport))
             else:
                 row.channel, row.last_ts, row.content_hash, row.sent_at = channel, last_ts, content_hash, sent_at
-                row.thread_ts = row.thread_ts or thread_ts
+                row.thread_ts = thread_ts or row.thread_ts
                 row.messages += 1
             failure = s.get(ChatFailureRow, group_key)
             if failure is not None:

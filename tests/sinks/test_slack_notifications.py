@@ -111,6 +111,20 @@ def test_resolved_groups_are_forgotten_and_a_recurrence_continues_the_thread(fak
     assert "1 firing, 0 resolved" in replies[-1].text and "v1:3f2a9c0d11223344@later" in root.text + str(root.blocks)
 
 
+def test_a_deleted_root_starts_a_new_thread(fake_slack: FakeSlack, notifier: ChatNotifier, clock: Clock) -> None:
+    sent_now(notifier, clock, make_notice())
+    fake_slack.channels["C00000001"].messages.clear()  # someone deleted the message
+    clock.advance(hours=4)
+    [out] = notifier.flush()
+    assert out.action == "update" and out.error is None
+    [root] = fake_slack.roots("gpu-infra")
+    [entry] = notifier.store.notification_log()
+    assert entry.thread_ts == root.ts
+    clock.advance(hours=4)
+    notifier.flush()
+    assert len(fake_slack.replies("gpu-infra", root.ts)) == 1 and root.edits == 1
+
+
 def test_unchanged_firing_group_repeats_in_its_thread(fake_slack: FakeSlack, notifier: ChatNotifier,
                                                       clock: Clock) -> None:
     sent_now(notifier, clock, make_notice())
