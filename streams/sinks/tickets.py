@@ -202,6 +202,12 @@ class TicketSink:
         if state is None and s.previous_incident_id and wants_ticket(s.category, self.policy)[0]:
             prow, found = self._recover(s, s.previous_incident_id, now, found)
             previous = self._state(prow)
+        if (state is not None and row is not None and row.recovered and s.previous_incident_id
+                and self.policy.recurrence == "link"):
+            # A ticket found by its labels may be one whose link to its predecessor was never made.
+            prow, found = self._recover(s, s.previous_incident_id, now, found)
+            if prow is not None and prow.ticket_key != row.ticket_key:
+                self.tracker.link(row.ticket_key, prow.ticket_key, self.policy.link_type)
         d = decide_ticket(s, state, previous, now, self.policy)
         if d.action == "none":
             return d, d.key

@@ -183,6 +183,22 @@ def test_recurrence_links_a_new_ticket_when_the_policy_says_so(fake_jira: FakeJi
     assert fake_jira.issues["GPU-1"].fields["status"]["name"] == "Done"
 
 
+def test_a_link_that_failed_after_the_create_is_made_later(fake_jira: FakeJira, jira: JiraTracker,
+                                                           store: SinkStore, clock: Clock) -> None:
+    sink = TicketSink(jira, store, TicketPolicy(recurrence="link"), retry=FAST_RETRY, clock=clock)
+    first = make_notice()
+    sink.submit(first)
+    fake_jira.set_status("GPU-1", "Done")
+    fake_jira.inject("POST", r"/rest/api/2/issueLink", status=500, times=10)
+    out = sink.submit(make_notice(incident="v1:3f2a9c0d11223344@2", previous=first.incident_id))
+    assert out.status == "pending"
+    fake_jira.faults.clear()
+    clock.advance(minutes=5)
+    sink.drain()
+    assert list(fake_jira.issues) == ["GPU-1", "GPU-2"]
+    assert fake_jira.issues["GPU-2"].links == [{"type": {"name": "Relates"}, "outwardIssue": {"key": "GPU-1"}}]
+
+
 def test_application_faults_open_no_ticket(fake_jira: FakeJira, ticket_sink: TicketSink) -> None:
     out = ticket_sink.submit(make_notice(category="application", family="xid_app"))
     assert out.action == "none" and "ticket_application is off" in out.reason
