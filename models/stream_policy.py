@@ -65,6 +65,13 @@ class PipelinePolicy(BaseModel):
         description="an open incident without a new fault for this long is resolved; a later fault opens a "
         "new incident linked to it (6 h: longer than a job retry loop, shorter than a work shift)",
     )
+    update_interval_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="repeats of an open incident are published on the incidents topic at most this often (the "
+        "row itself is updated with every batch); openings, reclassifications, resolutions and anything that "
+        "requests an action are published at once",
+    )
     cordon_after_repeats: int = Field(
         default=3,
         ge=1,

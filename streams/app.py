@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,9 +37,32 @@ def broker_urls(bootstrap: str) -> list[str]:
     return [f"kafka://{h.strip()}" for h in bootstrap.split(",") if h.strip()]
 
 
+def _limit_fetch_wait(max_wait_ms: int) -> None:
+    """Make Faust's consumer use `max_wait_ms` as the fetch wait instead of its fixed 1500 ms.
+
+    aiokafka sends one fetch per broker for the partitions that have nothing buffered. While the
+    agent works through a batch from busy partitions, that fetch holds only idle ones, and the
+    broker keeps it for the full wait: the busy partitions are not fetched again for up to 1.5 s.
+    A short wait bounds that stall.
+    """
+    from faust.transport.drivers import aiokafka as driver
+
+    thread_cls: Any = driver.AIOKafkaConsumerThread
+    original = getattr(thread_cls, "_xidpipe_original_create", None) or thread_cls._create_worker_consumer
+
+    def create(self: Any, transport: Any) -> Any:
+        consumer = original(self, transport)
+        consumer._fetch_max_wait_ms = max_wait_ms
+        return consumer
+
+    thread_cls._xidpipe_original_create = original
+    thread_cls._create_worker_consumer = create
+
+
 def create_app(settings: WorkerSettings) -> faust.App:
     """A Faust app with the pipeline's agent and timers; nothing connects until a worker starts it."""
     settings.datadir.mkdir(parents=True, exist_ok=True)
+    _limit_fetch_wait(settings.fetch_max_wait_ms)
     app = faust.App(
         settings.app_id,
         broker=broker_urls(settings.bootstrap_servers),
@@ -70,6 +94,8 @@ class Pipeline:
         self.settings = settings
         self.topo = topo
         self.ingest = Ingest()
+        self.last_timing = 0.0
+        self._queue: asyncio.Queue[list[Outgoing]] | None = None
         self.store = AsyncStore(Store(settings.database_url, settings.policy, settings.cluster))
         self.kinds = {t.name: t_kinds for t in topo.inputs if (t_kinds := topo.kinds_for(t.name))}
         self.dead_letters = {t.name: self._topic(t.dead_letter) for t in topo.inputs}
@@ -78,6 +104,8 @@ class Pipeline:
         app.agent(source, name=f"{settings.app_id}.pipeline")(self.consume)
         app.timer(settings.parser_idle_flush_s, name=f"{settings.app_id}.flush_parsers")(self.flush_parsers)
         app.timer(settings.sweep_interval_s, on_leader=True, name=f"{settings.app_id}.sweep")(self.sweep)
+        app.on_before_shutdown.connect(self.on_shutdown)
+        app.task(self.publisher)
 
     def _topic(self, *names: str) -> Any:
         """Raw bytes in and out: decoding is ours, so a bad message can be dead-lettered as it came."""
@@ -89,11 +117,15 @@ class Pipeline:
     async def consume(self, stream: Any) -> None:
         async for events in stream.take_events(self.settings.batch_max, within=self.settings.batch_within_s):
             batch: list[tuple[Any, list[Item]]] = []
+            started = time.monotonic()
             for event in events:
                 items = await self._decode(event.message)
                 if items:
                     batch.append((event.message, items))
             await self._commit(batch)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("batch of %d messages (%d with items) handled in %.1f ms (store %.1f ms)", len(events),
+                          len(batch), (time.monotonic() - started) * 1000, self.last_timing)
 
     async def _decode(self, msg: Any) -> list[Item]:
         rec = decode_message(topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key,
@@ -114,7 +146,9 @@ class Pipeline:
         if not items:
             return
         try:
+            t0 = time.monotonic()
             result = await self._process(items)
+            self.last_timing = (time.monotonic() - t0) * 1000
         except _PermanentError:
             # Something in the batch cannot be stored: store record by record, dead-letter the failures.
             for msg, its in batch:
@@ -156,8 +190,28 @@ class Pipeline:
         await fut
 
     async def _publish(self, outgoing: Sequence[Outgoing]) -> None:
-        if not outgoing:
-            return
+        """Hand committed outbox rows to the publisher task: the stream does not wait for Kafka."""
+        if outgoing:
+            await self._outbox_queue().put(list(outgoing))
+
+    def _outbox_queue(self) -> asyncio.Queue[list[Outgoing]]:
+        if self._queue is None:
+            self._queue = asyncio.Queue(maxsize=_PUBLISH_QUEUE_BATCHES)
+        return self._queue
+
+    async def publisher(self) -> None:
+        """Publish outbox rows in commit order; a failure leaves them unsent for the sweep to resend."""
+        queue = self._outbox_queue()
+        while True:
+            outgoing = await queue.get()
+            try:
+                await self._send(outgoing)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("publishing %d outbox rows failed; the sweep resends them", len(outgoing))
+
+    async def _send(self, outgoing: Sequence[Outgoing]) -> None:
         futures = []
         for o in outgoing:
             topic = self.outputs[o.stream]
@@ -176,12 +230,25 @@ class Pipeline:
             except _PermanentError:
                 log.exception("flushed kernel records could not be stored")
 
+    async def on_shutdown(self, sender: Any, /, *_: Any, signal: Any = None, **__: Any) -> None:
+        """Store the kernel records still open in the parsers: their lines are already acknowledged."""
+        items = self.ingest.flush_all()
+        if not items:
+            return
+        try:
+            await self.store.process(items)  # published by the next worker's outbox sweep
+        except Exception:
+            log.exception("%d open kernel records could not be stored at shutdown", len(items))
+
     async def sweep(self) -> None:
         try:
             await self._publish(await self.store.sweep())
             await self._publish(await self.store.unsent(self.settings.outbox_resend_after_s))
         except Exception:
             log.exception("sweep failed; the next one retries")
+
+
+_PUBLISH_QUEUE_BATCHES = 1000  # committed batches waiting to be published before the stream waits
 
 
 class _PermanentError(Exception):

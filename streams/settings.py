@@ -62,6 +62,11 @@ class WorkerSettings(BaseSettings):
     commit_interval_s: float = Field(
         default=2.8, gt=0, description="how often acknowledged offsets are committed (Faust's default)"
     )
+    fetch_max_wait_ms: int = Field(
+        default=100, ge=1, le=1500,
+        description="longest time the broker may hold a fetch of idle partitions, during which busy partitions "
+        "are not fetched (Faust fixes it at 1500 ms; 100 ms bounds that stall)",
+    )
     web_enabled: bool = Field(default=False, description="serve Faust's web views (debugging)")
     web_port: int = 6066
     log_level: str = Field(default="info", description="crit, error, warn, info or debug")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +68,8 @@ from streams.ingest import EvidenceItem, FaultItem, Item, StateItem
 log = logging.getLogger(__name__)
 
 _MAX_LISTED = 20  # pods, processes, workloads listed on one incident
+_UPDATES_REMEMBERED = 100_000  # incidents whose last update time is kept
+_FLEET_RECHECK_S = 1.0  # how often one family's fleet window is counted again without a new node
 
 
 def utcnow() -> datetime:
@@ -118,6 +121,12 @@ class Store:
         self.engine = make_engine(url)
         self.policy = policy or PipelinePolicy()
         self.cluster = cluster
+        # Per node: (highest node_state id, start, history) of the last history loaded.
+        self.histories: dict[str, tuple[int, datetime, NodeHistory]] = {}
+        # Per incident: when its last update was published (monotonic).
+        self.updates_sent: dict[str, float] = {}
+        # Per fault family: (monotonic time, nodes counted) of the last fleet query.
+        self.fleet_checked: dict[str, tuple[float, set[str]]] = {}
 
     def create_schema(self) -> None:
         metadata.create_all(self.engine)
@@ -130,6 +139,14 @@ class Store:
     def process(self, items: Sequence[Item], now: datetime | None = None) -> BatchResult:
         now = now or utcnow()
         res = BatchResult()
+        try:
+            return self._process(items, now, res)
+        except BaseException:
+            self.histories.clear()  # they may hold rows of the transaction that was rolled back
+            self.fleet_checked.clear()
+            raise
+
+    def _process(self, items: Sequence[Item], now: datetime, res: BatchResult) -> BatchResult:
         with Session(self.engine, expire_on_commit=False) as s, s.begin():
             late = self._states(s, [i for i in items if isinstance(i, StateItem)], res)
             faults = self._new_faults(s, [i.observation for i in items if isinstance(i, FaultItem)], res)
@@ -313,6 +330,8 @@ class _Batch:
         self.touched: dict[str, _Touched] = {}  # by incident id
         self.outbox: list[OutboxMessage] = []
         self.fleet_families: dict[str, datetime] = {}
+        self._no_incident: set[str] = set()  # fingerprints known to have no incident yet
+        self.fleet_nodes: dict[str, set[str]] = defaultdict(set)
 
     def faults(self, faults: list[FaultObservation]) -> None:
         if not faults:
@@ -329,6 +348,8 @@ class _Batch:
                                                 gpu_instance_id=o.gpu_instance_id, pid=o.pid, process=o.process,
                                                 skew_s=skew)))
         partners = self._partner_candidates(attributed)
+        self._preload_incidents(attributed)
+        drafts: list[_Draft] = []
         for obs, attr in attributed:
             key = (obs.node, attr.gpu.uuid, obs.xid)
             pairable = obs.xid is not None and attr.gpu.uuid is not None
@@ -336,11 +357,27 @@ class _Batch:
                 self.res.merged += 1
                 continue
             row = self._event_row(obs, attr)
-            self.s.add(row)
+            drafts.append(row)
             if pairable:
                 partners.setdefault((*key, obs.source), []).append(row)
             self.res.faults += 1
             self._group(obs, attr, row)
+        if drafts:  # one multi-row INSERT: the ORM's per-object bookkeeping costs more than the rest
+            self.s.flush()
+            self.s.execute(sa.insert(FaultEvent), [d.__dict__ for d in drafts])
+
+    def _preload_incidents(self, attributed: list[tuple[FaultObservation, Attribution]]) -> None:
+        """The latest incident of every fingerprint this batch may touch, in one query."""
+        fps = {incident_fingerprint(o.node, incident_gpu(o.node, a.gpu.uuid, a.gpu.pci or normalize_pci(o.pci)),
+                                    o.family) for o, a in attributed} - set(self.incidents)
+        if not fps:
+            return
+        with self.s.no_autoflush:
+            rows = self.s.scalars(sa.select(Incident).where(Incident.fingerprint.in_(fps))
+                                  .order_by(Incident.opened_at, Incident.incident_id)).all()
+        for row in rows:  # the latest wins
+            self.incidents[row.fingerprint] = row
+        self._no_incident = fps - {r.fingerprint for r in rows}
 
     def repair(self, late: dict[str, datetime]) -> None:
         """Attribute recent faults that state arriving now (read after them) is valid for."""
@@ -383,7 +420,12 @@ class _Batch:
             self.outbox.append(_incident_message(inc, "attributed", "node state read after the fault attributes it"))
 
     def _history(self, node: str, since: datetime) -> NodeHistory:
+        """The node's state from `since` minus the history span; cached while no state row is added."""
         start = since - timedelta(seconds=self.p.history_s)
+        top = self.s.execute(sa.select(sa.func.max(NodeState.id)).where(NodeState.node == node)).scalar() or 0
+        cached = self.store.histories.get(node)
+        if cached is not None and cached[0] == top and cached[1] <= start:
+            return cached[2]
         rows = self.s.scalars(
             sa.select(NodeState).where(NodeState.node == node, NodeState.valid_from >= start)
             .order_by(NodeState.valid_from, NodeState.id)
@@ -402,29 +444,38 @@ class _Batch:
             elif r.kind == "processes":
                 h.processes.append(ProcessSnapshot(r.valid_from, tuple(GpuProcess.model_validate(x)
                                                                        for x in p.get("processes", []))))
-        return h.sort()
+        h.sort()
+        self.store.histories[node] = (top, start, h)
+        return h
 
     def _partner_candidates(
         self, attributed: list[tuple[FaultObservation, Attribution]]
-    ) -> dict[tuple[str, str | None, int | None, str], list[FaultEvent]]:
+    ) -> dict[tuple[str, str | None, int | None, str], list[Any]]:
         """Unmerged single-source events that a fault of this batch may pair with, by (node, GPU, Xid, source)."""
-        wanted: dict[tuple[str, str | None, int | None, str], list[datetime]] = defaultdict(list)
+        wanted: set[tuple[str, str | None, int | None, str]] = set()
+        times: list[datetime] = []
         for obs, attr in attributed:
             if obs.xid is not None and attr.gpu.uuid:
-                wanted[(obs.node, attr.gpu.uuid, obs.xid, _other(obs.source))].append(obs.occurred_at)
-        out: dict[tuple[str, str | None, int | None, str], list[FaultEvent]] = {}
+                wanted.add((obs.node, attr.gpu.uuid, obs.xid, _other(obs.source)))
+                times.append(obs.occurred_at)
+        out: dict[tuple[str, str | None, int | None, str], list[Any]] = {}
+        if not wanted:
+            return out
         w = timedelta(seconds=self.p.duplicate_window_s)
-        for (node, uuid, xid, source), times in wanted.items():
-            out[(node, uuid, xid, source)] = list(self.s.scalars(
-                sa.select(FaultEvent).where(
-                    FaultEvent.node == node, FaultEvent.gpu_uuid == uuid, FaultEvent.xid == xid,
-                    FaultEvent.sources == source,
-                    FaultEvent.occurred_at >= min(times) - w, FaultEvent.occurred_at <= max(times) + w,
-                ).order_by(FaultEvent.occurred_at)
-            ).all())
+        for row in self.s.scalars(
+            sa.select(FaultEvent).where(
+                FaultEvent.node.in_({k[0] for k in wanted}), FaultEvent.gpu_uuid.in_({k[1] for k in wanted}),
+                FaultEvent.xid.in_({k[2] for k in wanted}), FaultEvent.sources.in_({k[3] for k in wanted}),
+                FaultEvent.occurred_at >= min(times) - w, FaultEvent.occurred_at <= max(times) + w,
+            ).order_by(FaultEvent.occurred_at)
+        ):
+            key = (row.node, row.gpu_uuid, row.xid, row.sources)
+            if key in wanted:
+                out.setdefault(key, []).append(row)
         return out
 
-    def _merge(self, obs: FaultObservation, attr: Attribution, candidates: list[FaultEvent]) -> bool:
+    def _merge(self, obs: FaultObservation, attr: Attribution, candidates: list[Any]) -> bool:
+        """`candidates`: FaultEvent rows of earlier batches and _Draft rows of this one."""
         """Pair `obs` with the closest candidate report of the other source (removed from the list)."""
         best: int | None = None
         best_gap = 0.0
@@ -460,9 +511,9 @@ class _Batch:
                   extra={"node": obs.node, "gpu": partner.gpu_uuid, "xid": obs.xid})
         return True
 
-    def _event_row(self, obs: FaultObservation, attr: Attribution) -> FaultEvent:
+    def _event_row(self, obs: FaultObservation, attr: Attribution) -> _Draft:
         g, p, r = attr.gpu, attr.pod, attr.process
-        return FaultEvent(
+        return _Draft(
             node=obs.node, content_hash=obs.content_hash, record_id=obs.record_id, sources=obs.source,
             nvml_record_id=obs.record_id if obs.source == "nvml" else None, occurred_at=obs.occurred_at,
             ingested_at=self.now, kind=obs.kind, family=obs.family, code=obs.code, xid=obs.xid, sxid=obs.sxid,
@@ -470,14 +521,14 @@ class _Batch:
             pci=g.pci or normalize_pci(obs.pci), mig_uuid=g.mig_uuid, pid=r.pid, process=r.process, pod=p.pod,
             namespace=p.namespace, container=p.container, workload=attr.workload, catalog_category=obs.category,
             mnemonic=obs.mnemonic, immediate_action=obs.immediate_action, message=obs.message, raw=obs.raw,
-            attribution=attr.to_dict(),
+            attribution=attr.to_dict(), partner_hash=None, incident_id=None,
         )
 
-    def _group(self, obs: FaultObservation, attr: Attribution, event: FaultEvent) -> None:
+    def _group(self, obs: FaultObservation, attr: Attribution, event: _Draft) -> None:
         node, gpu, family = obs.node, event.gpu, obs.family
         fp = incident_fingerprint(node, gpu, family)
         row = self.incidents.get(fp)
-        if row is None:
+        if row is None and fp not in self._no_incident:
             row = self.s.scalars(sa.select(Incident).where(Incident.fingerprint == fp)
                                  .order_by(Incident.opened_at.desc(), Incident.incident_id.desc()).limit(1)).first()
         change = apply_fault(_state(row) if row is not None else None, node=node, gpu=gpu, family=family,
@@ -489,9 +540,8 @@ class _Batch:
             self.touched.pop(row.incident_id, None)
         inc = change.incident
         if change.kind in ("opened", "reopened"):
-            if row is not None and row.status == "open":  # an open one that is not resolved_previous: impossible
-                row.status = "resolved"
-            self.s.flush()  # the resolved row first: one open incident per fingerprint
+            if change.resolved_previous is not None:
+                self.s.flush()  # the resolved row first: one open incident per fingerprint
             row = Incident(
                 incident_id=inc.incident_id, fingerprint=fp, node=node, gpu=gpu, family=family, status="open",
                 category=obs.category or "unknown", reason=change.reason, count=1, first_seen=inc.first_seen,
@@ -526,18 +576,28 @@ class _Batch:
         t.observations.append(obs)
         if family in self.p.fleet_families:
             self.fleet_families[family] = max(self.fleet_families.get(family, obs.occurred_at), obs.occurred_at)
+            self.fleet_nodes[family].add(node)
 
     def finish(self) -> None:
         self.s.flush()
-        for t in self.touched.values():
-            self._classify_and_emit(t)
+        with self.s.no_autoflush:
+            contexts = self._application_contexts([t.row for t in self.touched.values()
+                                                   if t.row.family == "application"])
+            for t in self.touched.values():
+                self._classify_and_emit(t, contexts.get(t.row.incident_id))
         for family, at in self.fleet_families.items():
-            self._fleet(family, at)
+            # The fleet query scans a window of events: once a second per family is enough, unless a node
+            # that was not counted yet has a fault of the family.
+            checked = self.store.fleet_checked.get(family)
+            nodes = self.fleet_nodes[family]
+            if checked and time.monotonic() - checked[0] < _FLEET_RECHECK_S and nodes <= checked[1]:
+                continue
+            self.store.fleet_checked[family] = (time.monotonic(), set(self._fleet(family, at)))
         self.outbox = _insert_outbox(self.s, self.outbox)
 
-    def _classify_and_emit(self, t: _Touched) -> None:
+    def _classify_and_emit(self, t: _Touched, context: _AppContext | None) -> None:
         row = t.row
-        verdict = self._verdict(row, t.observations)
+        verdict = self._verdict(row, t.observations, context)
         kind, reason = t.kind, t.reason
         if kind == "updated" and verdict.category != row.category:
             kind, reason = "reclassified", f"{row.category} → {verdict.category}: {verdict.reason}"
@@ -551,55 +611,79 @@ class _Batch:
         actions = actions_for(IncidentChange(kind, state, reason), xids, self.p)  # type: ignore[arg-type]
         if any(a.kind == "cordon_candidate" for a in actions):
             row.cordon_requested = True
-        self.outbox.append(_incident_message(row, kind, reason))
+        # A repeat is published at most once per update interval (a storm updates the row every batch);
+        # every other change, and any change that requests an action, at once.
+        sent = self.store.updates_sent
+        now = time.monotonic()
+        if kind != "updated" or actions or now - sent.get(row.incident_id, -1e9) >= self.p.update_interval_s:
+            sent[row.incident_id] = now
+            if len(sent) > _UPDATES_REMEMBERED:
+                sent.pop(next(iter(sent)))
+            self.outbox.append(_incident_message(row, kind, reason))
         self.outbox.extend(_action_message(a, row) for a in actions)
 
-    def _verdict(self, row: Incident, observations: list[FaultObservation]) -> Verdict:
+    def _verdict(self, row: Incident, observations: list[FaultObservation], app: _AppContext | None) -> Verdict:
         cats = [o.category for o in observations if o.category]
         severity = next((str(o.details["severity"]) for o in reversed(observations) if "severity" in o.details), None)
         recovery = next((str(o.details["recovery_action_new"]) for o in reversed(observations)
                          if "recovery_action_new" in o.details), None)
         gpu_label = row.gpu_uuid or (f"GPU {row.pci}" if row.pci else "the node")
-        if row.family != "application":
+        if row.family != "application" or app is None:
             return classify_in_context(ClassifyContext(
                 gpu=gpu_label, family=row.family, codes=row.codes, categories=cats, count=row.count,
                 workloads=list(row.workloads), workload_fault_gpus={}, severity=severity, recovery_action=recovery,
             ), self.p)
-        since = row.last_seen - timedelta(seconds=self.p.classify_window_s)
-        here = self.s.execute(
-            sa.select(FaultEvent.workload, sa.func.count()).where(
-                FaultEvent.node == row.node, FaultEvent.gpu == row.gpu, FaultEvent.family == "application",
-                FaultEvent.occurred_at >= since,
-            ).group_by(FaultEvent.workload)
-        ).all()
-        count = sum(n for _, n in here)
-        workloads = sorted(w for w, _ in here if w)
+        return classify_in_context(ClassifyContext(
+            gpu=gpu_label, family=row.family, codes=row.codes, categories=cats, count=max(app.count, row.count),
+            workloads=app.workloads, workload_fault_gpus=app.fault_gpus, workload_clean_gpus=app.clean_gpus,
+        ), self.p)
+
+    def _application_contexts(self, rows: list[Incident]) -> dict[str, _AppContext]:
+        """Workloads of each application incident's GPU and where else they faulted or ran clean,
+        within the classification window (from the earliest incident of the batch), in three queries."""
+        if not rows:
+            return {}
+        since = min(r.last_seen for r in rows) - timedelta(seconds=self.p.classify_window_s)
+        pairs = sorted({(r.node, r.gpu) for r in rows})
+        here: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        for node, gpu, workload, n in self.s.execute(
+            sa.select(FaultEvent.node, FaultEvent.gpu, FaultEvent.workload, sa.func.count()).where(
+                FaultEvent.family == "application", FaultEvent.occurred_at >= since,
+                sa.tuple_(FaultEvent.node, FaultEvent.gpu).in_(pairs),
+            ).group_by(FaultEvent.node, FaultEvent.gpu, FaultEvent.workload)
+        ):
+            here[(node, gpu)][workload or ""] = int(n)
+        workloads = sorted({w for counts in here.values() for w in counts if w})
         fault_gpus: dict[str, set[tuple[str, str]]] = defaultdict(set)
-        clean: dict[str, int] = {}
+        ran: dict[str, set[tuple[str, str]]] = defaultdict(set)
         if workloads:
-            for w, node, gpu in self.s.execute(
-                sa.select(FaultEvent.workload, FaultEvent.node, FaultEvent.gpu).distinct().where(
+            for w, node, gpu_uuid, gpu in self.s.execute(
+                sa.select(FaultEvent.workload, FaultEvent.node, FaultEvent.gpu_uuid, FaultEvent.gpu).distinct().where(
                     FaultEvent.workload.in_(workloads), FaultEvent.family == "application",
                     FaultEvent.occurred_at >= since,
                 )
             ):
                 if w:
-                    fault_gpus[w].add((node, gpu))
-            ran: dict[str, set[tuple[str, str]]] = defaultdict(set)
+                    fault_gpus[w].add((node, gpu_uuid or gpu))
             for w, node, gpu in self.s.execute(
                 sa.select(GpuAssignment.workload, GpuAssignment.node, GpuAssignment.gpu).distinct().where(
                     GpuAssignment.workload.in_(workloads), GpuAssignment.seen_at >= since,
                 )
             ):
                 ran[w].add((node, gpu))
-            clean = {w: len(ran[w] - fault_gpus[w]) for w in workloads}
-        return classify_in_context(ClassifyContext(
-            gpu=gpu_label, family=row.family, codes=row.codes, categories=cats, count=max(count, row.count),
-            workloads=workloads, workload_fault_gpus={w: len(fault_gpus[w]) for w in workloads},
-            workload_clean_gpus=clean,
-        ), self.p)
+        out: dict[str, _AppContext] = {}
+        for r in rows:
+            counts = here.get((r.node, r.gpu), {})
+            ws = sorted(w for w in counts if w)
+            out[r.incident_id] = _AppContext(
+                count=sum(counts.values()), workloads=ws,
+                fault_gpus={w: len(fault_gpus[w]) for w in ws},
+                clean_gpus={w: len(ran[w] - fault_gpus[w]) for w in ws},
+            )
+        return out
 
-    def _fleet(self, family: str, at: datetime) -> None:
+    def _fleet(self, family: str, at: datetime) -> list[str]:
+        """Open or update the fleet incident of `family`; returns the nodes with faults in the window."""
         p = self.p
         since = at - timedelta(seconds=p.fleet_window_s)
         nodes = sorted(self.s.scalars(
@@ -608,7 +692,7 @@ class _Batch:
         ).all())
         reason = fleet_burst(family, nodes, p)
         if reason is None:
-            return
+            return nodes
         cluster = self.store.cluster
         row = self.s.scalars(sa.select(FleetIncident).where(FleetIncident.cluster == cluster,
                                                             FleetIncident.family == family,
@@ -625,13 +709,35 @@ class _Batch:
             self.s.add(row)
             log.warning("fleet incident %s: %s", row.fleet_id, reason, extra={"family": family})
             self.outbox.append(_fleet_message(row, "opened", reason))
-            return
+            return nodes
         merged = sorted(set(row.nodes) | set(nodes))
         row.last_seen = max(row.last_seen, at)
         row.updated_at = self.now
         if merged != sorted(row.nodes):
             row.nodes, row.reason = merged, reason
             self.outbox.append(_fleet_message(row, "updated", reason))
+        return nodes
+
+
+class _Draft:
+    """A fault_events row of this batch, inserted in bulk at the end of the fault loop."""
+
+    def __init__(self, **columns: Any) -> None:
+        self.__dict__.update(columns)
+
+    def __getattr__(self, name: str) -> Any:  # typed access for mypy; every column is set in __init__
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__[name] = value
+
+
+@dataclass(frozen=True, slots=True)
+class _AppContext:
+    count: int
+    workloads: list[str]
+    fault_gpus: dict[str, int]
+    clean_gpus: dict[str, int]
 
 
 @dataclass(slots=True)

@@ -46,6 +46,7 @@ def run_worker(settings: WorkerSettings) -> int:
     logging.basicConfig(level=settings.log_level.upper().replace("WARN", "WARNING").replace("CRIT", "CRITICAL"),
                         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
     prepare(settings)
+    sys.setswitchinterval(0.001)  # three busy threads (event loop, consumer, database): hand the GIL over sooner
     asyncio.set_event_loop(asyncio.new_event_loop())
     app = create_app(settings)
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)

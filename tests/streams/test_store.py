@@ -22,6 +22,16 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("postgres_database"))
 
 
+def test_repeats_are_published_once_per_update_interval(tmp_path: Path) -> None:
+    st = Store(f"sqlite:///{tmp_path / 'u.db'}", PipelinePolicy(update_interval_s=0))
+    st.create_schema()
+    k = Kmsg("n10")
+    results = feed(st, items_of([k.xid(0, 13, T0 + s(i), 1, "p") for i in range(3)]), batch=1)
+    changes = [o.payload["change"] for r in results for o in r.outgoing if o.stream == "incidents"]
+    assert changes == ["opened", "updated", "updated"]
+    st.dispose()
+
+
 @pytest.fixture
 def store(db_url: str) -> Iterator[Store]:
     st = Store(db_url, PipelinePolicy(quiet_period_s=600, fleet_min_nodes=3), cluster="c1")
@@ -91,8 +101,9 @@ def test_storm_is_one_incident_and_identity_lines_name_the_gpu(store: Store) -> 
     assert inc["cordon_requested"] is True
     cordons = [o for r in results for o in r.outgoing if o.payload.get("kind") == "cordon_candidate"]
     assert len(cordons) == 1
-    # One incident message per batch, not per line.
-    assert sum(1 for r in results for o in r.outgoing if o.stream == "incidents") == len(results)
+    # The storm is published once (opened), not per line or per batch, within the update interval.
+    changes = [o.payload["change"] for r in results for o in r.outgoing if o.stream == "incidents"]
+    assert changes == ["opened"]
 
 
 def _app_fault(k: Kmsg, gpu: int, at_s: float, pid: int) -> NodeRecord:
