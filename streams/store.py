@@ -129,7 +129,10 @@ class Store:
         self.fleet_checked: dict[str, tuple[float, set[str]]] = {}
 
     def create_schema(self) -> None:
-        metadata.create_all(self.engine)
+        """Create or upgrade the tables with the Alembic migrations in `streams/migrations`."""
+        from streams.migrate import upgrade
+
+        upgrade(self.engine)
 
     def dispose(self) -> None:
         self.engine.dispose()

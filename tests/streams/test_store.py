@@ -235,3 +235,17 @@ def test_nvml_report_first_then_kernel_line_is_one_event_with_the_kernel_details
     assert (event["pid"], event["process"], event["nvml_record_id"]) == (77, "trainer", "nvml:n9:1")
     (inc,) = store.incidents()
     assert inc["count"] == 1 and inc["processes"] == ["trainer[77]"]
+
+
+def test_migrations_build_exactly_the_declared_tables(store: Store) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from models.tables import metadata
+
+    store.create_schema()  # a second upgrade is a no-op
+    with store.engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"include_name": lambda name, type_, _p: type_ != "table"
+                                                     or name in metadata.tables})
+        diff = compare_metadata(ctx, metadata)
+    assert diff == []

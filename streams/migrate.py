@@ -1,0 +1,26 @@
+"""Bring a database's stream-pipeline tables to the current schema with Alembic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade(engine: sa.Engine, revision: str = "head") -> None:
+    """Apply the migrations up to `revision` (idempotent: an up-to-date database is left as it is)."""
+    cfg = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.connect() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
