@@ -529,6 +529,10 @@ class _Batch:
 
     def _group(self, obs: FaultObservation, attr: Attribution, event: _Draft) -> None:
         node, gpu, family = obs.node, event.gpu, obs.family
+        if gpu == "node":
+            # A node-level line (no PCI address, no UUID: "GPU lost", a crash dump) joins the latest open
+            # incident of its family on the node, as `xidpipe scan` does.
+            gpu = event.gpu = self._node_level_gpu(node, family)
         fp = incident_fingerprint(node, gpu, family)
         row = self.incidents.get(fp)
         if row is None and fp not in self._no_incident:
@@ -580,6 +584,17 @@ class _Batch:
         if family in self.p.fleet_families:
             self.fleet_families[family] = max(self.fleet_families.get(family, obs.occurred_at), obs.occurred_at)
             self.fleet_nodes[family].add(node)
+
+    def _node_level_gpu(self, node: str, family: str) -> str:
+        here = [r for r in self.incidents.values()
+                if r.node == node and r.family == family and r.status == "open" and r.gpu != "node"]
+        if here:
+            return max(here, key=lambda r: r.last_seen).gpu
+        with self.s.no_autoflush:
+            gpu = self.s.scalars(sa.select(Incident.gpu).where(
+                Incident.node == node, Incident.family == family, Incident.status == "open", Incident.gpu != "node",
+            ).order_by(Incident.last_seen.desc()).limit(1)).first()
+        return gpu or "node"
 
     def finish(self) -> None:
         self.s.flush()
