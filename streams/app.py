@@ -163,6 +163,7 @@ class Pipeline:
     async def _process(self, items: Sequence[Item]) -> BatchResult:
         """One transaction; transient database failures are retried with backoff until they pass."""
         delay = 0.2
+        conflicts = 0
         while True:
             try:
                 return await self.store.process(items)
@@ -172,6 +173,9 @@ class Pipeline:
                 delay = min(delay * 2, self.settings.db_retry_max_s)
             except sa.exc.IntegrityError as exc:
                 # A concurrent writer (another worker after a rebalance) got there first: the retry sees it.
+                conflicts += 1
+                if conflicts > _MAX_CONFLICT_RETRIES:
+                    raise _PermanentError(f"IntegrityError: {exc.orig}") from exc
                 log.warning("conflicting write (%s); retrying", exc.orig)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.settings.db_retry_max_s)
@@ -248,6 +252,7 @@ class Pipeline:
             log.exception("sweep failed; the next one retries")
 
 
+_MAX_CONFLICT_RETRIES = 5  # a conflict that outlives this many retries is not a race but a bad record
 _PUBLISH_QUEUE_BATCHES = 1000  # committed batches waiting to be published before the stream waits
 
 

@@ -249,3 +249,30 @@ def test_sigterm_and_sigkill_mid_stream_lose_and_duplicate_nothing(
     assert len(incidents) == len(expected_incidents), "one incident per (node, GPU, family)"
     assert got == dict(expected_incidents)
     assert all(i["status"] == "open" for i in incidents)
+
+
+def test_quiet_incident_is_resolved_and_a_recurrence_reopens_it(
+    settings: WorkerSettings, tmp_path: Path
+) -> None:
+    from models.stream_policy import PipelinePolicy
+
+    st = settings.model_copy(update={"policy": PipelinePolicy(quiet_period_s=3.0)})
+    topo = topology(st.topic_prefix, st.partitions)
+    k = Kmsg("quiet-node")
+    produce(st.bootstrap_servers, topo, [inventory("quiet-node", T0), k.xid(0, 94, T0 + s(1), text="Contained")])
+    worker = WorkerProcess(st, tmp_path / "quiet.log").start()
+    store = Store(st.database_url)
+    try:
+        first = poll("the incident resolved by the sweep",
+                     lambda: [i for i in store.incidents() if i["status"] == "resolved"], 60, worker)[0]
+        produce(st.bootstrap_servers, topo, [k.xid(0, 94, T0 + s(600), text="Contained")])
+        incidents = poll("the recurrence", lambda: len(store.incidents()) == 2 and store.incidents(), 30, worker)
+        assert worker.terminate(30) == 0
+    finally:
+        worker.kill()
+        store.dispose()
+    again = next(i for i in incidents if i["incident_id"] != first["incident_id"])
+    assert again["status"] == "open" and again["previous_incident_id"] == first["incident_id"]
+    assert again["fingerprint"] == first["fingerprint"] and again["gpu_uuid"] == uuid("quiet-node", 0)
+    changes = [json.loads(m.value)["change"] for m in read_topic(st.bootstrap_servers, topo.incidents.name, want=3)]
+    assert changes[:3] == ["opened", "resolved", "reopened"]
