@@ -43,6 +43,14 @@ def _json(value: Any) -> str:
     return json.dumps(value)
 
 
+def _die_with_parent() -> None:
+    """In the child: the kernel sends it SIGTERM when the process that started it dies."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 class WorkerProcess:
     """A stream worker in a subprocess of its own session; its output goes to `log_path`."""
 
@@ -57,6 +65,7 @@ class WorkerProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "streams.worker"], env=worker_env(self.settings), stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         return self
 
