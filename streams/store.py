@@ -70,6 +70,7 @@ log = logging.getLogger(__name__)
 _MAX_LISTED = 20  # pods, processes, workloads listed on one incident
 _UPDATES_REMEMBERED = 100_000  # incidents whose last update time is kept
 _FLEET_RECHECK_S = 1.0  # how often one family's fleet window is counted again without a new node
+_EVIDENCE_WAITS_S = 3600.0  # how long evidence waits for the fault that triggered it to be stored
 
 
 def utcnow() -> datetime:
@@ -158,6 +159,8 @@ class Store:
             batch.repair(late)
             batch.faults(faults)
             self._evidence(s, [i for i in items if isinstance(i, EvidenceItem)], res)
+            if faults:
+                self._link_waiting_evidence(s, {f.node for f in faults})
             batch.finish()
             s.flush()
             res.outgoing = [_outgoing(o) for o in batch.outbox]
@@ -251,6 +254,24 @@ class Store:
                 manifest=[i.model_dump(mode="json", exclude={"data"}) for i in ev.items],
                 items=[i.model_dump(mode="json") for i in ev.items],
             ))
+
+    def _link_waiting_evidence(self, s: Session, nodes: set[str]) -> None:
+        """Evidence that arrived before the fault that triggered it gets linked once the fault is stored."""
+        event_id = (
+            sa.select(FaultEvent.id)
+            .where(FaultEvent.node == EvidenceRecord.node,
+                   sa.or_(FaultEvent.record_id == EvidenceRecord.trigger_record_id,
+                          FaultEvent.nvml_record_id == EvidenceRecord.trigger_record_id))
+            .limit(1)
+            .scalar_subquery()
+        )
+        s.execute(
+            sa.update(EvidenceRecord)
+            .where(EvidenceRecord.fault_event_id.is_(None), EvidenceRecord.node.in_(nodes),
+                   EvidenceRecord.captured_at >= utcnow() - timedelta(seconds=_EVIDENCE_WAITS_S))
+            .values(fault_event_id=event_id)
+            .execution_options(synchronize_session=False)
+        )
 
     # -- sweeps and the outbox -------------------------------------------------------------------
 

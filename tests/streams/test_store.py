@@ -249,3 +249,19 @@ def test_migrations_build_exactly_the_declared_tables(store: Store) -> None:
                                                      or name in metadata.tables})
         diff = compare_metadata(ctx, metadata)
     assert diff == []
+
+
+def test_evidence_that_arrives_before_its_fault_is_linked_later(store: Store) -> None:
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from models.node_records import Evidence
+    from models.tables import EvidenceRecord, FaultEvent
+
+    line = Kmsg("n11").xid(0, 79, T0)
+    ev = Evidence(node="n11", record_id="ev-early", trigger_record_id=line.record_id, xid=79)
+    feed(store, items_of([ev]))
+    feed(store, items_of([inventory("n11", T0), line]))
+    with Session(store.engine) as sess:
+        event = sess.scalars(select(FaultEvent)).one()
+        assert sess.scalars(select(EvidenceRecord)).one().fault_event_id == event.id
