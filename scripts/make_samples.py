@@ -3,7 +3,8 @@
 
 Five GPU nodes, each logged in a different format: journalctl -k short-precise, rsyslog kern.log,
 dmesg -T, raw dmesg, and journalctl -k -o json. Line texts follow the NVIDIA driver's messages as
-quoted in NVIDIA's Xid documentation and the Linux PCIe AER driver's messages.
+quoted in NVIDIA's Xid documentation and the Linux PCIe AER driver's messages. `state.jsonl` holds
+the nodes' GPU inventories and kubelet pod assignments as the node agent publishes them.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def with_noise(rng: random.Random, events: list[tuple[float, str]], n: int) -> l
     return sorted(events + noise, key=lambda e: e[0])
 
 
-BOOT_EPOCH = 1764200000  # 2025-11-26T23:33:20Z; the sample cluster's boot time
+BOOT_EPOCH = 1795600000  # 2026-11-25T09:46:40Z; the sample cluster's boot time
 
 
 def fmt_journal_short(host: str, t: float) -> str:
@@ -212,5 +213,59 @@ def main() -> None:
     write("gpu-node-05.log", out)
 
 
+GPU_MODEL = "NVIDIA H100 80GB HBM3"
+# (node, bus) → the pods that held the GPU, from an uptime on: (since, pod, namespace, container)
+PODS: dict[tuple[str, str], list[tuple[float, str, str, str]]] = {
+    ("gpu-node-01", "18"): [(1000, "resnet-train-0", "team-vision", "trainer")],
+    ("gpu-node-01", "3b"): [(1000, "resnet-train-1", "team-vision", "trainer")],
+    ("gpu-node-02", "b7"): [(7000, "bert-finetune-2", "team-nlp", "finetune"),
+                            (8600, "vllm-serve-5", "team-serving", "vllm"),
+                            (9500, "trainer-9", "team-vision", "trainer")],
+    ("gpu-node-02", "ca"): [(7000, "vllm-serve-6", "team-serving", "vllm")],
+    ("gpu-node-03", "63"): [(1000, "llm-pretrain-7-worker-3", "team-llm", "trainer")],
+    ("gpu-node-04", "9a"): [(1000, "llm-pretrain-7-worker-4", "team-llm", "trainer")],
+    ("gpu-node-05", "4e"): [(1000, "inference-gw-2", "team-serving", "server")],
+}
+
+
+def state_records() -> list[str]:
+    """Inventory and pod-assignment records of the sample nodes (JSON, one per line)."""
+    import datetime as dt
+
+    from models.node_records import DeviceAssignment, GpuInfo, GpuInventory, PodAssignments, encode_node_record
+
+    def at(uptime: float) -> dt.datetime:
+        return dt.datetime.fromtimestamp(BOOT_EPOCH + uptime, dt.UTC)
+
+    out: list[str] = []
+    nodes = sorted({node for node, _ in UUIDS})
+    for node in nodes:
+        buses = sorted(bus for n, bus in UUIDS if n == node)
+        gpus = tuple(
+            GpuInfo(index=i, uuid=UUIDS[(node, bus)], pci_bus_id=f"00000000:{bus.upper()}:00.0",
+                    serial=SERIALS.get((node, bus), f"1654923{int(node[-2:]):02d}{int(bus, 16):04d}"),
+                    name=GPU_MODEL, numa_node=0 if int(bus, 16) < 0x80 else 1)
+            for i, bus in enumerate(buses)
+        )
+        out.append(encode_node_record(GpuInventory(
+            node=node, record_id=f"inventory:{node}:1", emitted_at=at(60), driver_version="550.127.05",
+            cuda_driver_version=12040, gpus=gpus)).decode())
+        changes = sorted({since for bus in buses for since, *_ in PODS.get((node, bus), [])})
+        for n, when in enumerate(changes, 1):
+            assignments = []
+            for bus in buses:
+                current = [p for p in PODS.get((node, bus), []) if p[0] <= when]
+                if current:
+                    _, pod, ns, container = current[-1]
+                    uuid = UUIDS[(node, bus)]
+                    assignments.append(DeviceAssignment(device_id=uuid, gpu_id=uuid, resource_name="nvidia.com/gpu",
+                                                        pod=pod, namespace=ns, container=container))
+            out.append(encode_node_record(PodAssignments(
+                node=node, record_id=f"pods:{node}:{n}", emitted_at=at(when), changed_at=at(when),
+                assignments=tuple(assignments))).decode())
+    return out
+
+
 if __name__ == "__main__":
     main()
+    (OUT / "state.jsonl").write_text("\n".join(state_records()) + "\n", encoding="utf-8")
