@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xidpipe.commands.node",
     "xidpipe.commands.breaker",
     "xidpipe.commands.silence",
+    "xidpipe.commands.respond",
 )
 
 

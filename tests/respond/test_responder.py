@@ -1,0 +1,113 @@
+"""The responder against real Kafka and PostgreSQL: cordon decisions, tickets, chat, dead letters.
+
+Action requests are produced to an actions topic of the test's own prefix; incidents are rows the
+stream would have written. No cluster is configured, so cordons are dry-run decisions; Jira and
+Slack are their file outboxes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kafka import KafkaConsumer, KafkaProducer
+from pydantic import SecretStr
+from sqlalchemy.orm import Session
+
+from models.tables import Incident
+from streams.settings import WorkerSettings
+from streams.sinks.build import build_sinks
+from streams.sinks.settings import SinkSettings
+from streams.store import Store
+from streams.topics import topology
+from streams.worker import prepare
+from xidpipe.actions.runtime import build_executor
+from xidpipe.actions.settings import ActionSettings
+from xidpipe.respond.responder import RespondSettings, build_responder, run_responder
+
+T = datetime(2026, 11, 25, 15, 26, 51, tzinfo=UTC)
+
+
+def incident(incident_id: str, node: str, family: str, category: str, codes: list[str]) -> Incident:
+    return Incident(
+        incident_id=incident_id, fingerprint=f"v1:{uuid.uuid4().hex[:16]}", node=node, gpu="0000:63:00.0",
+        family=family, status="open", category=category, reason=f"{family} on {node}", count=1, first_seen=T,
+        last_seen=T, opened_at=T, updated_at=T, resolved_at=None, previous_incident_id=None,
+        gpu_uuid="GPU-c3b9d004-91aa-4e0f-b6d2-0e8f7a6c3d63", serial="1654923011263", pci="0000:63:00.0",
+        codes=codes, pods=["team-llm/llm-pretrain-7-worker-3/trainer"], processes=[], workloads=[],
+        immediate_action=None, investigatory_action=None, description=None, cordon_requested=True, version=1,
+    )
+
+
+def action(kind: str, incident_id: str, node: str, operation: str) -> bytes:
+    return json.dumps({"kind": kind, "operation": operation, "incident_id": incident_id, "node": node,
+                       "gpu": "0000:63:00.0", "reason": "test", "idempotency_key": f"{incident_id}:{kind}:{operation}"
+                       }).encode()
+
+
+async def respond(settings: RespondSettings, responder, expected: int, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_responder(settings, responder, stop))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(responder.handled) < expected and loop.time() < deadline and not task.done():
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.5)  # let a duplicate or a dead letter arrive too
+    stop.set()
+    await task
+
+
+def test_actions_are_carried_out_once_and_bad_ones_dead_lettered(
+    kafka_bootstrap: str, postgres_database: str, tmp_path: Path
+) -> None:
+    prefix = f"t{uuid.uuid4().hex[:6]}."
+    prepare(WorkerSettings(bootstrap_servers=kafka_bootstrap, database_url=postgres_database, topic_prefix=prefix,
+                           partitions=1))
+    store = Store(postgres_database)
+    with Session(store.engine) as s:
+        s.add(incident("inc-lost", "gpu-node-03", "gpu_lost", "hardware", ["Xid 79"]))
+        s.add(incident("inc-app", "gpu-node-01", "application", "application", ["Xid 13"]))
+        s.commit()
+    store.dispose()
+
+    topic = topology(prefix, 1).actions.name
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for value in (
+        action("cordon_candidate", "inc-lost", "gpu-node-03", "cordon"),
+        action("ticket", "inc-lost", "gpu-node-03", "create"),
+        action("notification", "inc-lost", "gpu-node-03", "opened"),
+        action("ticket", "inc-lost", "gpu-node-03", "create"),  # redelivery
+        b"{not json",
+        action("ticket", "inc-missing", "gpu-node-09", "create"),
+    ):
+        producer.send(topic, key=b"gpu-node-03", value=value)
+    producer.flush()
+    producer.close()
+
+    settings = RespondSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, database_url=postgres_database,
+                               group_id=f"g-{prefix}")
+    outbox = tmp_path / "outbox"
+    executor = build_executor(ActionSettings(database_url=SecretStr(postgres_database)))
+    sinks = build_sinks(SinkSettings(database_url=postgres_database, outbox_dir=outbox, group_wait_s=0))
+    responder = build_responder(settings, executor, sinks)
+    asyncio.run(respond(settings, responder, expected=4))
+
+    kinds = [(o.kind, o.incident_id) for o in responder.handled]
+    assert kinds.count(("cordon_candidate", "inc-lost")) == 1
+    assert ("ticket", "inc-lost") in kinds and ("notification", "inc-lost") in kinds
+    cordons = [a for a in executor.store.recent(50) if a.action == "cordon" and a.incident_id == "inc-lost"]
+    assert len(cordons) == 1 and cordons[0].dry_run
+    tickets = list((outbox / "jira").glob("*/ticket.json"))
+    assert len(tickets) == 1, "the redelivered ticket request opened a second ticket"
+    assert "gpu-node-03" in (tickets[0].parent / "dossier.md").read_text()
+
+    dlq = KafkaConsumer(f"{topic}.dlq", bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest",
+                        consumer_timeout_ms=5000)
+    dead = [(m.value, dict(m.headers)) for m in dlq]
+    dlq.close()
+    assert [v for v, _ in dead] == [b"{not json", action("ticket", "inc-missing", "gpu-node-09", "create")]
+    assert all(h["topic"] == topic.encode() and "offset" in h and "partition" in h for _, h in dead)
+    assert b"not in the database" in dead[1][1]["reason"]

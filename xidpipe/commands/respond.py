@@ -1,0 +1,51 @@
+"""`xidpipe respond`: act on the stream's action requests (cordon, Jira, Slack) until stopped."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "respond",
+        help="consume action requests: guarded cordon, Jira tickets, Slack messages",
+        description="Consume the actions topic and act on each request from the incident's state in SQL: "
+        "cordon through the guarded executor (XIDPIPE_ACTIONS_*; dry run without a cluster), tickets and "
+        "chat through the sinks (XIDPIPE_SINKS_*; file outboxes without Jira or Slack). Settings of its "
+        "own: XIDPIPE_RESPOND_BOOTSTRAP_SERVERS, _TOPIC_PREFIX, _DATABASE_URL, _GROUP_ID, _CLUSTER. Run one "
+        "replica per cluster: the cordon circuit breaker counts within one process.",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from streams.sinks.build import build_sinks
+    from streams.sinks.settings import SinkSettings
+    from xidpipe.actions.runtime import build_executor
+    from xidpipe.actions.settings import ActionSettings
+    from xidpipe.respond.responder import RespondSettings, build_responder, run_responder
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = RespondSettings()
+        executor = build_executor(ActionSettings())
+        sinks = build_sinks(SinkSettings())
+    except (ValueError, OSError) as exc:  # pydantic's ValidationError and PolicyError are ValueErrors
+        print(f"xidpipe respond: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    responder = build_responder(settings, executor, sinks)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_responder(settings, responder, stop)
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,1 @@
+"""The responder: acts on the stream's action requests (cordon, ticket, notification)."""

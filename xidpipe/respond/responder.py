@@ -1,0 +1,163 @@
+"""Act on the stream's action requests: cordon through the guarded executor, tickets and chat
+through the sinks, each from the incident's current state in SQL.
+
+Delivery is at-least-once: a message's offset is committed after it was handled, and every effect
+is idempotent (the executor checks the node, the sinks check their own records). A message that
+cannot be decoded goes to the actions dead-letter topic with the reason, and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.orm import Session
+
+from models.cordon import cordon_request_for
+from models.incidents import IncidentState
+from models.node_records import dead_letter_topic
+from models.tables import Incident
+from streams.sinks.build import Sinks
+from streams.sinks.model import IncidentNotice
+from streams.store import make_engine
+from streams.topics import topology
+from xidpipe.actions.executor import CordonExecutor
+from xidpipe.respond.dossier_builder import action_items, build_dossier
+
+log = logging.getLogger(__name__)
+
+
+class RespondSettings(BaseSettings):
+    """The responder's own settings (env prefix `XIDPIPE_RESPOND_`); the executor and the sinks read
+    `XIDPIPE_ACTIONS_*` and `XIDPIPE_SINKS_*`."""
+
+    model_config = SettingsConfigDict(env_prefix="XIDPIPE_RESPOND_", extra="ignore")
+
+    bootstrap_servers: str = Field(default="127.0.0.1:9092", description="Kafka bootstrap servers")
+    topic_prefix: str = Field(default="", description="the stream worker's topic prefix")
+    database_url: str = Field(default="sqlite:///var/xidpipe.db", description="the stream worker's database")
+    group_id: str = Field(default="xidpipe-responder", description="Kafka consumer group")
+    cluster: str = Field(default="default", description="cluster name shown in dossiers")
+
+
+@dataclass(slots=True)
+class Outcome:
+    kind: str
+    incident_id: str | None
+    result: str
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class Responder:
+    engine: sa.Engine
+    executor: CordonExecutor
+    sinks: Sinks
+    cluster: str = "default"
+    handled: list[Outcome] = field(default_factory=list)
+
+    def _load(self, incident_id: str) -> Incident | None:
+        with Session(self.engine) as s:
+            row = s.get(Incident, incident_id)
+            if row is not None:
+                s.expunge(row)
+            return row
+
+    def _notice(self, incident_id: str) -> IncidentNotice | None:
+        with Session(self.engine) as s:
+            row = s.get(Incident, incident_id)
+            if row is None:
+                return None
+            actions = action_items(self.executor.store.recent(500), incident_id)
+            dossier = build_dossier(s, row, actions, cluster=self.cluster)
+            namespace = dossier.attribution.namespace
+            labels = {"node": row.node, "family": row.family, "category": row.category}
+            if namespace:
+                labels["namespace"] = namespace
+            return IncidentNotice(dossier=dossier, previous_incident_id=row.previous_incident_id, labels=labels)
+
+    async def handle(self, message: dict[str, Any]) -> Outcome:
+        kind = str(message.get("kind", ""))
+        incident_id = message.get("incident_id")
+        if not isinstance(incident_id, str) or kind not in ("cordon_candidate", "ticket", "notification"):
+            raise ValueError(f"not an action request: kind={kind!r} incident_id={incident_id!r}")
+        if kind == "cordon_candidate":
+            row = await asyncio.to_thread(self._load, incident_id)
+            if row is None:
+                raise LookupError(f"incident {incident_id} is not in the database")
+            state = IncidentState(
+                incident_id=row.incident_id, fingerprint=row.fingerprint, node=row.node, gpu=row.gpu,
+                family=row.family, status=row.status, count=row.count,  # type: ignore[arg-type]
+                first_seen=row.first_seen, last_seen=row.last_seen, category=row.category, reason=row.reason,
+                codes=tuple(str(c) for c in row.codes or ()),
+            )
+            result = await self.executor.handle_async(cordon_request_for(state))
+            outcome = Outcome(kind, incident_id, f"{result.outcome}{' (dry run)' if result.dry_run else ''}",
+                              result.reason)
+            # The ticket's dossier lists the actions taken: let the tracker refresh it (it decides).
+            notice = await asyncio.to_thread(self._notice, incident_id)
+            if notice is not None:
+                await self.sinks.tickets.submit_async(notice)
+        else:
+            notice = await asyncio.to_thread(self._notice, incident_id)
+            if notice is None:
+                raise LookupError(f"incident {incident_id} is not in the database")
+            if kind == "ticket":
+                ticket = await self.sinks.tickets.submit_async(notice)
+                what = f"{ticket.status} {ticket.action or ''} {ticket.key or ''}".strip()
+                outcome = Outcome(kind, incident_id, what, ticket.error or ticket.reason)
+            else:
+                chat = await self.sinks.chat.submit_async(notice)
+                outcome = Outcome(kind, incident_id, f"{chat.action} {chat.channel or ''}".strip(),
+                                  chat.error or chat.reason)
+        self.handled.append(outcome)
+        log.info("%s for %s: %s", kind, incident_id, outcome.result,
+                 extra={"incident": incident_id, "action": kind, "detail": outcome.detail})
+        return outcome
+
+
+async def run_responder(settings: RespondSettings, responder: Responder, stop: asyncio.Event,
+                        ready: asyncio.Event | None = None) -> None:
+    """Consume the actions topic until `stop` is set (offsets committed after each message)."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    topic = topology(settings.topic_prefix, 1).actions.name
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap_servers, group_id=settings.group_id,
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+    await consumer.start()
+    await producer.start()
+    bg = [asyncio.create_task(responder.sinks.tickets.run(stop)), asyncio.create_task(responder.sinks.chat.run(stop))]
+    if ready is not None:
+        ready.set()
+    try:
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=500, max_records=100)
+            for tp, messages in batches.items():
+                for msg in messages:
+                    try:
+                        await responder.handle(json.loads(msg.value or b"null"))
+                    except (ValueError, LookupError, TypeError) as exc:
+                        await producer.send_and_wait(dead_letter_topic(tp.topic), msg.value, key=msg.key, headers=[
+                            ("reason", str(exc).encode()), ("topic", tp.topic.encode()),
+                            ("partition", str(tp.partition).encode()), ("offset", str(msg.offset).encode())])
+                        log.error("action request to dead-letter topic: %s", exc,
+                                  extra={"topic": tp.topic, "partition": tp.partition, "offset": msg.offset})
+            if batches:
+                await consumer.commit()
+    finally:
+        stop.set()
+        for task in bg:
+            await task
+        await consumer.stop()
+        await producer.stop()
+
+
+def build_responder(settings: RespondSettings, executor: CordonExecutor, sinks: Sinks) -> Responder:
+    return Responder(make_engine(settings.database_url), executor, sinks, cluster=settings.cluster)
