@@ -98,8 +98,8 @@ def test_invalid_utf8_inside_a_fault_line_keeps_the_fault(tmp_path: Path) -> Non
     assert rec["xid"] == 13 and rec["process"] == "caf\ufffd"
 
 
-def test_demo_scans_the_sample_cluster() -> None:
-    proc = xidpipe("demo")
+def test_demo_scan_only_scans_the_sample_cluster() -> None:
+    proc = xidpipe("demo", "--scan-only")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.decode()
     lines = {line.split()[0] + " " + line.split()[3]: line for line in out.splitlines()

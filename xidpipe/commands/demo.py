@@ -1,25 +1,31 @@
-"""`xidpipe demo`: xidpipe on the bundled sample cluster, with embedded defaults."""
+"""`xidpipe demo`: the whole pipeline on the bundled sample cluster, with embedded defaults."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from importlib import resources
 from typing import Any
 
 from models.scan import scan
 from xidpipe.commands.scan import collect, print_table
 
-SAMPLE_YEAR = 2025
+SAMPLE_YEAR = 2026
 
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "demo",
-        help="run xidpipe on the bundled sample cluster logs",
-        description="Scan the kernel logs of the bundled sample cluster (several GPU nodes with "
-        "application faults, a failing GPU, a GPU falling off the bus and an Xid storm) and print "
-        "the classified incidents.",
+        help="run the whole pipeline on the bundled sample cluster",
+        description="Start a local Kafka (unless XIDPIPE_DEMO_KAFKA is set), the stream worker, one node "
+        "agent per sample node replaying its kernel log, and the responder with embedded defaults "
+        "(dry-run cordon, Jira and Slack outboxes under var/outbox). Waits until everything is processed, "
+        "prints the incidents with their attribution, classification and actions, and exits. "
+        "Re-creates var/xidpipe.db and var/outbox.",
     )
+    p.add_argument("--scan-only", action="store_true",
+                   help="only run `xidpipe scan` over the sample logs (no Kafka, no worker)")
+    p.add_argument("--timeout", type=float, default=110.0, help="give up after this many seconds (default 110)")
     p.set_defaults(func=run)
 
 
@@ -29,11 +35,45 @@ def sample_files() -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    files = sample_files()
-    print(f"Scanning {len(files)} sample node logs:")
-    for f in files:
-        print(f"  {f}")
-    print()
-    incidents = scan(collect(files, None, SAMPLE_YEAR))
-    print_table(incidents)
+    if args.scan_only:
+        incidents = scan(collect(sample_files(), None, SAMPLE_YEAR))
+        print_table(incidents)
+        return 0
+    from xidpipe.demo import DB, OUTBOX, run_demo
+
+    def say(text: str) -> None:
+        print(f"· {text}", flush=True)
+
+    try:
+        result = run_demo(say, timeout=args.timeout)
+    except (TimeoutError, RuntimeError, OSError) as exc:
+        print(f"xidpipe demo: {exc}", file=sys.stderr)
+        return 1
+    print_incidents(result["incidents"])
+    print_actions(result["actions"])
+    print(f"\nTickets and chat messages (outbox): {OUTBOX}/jira, {OUTBOX}/slack")
+    print(f"Incident history: {DB} (sqlite); the pipeline took {result['seconds']:.0f} s")
     return 0
+
+
+def print_incidents(incidents: list[dict[str, Any]]) -> None:
+    rows = sorted(incidents, key=lambda i: (i["node"], i["first_seen"] or "", i["family"]))
+    print(f"\n{len(rows)} incidents:\n")
+    for n, i in enumerate(rows, 1):
+        gpu = i.get("gpu_uuid") or i.get("pci") or i.get("gpu")
+        pods = ", ".join(str(p) for p in i.get("pods") or []) or "unknown"
+        procs = ", ".join(str(p) for p in i.get("processes") or []) or "unknown"
+        codes = ", ".join(str(c) for c in i.get("codes") or [])
+        print(f"[{n}] {i['node']}  {i['family']}  {i['category'].upper()}  x{i['count']}  {codes}")
+        print(f"    GPU {gpu}  serial {i.get('serial') or 'unknown'}  PCI {i.get('pci') or 'unknown'}")
+        print(f"    pods: {pods}   processes: {procs}")
+        print(f"    why: {i['reason']}")
+        if i.get("immediate_action"):
+            print(f"    NVIDIA: {i['immediate_action']}")
+
+
+def print_actions(actions: list[Any]) -> None:
+    cordons = [a for a in actions if getattr(a, "action", "") == "cordon"]
+    print(f"\nCordon decisions (no cluster configured: dry run): {len(cordons)}")
+    for a in sorted(cordons, key=lambda a: (a.node or "", a.at)):
+        print(f"  {a.node}: {a.decision or a.outcome} ({'dry run' if a.dry_run else a.outcome}): {a.reason}")

@@ -1,0 +1,168 @@
+"""The main job on one machine: the whole pipeline over the bundled sample cluster.
+
+A local Apache Kafka (unless XIDPIPE_DEMO_KAFKA names one), the stream worker, one node agent per
+sample node replaying its kernel log, the nodes' recorded inventories and pod assignments, and
+the responder with its embedded defaults: dry-run cordon, Jira and Slack outboxes. The database is
+the embedded default, `var/xidpipe.db`, so `xidpipe` commands can look at the result afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from models.node_records import NodeRecord, decode_node_record
+from streams.runner import WorkerProcess, consumer_lag, produce, wait_caught_up
+from streams.settings import WorkerSettings
+from streams.sinks.build import build_sinks
+from streams.sinks.settings import SinkSettings
+from streams.store import Store
+from streams.topics import topology
+from streams.worker import prepare
+from xidpipe.actions.runtime import build_executor
+from xidpipe.actions.settings import ActionSettings
+from xidpipe.respond.responder import Responder, RespondSettings, build_responder, run_responder
+
+VAR = Path("var")
+DB = VAR / "xidpipe.db"
+OUTBOX = VAR / "outbox"
+WORK = VAR / "demo"
+REPLAY_RATE = 4000  # kernel lines per second and node
+
+
+def sample_dir() -> Path:
+    return Path(str(resources.files("xidpipe").joinpath("samples", "cluster")))
+
+
+def sample_state() -> list[NodeRecord]:
+    text = (sample_dir() / "state.jsonl").read_text(encoding="utf-8")
+    return [decode_node_record(line) for line in text.splitlines() if line.strip()]
+
+
+@contextmanager
+def kafka(say: Callable[[str], None]) -> Iterator[str]:
+    external = os.environ.get("XIDPIPE_DEMO_KAFKA")
+    if external:
+        say(f"Kafka: {external} (XIDPIPE_DEMO_KAFKA)")
+        yield external
+        return
+    from xidpipe.localinfra.kafka import LocalKafka, fetch
+
+    fetch()
+    with LocalKafka(num_partitions=2) as broker:
+        say(f"Kafka: local Apache Kafka at {broker.bootstrap}, ready in "
+            f"{broker.format_seconds + broker.ready_seconds:.1f} s")
+        yield broker.bootstrap
+
+
+def agent_command(log: Path, node: str, bootstrap: str, state_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "xidpipe.cli", "agent", "--source", "file", "--log-file", str(log),
+            "--no-follow", "--replay-rate", str(REPLAY_RATE), "--node", node, "--bootstrap-servers", bootstrap,
+            "--state-dir", str(state_dir), "--no-nvml", "--no-podresources", "--no-evidence", "--no-metrics",
+            "--log-level", "warning"]
+
+
+def run_agents(bootstrap: str, say: Callable[[str], None], timeout: float) -> None:
+    logs = sorted(sample_dir().glob("*.log"))
+    procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
+    for log in logs:
+        node = log.stem
+        out = WORK / "agents" / f"{node}.log"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "wb") as sink:
+            procs.append((node, subprocess.Popen(agent_command(log, node, bootstrap, WORK / "agents" / node),
+                                                 stdout=sink, stderr=subprocess.STDOUT), out))
+    say(f"Agents: {len(procs)} node agents replaying {', '.join(p[0] for p in procs)}")
+    deadline = time.monotonic() + timeout
+    for node, proc, out in procs:
+        try:
+            code = proc.wait(max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise TimeoutError(f"agent for {node} did not finish its replay in {timeout:.0f} s") from None
+        if code != 0:
+            raise RuntimeError(f"agent for {node} exited with {code}:\n{out.read_text(errors='replace')[-3000:]}")
+
+
+async def respond_until_idle(settings: RespondSettings, responder: Responder, timeout: float) -> None:
+    from streams.runner import _lag
+
+    stop = asyncio.Event()
+    ready = asyncio.Event()
+    task = asyncio.create_task(run_responder(settings, responder, stop, ready))
+    await asyncio.wait_for(ready.wait(), 30)
+    topic = topology(settings.topic_prefix, 1).actions.name
+    deadline = time.monotonic() + timeout
+    quiet_since = None
+    while time.monotonic() < deadline:
+        lag = await _lag(settings.bootstrap_servers, settings.group_id, [topic])
+        if lag == 0:
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since > 2.0:
+                break
+        else:
+            quiet_since = None
+        await asyncio.sleep(0.3)
+    # Send what the group timers still hold: in the demo nothing more will arrive.
+    await asyncio.to_thread(responder.sinks.chat.flush)
+    await asyncio.to_thread(responder.sinks.tickets.drain)
+    stop.set()
+    await task
+
+
+def run_demo(say: Callable[[str], None] = print, timeout: float = 110.0) -> dict[str, Any]:
+    """Run the sample cluster through the whole pipeline; returns what the demo prints from."""
+    started = time.monotonic()
+    for path in (DB, OUTBOX, WORK):
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    WORK.mkdir(parents=True, exist_ok=True)
+    db_url = f"sqlite:///{DB}"
+    run = uuid.uuid4().hex[:6]
+    with ExitStack() as stack:
+        bootstrap = stack.enter_context(kafka(say))
+        worker_settings = WorkerSettings(
+            bootstrap_servers=bootstrap, database_url=db_url, app_id=f"xidpipe-demo-{run}", partitions=2,
+            datadir=WORK / "faust", session_timeout_s=6.0, heartbeat_interval_s=1.0, commit_interval_s=0.5,
+            cluster="demo",
+        )
+        prepare(worker_settings)
+        worker = WorkerProcess(worker_settings, WORK / "worker.log").start()
+        stack.callback(worker.terminate)
+        say(f"Worker: Faust stream worker (pid {worker.pid}), database {DB}")
+        state = sample_state()
+        produce(bootstrap, topology(worker_settings.topic_prefix, worker_settings.partitions), state)
+        say(f"Node state: {len(state)} recorded inventory and pod-assignment records")
+        run_agents(bootstrap, say, timeout=max(10.0, timeout - (time.monotonic() - started)))
+        wait_caught_up(worker_settings, max(10.0, timeout - (time.monotonic() - started)), worker)
+        lag_left = consumer_lag(bootstrap, worker_settings)
+        say(f"Stream: every node record processed (lag {lag_left})")
+        respond = RespondSettings(bootstrap_servers=bootstrap, database_url=db_url, cluster="demo",
+                                  group_id=f"xidpipe-responder-{run}")
+        executor = build_executor(ActionSettings(database_url=SecretStr(db_url)))  # no cluster: dry-run decisions
+        sinks = build_sinks(SinkSettings(database_url=db_url, outbox_dir=OUTBOX, group_wait_s=0))
+        responder = build_responder(respond, executor, sinks)
+        asyncio.run(respond_until_idle(respond, responder, max(10.0, timeout - (time.monotonic() - started))))
+        say(f"Responder: {len(responder.handled)} action requests handled")
+        worker.terminate()
+    store = Store(db_url)
+    try:
+        incidents = store.incidents()
+    finally:
+        store.dispose()
+    return {"incidents": incidents, "handled": responder.handled, "seconds": time.monotonic() - started,
+            "actions": executor.store.recent(500)}
