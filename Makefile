@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: install
+demo: install kafka-jars
 	$(BIN)/xidpipe demo
 
 lint: install

@@ -148,3 +148,12 @@ def test_named_volumes_are_declared() -> None:
             source = volume.split(":", 1)[0] if isinstance(volume, str) else volume.get("source", "")
             if source and not source.startswith((".", "/", "~")):
                 assert source in declared, f"service {name} mounts undeclared volume {source}"
+
+
+def test_package_files_named_in_commands_exist() -> None:
+    """A path into the installed package (site-packages/xidpipe/...) names a file the package ships."""
+    for name, service in _project_services().items():
+        for word in _argv(service):
+            if "/site-packages/xidpipe/" in word:
+                shipped = ROOT / "xidpipe" / word.split("/site-packages/xidpipe/", 1)[1]
+                assert shipped.is_file(), f"service {name}: {word} is not a file of the package"
