@@ -21,4 +21,5 @@ RUN pip install . \
 
 USER xidpipe
 WORKDIR /home/xidpipe
-CMD ["xidpipe", "demo"]
+ENTRYPOINT ["xidpipe"]
+CMD ["demo"]
