@@ -350,6 +350,12 @@ def actions_for(change: IncidentChange, xids: Sequence[int], policy: PipelinePol
         out.append(ActionRequest(kind, operation, inc.incident_id, inc.node, inc.gpu, reason,
                                  f"{inc.incident_id}:{kind}:{operation}"))
 
+    # The cordon request goes first: it is the one action with a deadline (new work must stop landing
+    # on the GPU within a second); tickets and messages can follow it.
+    if change.kind != "resolved" and not inc.cordon_requested:
+        why = should_cordon(inc, xids, policy)
+        if why is not None:
+            add("cordon_candidate", "cordon", why)
     if change.kind in ("opened", "reopened"):
         add("ticket", "create" if change.kind == "opened" else "reopen", change.reason)
         add("notification", change.kind, change.reason)
@@ -358,10 +364,6 @@ def actions_for(change: IncidentChange, xids: Sequence[int], policy: PipelinePol
     elif change.kind == "reclassified":
         add("notification", "reclassified", change.reason)
         add("ticket", f"comment:{inc.category}", change.reason)
-    if change.kind != "resolved" and not inc.cordon_requested:
-        why = should_cordon(inc, xids, policy)
-        if why is not None:
-            add("cordon_candidate", "cordon", why)
     return out
 
 

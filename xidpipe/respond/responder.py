@@ -124,37 +124,78 @@ class Responder:
 
 async def run_responder(settings: RespondSettings, responder: Responder, stop: asyncio.Event,
                         ready: asyncio.Event | None = None) -> None:
-    """Consume the actions topic until `stop` is set (offsets committed after each message)."""
+    """Consume the actions topic until `stop` is set.
+
+    Cordons are handled as soon as they are fetched: new work must stop landing on a failing GPU
+    within a second. Tickets and chat messages are handled by one background task, in order, so a
+    slow Jira never delays a cordon. A batch's offsets are committed once everything in it was
+    handled (at-least-once; every effect is idempotent).
+    """
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import OffsetAndMetadata
 
     topic = topology(settings.topic_prefix, 1).actions.name
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap_servers, group_id=settings.group_id,
-                                enable_auto_commit=False, auto_offset_reset="earliest")
+                                enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=100)
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
     await consumer.start()
     await producer.start()
     bg = [asyncio.create_task(responder.sinks.tickets.run(stop)), asyncio.create_task(responder.sinks.chat.run(stop))]
+
+    async def handle_one(tp: Any, msg: Any, body: dict[str, Any] | None, why: str) -> None:
+        try:
+            if body is None:
+                raise ValueError(why)
+            await responder.handle(body)
+        except (ValueError, LookupError, TypeError) as exc:
+            await producer.send_and_wait(dead_letter_topic(tp.topic), msg.value, key=msg.key, headers=[
+                ("reason", str(exc).encode()), ("topic", tp.topic.encode()),
+                ("partition", str(tp.partition).encode()), ("offset", str(msg.offset).encode())])
+            log.error("action request to dead-letter topic: %s", exc,
+                      extra={"topic": tp.topic, "partition": tp.partition, "offset": msg.offset})
+
+    async def handle_later(items: list[tuple[Any, Any, dict[str, Any] | None, str]],
+                           after: asyncio.Task[None] | None) -> None:
+        if after is not None:
+            await after  # keep the order of tickets and messages across batches
+        for item in items:
+            await handle_one(*item)
+
+    pending: list[tuple[dict[Any, OffsetAndMetadata], asyncio.Task[None]]] = []
     if ready is not None:
         ready.set()
     try:
         while not stop.is_set():
-            batches = await consumer.getmany(timeout_ms=500, max_records=100)
+            batches = await consumer.getmany(timeout_ms=100, max_records=100)
+            now: list[tuple[Any, Any, dict[str, Any] | None, str]] = []
+            later: list[tuple[Any, Any, dict[str, Any] | None, str]] = []
+            offsets: dict[Any, OffsetAndMetadata] = {}
             for tp, messages in batches.items():
                 for msg in messages:
                     try:
-                        await responder.handle(json.loads(msg.value or b"null"))
-                    except (ValueError, LookupError, TypeError) as exc:
-                        await producer.send_and_wait(dead_letter_topic(tp.topic), msg.value, key=msg.key, headers=[
-                            ("reason", str(exc).encode()), ("topic", tp.topic.encode()),
-                            ("partition", str(tp.partition).encode()), ("offset", str(msg.offset).encode())])
-                        log.error("action request to dead-letter topic: %s", exc,
-                                  extra={"topic": tp.topic, "partition": tp.partition, "offset": msg.offset})
-            if batches:
-                await consumer.commit()
+                        body = json.loads(msg.value or b"null")
+                        item = (tp, msg, body if isinstance(body, dict) else None, "not a JSON object")
+                    except ValueError as exc:
+                        item = (tp, msg, None, f"not JSON: {exc}")
+                    is_cordon = item[2] is not None and item[2].get("kind") == "cordon_candidate"
+                    (now if is_cordon else later).append(item)
+                    offsets[tp] = OffsetAndMetadata(msg.offset + 1, "")
+            for item in now:
+                await handle_one(*item)
+            if offsets:
+                previous = pending[-1][1] if pending else None
+                pending.append((offsets, asyncio.create_task(handle_later(later, previous))))
+            while pending and pending[0][1].done():
+                done_offsets, task = pending.pop(0)
+                task.result()  # a failure stops the responder before its offsets are committed
+                await consumer.commit(done_offsets)
     finally:
         stop.set()
-        for task in bg:
+        for done_offsets, task in pending:
             await task
+            await consumer.commit(done_offsets)
+        for t in bg:
+            await t
         await consumer.stop()
         await producer.stop()
 
