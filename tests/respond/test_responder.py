@@ -104,6 +104,14 @@ def test_actions_are_carried_out_once_and_bad_ones_dead_lettered(
     assert len(tickets) == 1, "the redelivered ticket request opened a second ticket"
     assert "gpu-node-03" in (tickets[0].parent / "dossier.md").read_text()
 
+    done = KafkaConsumer(f"{topic}.completed", bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest",
+                         consumer_timeout_ms=5000)
+    completed = [json.loads(m.value) for m in done]
+    done.close()
+    assert [(c["action"], c["node"], c["incident_id"], c["dry_run"]) for c in completed] == [
+        ("cordon", "gpu-node-03", "inc-lost", True)]
+    assert completed[0]["request"] == "inc-lost:cordon_candidate:cordon" and completed[0]["reason"]
+
     dlq = KafkaConsumer(f"{topic}.dlq", bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest",
                         consumer_timeout_ms=5000)
     dead = [(m.value, dict(m.headers)) for m in dlq]

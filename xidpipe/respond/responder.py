@@ -44,6 +44,7 @@ class RespondSettings(BaseSettings):
     database_url: str = Field(default="sqlite:///var/xidpipe.db", description="the stream worker's database")
     group_id: str = Field(default="xidpipe-responder", description="Kafka consumer group")
     cluster: str = Field(default="default", description="cluster name shown in dossiers")
+    replication_factor: int = Field(default=1, ge=1, description="for the actions-completed topic, if created")
 
 
 @dataclass(slots=True)
@@ -54,6 +55,13 @@ class Outcome:
     detail: str = ""
 
 
+COMPLETED_SUFFIX = ".completed"  # the actions-completed topic: `<actions topic>.completed`
+
+
+def completed_topic(settings: RespondSettings) -> str:
+    return topology(settings.topic_prefix, 1).actions.name + COMPLETED_SUFFIX
+
+
 @dataclass(slots=True)
 class Responder:
     engine: sa.Engine
@@ -61,6 +69,8 @@ class Responder:
     sinks: Sinks
     cluster: str = "default"
     handled: list[Outcome] = field(default_factory=list)
+    # Executed cluster actions with their outcome, to publish on the actions-completed topic.
+    completed: list[dict[str, Any]] = field(default_factory=list)
 
     def _load(self, incident_id: str) -> Incident | None:
         with Session(self.engine) as s:
@@ -100,6 +110,8 @@ class Responder:
             result = await self.executor.handle_async(cordon_request_for(state))
             outcome = Outcome(kind, incident_id, f"{result.outcome}{' (dry run)' if result.dry_run else ''}",
                               result.reason)
+            self.completed.append({"schema_version": 1, "request": message.get("idempotency_key"),
+                                   **result.model_dump(mode="json")})
             # The ticket's dossier lists the actions taken: let the tracker refresh it (it decides).
             notice = await asyncio.to_thread(self._notice, incident_id)
             if notice is not None:
@@ -138,6 +150,7 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap_servers, group_id=settings.group_id,
                                 enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=100)
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+    await _ensure_topic(settings, completed_topic(settings))
     await consumer.start()
     await producer.start()
     bg = [asyncio.create_task(responder.sinks.tickets.run(stop)), asyncio.create_task(responder.sinks.chat.run(stop))]
@@ -182,6 +195,10 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
                     offsets[tp] = OffsetAndMetadata(msg.offset + 1, "")
             for item in now:
                 await handle_one(*item)
+            while responder.completed:  # recorded in SQL by the executor; published for other consumers
+                done = responder.completed.pop(0)
+                await producer.send_and_wait(completed_topic(settings), json.dumps(done).encode(),
+                                             key=str(done.get("node", "")).encode())
             if offsets:
                 previous = pending[-1][1] if pending else None
                 pending.append((offsets, asyncio.create_task(handle_later(later, previous))))
@@ -198,6 +215,26 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
             await t
         await consumer.stop()
         await producer.stop()
+
+
+async def _ensure_topic(settings: RespondSettings, name: str) -> None:
+    """Create `name` like the actions topic it mirrors, unless it exists."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    await admin.start()
+    try:
+        actions = topology(settings.topic_prefix, 1).actions.name
+        described = await admin.describe_topics([actions])
+        partitions = max(1, len(described[0].get("partitions", []))) if described else 1
+        response = await admin.create_topics([NewTopic(name, partitions, settings.replication_factor)])
+        for error in getattr(response, "topic_errors", []):
+            code = error[1]
+            if code not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS
+                log.warning("could not create %s (Kafka error %s); relying on the broker to auto-create it",
+                            name, code)
+    finally:
+        await admin.close()
 
 
 def build_responder(settings: RespondSettings, executor: CordonExecutor, sinks: Sinks) -> Responder:
