@@ -29,6 +29,8 @@ from typing import Any
 from agents.kernlog.prefilter import normalize_bdf
 from agents.metrics import Metrics
 from models.node_records import Evidence, EvidenceItem, GpuInfo, NodeRecord, NvmlEvent
+from models.redact import redact as redact_text
+from models.redact import redact_argv
 
 log = logging.getLogger(__name__)
 
@@ -36,36 +38,6 @@ _XID = re.compile(
     r"\bXid \(PCI:(?P<bus>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, pid=(?P<pid>'?<unknown>'?|\d+))?"
 )
 _GPU_AT = re.compile(r"GPU (?:at PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)")
-_SECRET_KEY = (
-    r"(?:[\w.-]*(?:token|passw(?:or)?d|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential|auth)[\w.-]*)"
-)
-_SECRET_ASSIGN = re.compile(rf"(?i)\b({_SECRET_KEY})(\s*[=:]\s*)((?:(?:bearer|basic)\s+)?\S+)")
-_SECRET_FLAG = re.compile(rf"(?i)^--?{_SECRET_KEY}$")
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
-REDACTED = "[REDACTED]"
-
-
-def redact_text(text: str) -> str:
-    text = _SECRET_ASSIGN.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
-    return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        if _SECRET_FLAG.match(arg):
-            out.append(arg)
-            hide_next = True
-            continue
-        out.append(redact_text(arg))
-    return out
-
-
 def full_bdf(bus: str) -> str:
     """`0000:3b:00` (as Xid lines print it) → `0000:3b:00.0`."""
     bdf = normalize_bdf(bus if "." in bus.rsplit(":", 1)[-1] else f"{bus}.0")
