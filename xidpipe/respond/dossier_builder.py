@@ -43,12 +43,17 @@ def _codes(events: Sequence[FaultEvent], incident: Incident) -> list[CodeInfo]:
 
 
 def _attribution(events: Sequence[FaultEvent]) -> Attribution:
-    for e in reversed(events):  # the latest fault that names a workload
-        if e.pod or e.process or e.pid is not None:
-            owner = (e.attribution or {}).get("owner") if isinstance(e.attribution, dict) else None
-            return Attribution(pod=e.pod, namespace=e.namespace, container=e.container,
-                               owner=str(owner) if owner else None, process=e.process, pid=e.pid)
-    return Attribution()
+    """The workload at the latest fault that names one, and the latest process a fault names."""
+    pod = next((e for e in reversed(events) if e.pod), None)
+    proc = next((e for e in reversed(events) if e.process or e.pid is not None), None)
+    owner = None
+    if pod is not None and isinstance(pod.attribution, dict):
+        owner = pod.attribution.get("owner")
+    return Attribution(
+        pod=pod.pod if pod else None, namespace=pod.namespace if pod else None,
+        container=pod.container if pod else None, owner=str(owner) if owner else None,
+        process=proc.process if proc else None, pid=proc.pid if proc else None,
+    )
 
 
 def _gpu(s: Session, incident: Incident) -> tuple[GpuInfo, str | None]:
