@@ -37,6 +37,7 @@ from models.correlate import (
 )
 from models.fingerprint import incident_fingerprint
 from models.incidents import (
+    ActionRequest,
     ClassifyContext,
     FaultObservation,
     IncidentChange,
@@ -659,6 +660,11 @@ class _Batch:
             if len(sent) > _UPDATES_REMEMBERED:
                 sent.pop(next(iter(sent)))
             self.outbox.append(_incident_message(row, kind, reason))
+            if kind == "updated" and not actions:
+                # Repeats reach the ticket sink at the update interval; it decides whether they make a
+                # (rate-limited) comment or nothing.
+                actions = [ActionRequest("ticket", f"update:v{row.version}", row.incident_id, row.node, row.gpu,
+                                         reason, f"{row.incident_id}:ticket:update:v{row.version}")]
         self.outbox.extend(_action_message(a, row) for a in actions)
 
     def _verdict(self, row: Incident, observations: list[FaultObservation], app: _AppContext | None) -> Verdict:

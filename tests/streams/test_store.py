@@ -29,6 +29,21 @@ def test_repeats_are_published_once_per_update_interval(tmp_path: Path) -> None:
     results = feed(st, items_of([k.xid(0, 13, T0 + s(i), 1, "p") for i in range(3)]), batch=1)
     changes = [o.payload["change"] for r in results for o in r.outgoing if o.stream == "incidents"]
     assert changes == ["opened", "updated", "updated"]
+    # each published repeat is offered to the ticket sink once (it decides: comment or nothing)
+    tickets = [o.payload["operation"] for r in results for o in r.outgoing
+               if o.stream == "actions" and o.payload["kind"] == "ticket"]
+    assert tickets == ["create", "update:v2", "update:v3"]
+    st.dispose()
+
+
+def test_a_storm_within_the_update_interval_offers_the_ticket_no_repeats(tmp_path: Path) -> None:
+    st = Store(f"sqlite:///{tmp_path / 'v.db'}", PipelinePolicy(update_interval_s=3600))
+    st.create_schema()
+    k = Kmsg("n11")
+    results = feed(st, items_of([k.xid(0, 13, T0 + s(i), 1, "p") for i in range(50)]), batch=5)
+    tickets = [o.payload["operation"] for r in results for o in r.outgoing
+               if o.stream == "actions" and o.payload["kind"] == "ticket"]
+    assert tickets == ["create"]
     st.dispose()
 
 
