@@ -159,7 +159,12 @@ class Store:
             batch = _Batch(s, self, now, res)
             batch.repair(late)
             batch.faults(faults)
-            self._evidence(s, [i for i in items if isinstance(i, EvidenceItem)], res)
+            for incident_id, record_id in self._evidence(s, [i for i in items if isinstance(i, EvidenceItem)], res):
+                row = s.get(Incident, incident_id)
+                if row is not None:  # late evidence: the ticket sink refreshes the dossier's attachments
+                    batch.outbox.append(_action_message(ActionRequest(
+                        "ticket", "evidence", row.incident_id, row.node, row.gpu, "evidence arrived",
+                        f"{row.incident_id}:ticket:evidence:{record_id}"), row))
             if faults:
                 self._link_waiting_evidence(s, {f.node for f in faults})
             batch.finish()
@@ -223,9 +228,12 @@ class Store:
             fresh.append(f)
         return fresh
 
-    def _evidence(self, s: Session, items: list[EvidenceItem], res: BatchResult) -> None:
+    def _evidence(self, s: Session, items: list[EvidenceItem], res: BatchResult) -> list[tuple[str, str]]:
+        """Store new evidence; returns (incident id, evidence record id) of the evidence whose fault is
+        already part of an incident."""
+        linked: list[tuple[str, str]] = []
         if not items:
-            return
+            return linked
         keys = {(i.record.node, i.record.record_id) for i in items}
         have: set[tuple[str, str]] = set(
             (node, rid) for node, rid in s.execute(
@@ -241,13 +249,16 @@ class Store:
                 continue
             have.add((ev.node, ev.record_id))
             res.evidence += 1
-            event_id = s.execute(
-                sa.select(FaultEvent.id).where(
+            found = s.execute(
+                sa.select(FaultEvent.id, FaultEvent.incident_id).where(
                     FaultEvent.node == ev.node,
                     sa.or_(FaultEvent.record_id == ev.trigger_record_id,
                            FaultEvent.nvml_record_id == ev.trigger_record_id),
                 ).limit(1)
-            ).scalar()
+            ).first()
+            event_id = found[0] if found else None
+            if found and found[1]:
+                linked.append((found[1], ev.record_id))
             s.add(EvidenceRecord(
                 node=ev.node, record_id=ev.record_id, trigger_record_id=ev.trigger_record_id, fault_event_id=event_id,
                 gpu_uuid=ev.gpu_uuid, pci=normalize_pci(ev.pci_bus_id), xid=ev.xid, pid=ev.pid,
@@ -255,6 +266,7 @@ class Store:
                 manifest=[i.model_dump(mode="json", exclude={"data"}) for i in ev.items],
                 items=[i.model_dump(mode="json") for i in ev.items],
             ))
+        return linked
 
     def _link_waiting_evidence(self, s: Session, nodes: set[str]) -> None:
         """Evidence that arrived before the fault that triggered it gets linked once the fault is stored."""

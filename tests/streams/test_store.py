@@ -209,7 +209,11 @@ def test_evidence_links_to_its_fault(store: Store) -> None:
     feed(store, items_of([inventory("n7", T0), line]))
     res = store.process(items_of([ev]))
     assert res.evidence == 1
-    assert store.process(items_of([ev])).duplicates == 1
+    # late evidence offers the incident's ticket a refreshed dossier, once
+    offers = [o.payload for o in res.outgoing if o.stream == "actions"]
+    assert [(o["kind"], o["operation"], o["node"]) for o in offers] == [("ticket", "evidence", "n7")]
+    again = store.process(items_of([ev]))
+    assert again.duplicates == 1 and not [o for o in again.outgoing if o.stream == "actions"]
     counts = store.counts()
     assert counts["evidence"] == 1
     from sqlalchemy import select
