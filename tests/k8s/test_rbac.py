@@ -98,6 +98,8 @@ def test_nobody_is_refused_everything(
         ("list", "policy", "poddisruptionbudgets", "", True),
         ("create", "events.k8s.io", "events", "", True),
         ("patch", "", "events", "", True),
+        ("list", "", "events", "", True),
+        ("get", "", "pods", "log", True),
         ("update", "", "nodes", "", False),
         ("delete", "", "nodes", "", False),
         ("create", "", "nodes", "", False),

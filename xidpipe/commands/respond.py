@@ -26,19 +26,21 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from streams.sinks.build import build_sinks
     from streams.sinks.settings import SinkSettings
-    from xidpipe.actions.runtime import build_executor
+    from xidpipe.actions.runtime import api_client, build_executor
     from xidpipe.actions.settings import ActionSettings
     from xidpipe.respond.responder import RespondSettings, build_responder, run_responder
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = RespondSettings()
-        executor = build_executor(ActionSettings())
+        actions = ActionSettings()
+        api = api_client(actions)
+        executor = build_executor(actions, api=api)
         sinks = build_sinks(SinkSettings())
     except (ValueError, OSError) as exc:  # pydantic's ValidationError and PolicyError are ValueErrors
         print(f"xidpipe respond: bad configuration: {exc}", file=sys.stderr)
         return 2
-    responder = build_responder(settings, executor, sinks)
+    responder = build_responder(settings, executor, sinks, cluster_api=api)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -69,6 +69,8 @@ class Responder:
     sinks: Sinks
     cluster: str = "default"
     handled: list[Outcome] = field(default_factory=list)
+    # The cluster the dossiers' cluster-side evidence is read from (None: no cluster configured).
+    cluster_api: Any = None
     # Executed cluster actions with their outcome, to publish on the actions-completed topic.
     completed: list[dict[str, Any]] = field(default_factory=list)
 
@@ -86,6 +88,14 @@ class Responder:
                 return None
             actions = action_items(self.executor.store.recent(500), incident_id)
             dossier = build_dossier(s, row, actions, cluster=self.cluster)
+            if self.cluster_api is not None:
+                from xidpipe.respond.cluster_evidence import capture
+
+                a = dossier.attribution
+                items, owner = capture(self.cluster_api, row.node, a.namespace, a.pod, a.container)
+                dossier.evidence.extend(items)
+                if owner and not a.owner:
+                    a.owner = owner
             namespace = dossier.attribution.namespace
             labels = {"node": row.node, "family": row.family, "category": row.category}
             if namespace:
@@ -237,5 +247,7 @@ async def _ensure_topic(settings: RespondSettings, name: str) -> None:
         await admin.close()
 
 
-def build_responder(settings: RespondSettings, executor: CordonExecutor, sinks: Sinks) -> Responder:
-    return Responder(make_engine(settings.database_url), executor, sinks, cluster=settings.cluster)
+def build_responder(settings: RespondSettings, executor: CordonExecutor, sinks: Sinks,
+                    cluster_api: Any = None) -> Responder:
+    return Responder(make_engine(settings.database_url), executor, sinks, cluster=settings.cluster,
+                     cluster_api=cluster_api)
