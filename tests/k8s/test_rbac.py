@@ -100,6 +100,8 @@ def test_nobody_is_refused_everything(
         ("patch", "", "events", "", True),
         ("list", "", "events", "", True),
         ("get", "", "pods", "log", True),
+        ("get", "", "namespaces", "", True),
+        ("update", "", "namespaces", "", False),
         ("update", "", "nodes", "", False),
         ("delete", "", "nodes", "", False),
         ("create", "", "nodes", "", False),

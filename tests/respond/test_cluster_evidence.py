@@ -75,6 +75,7 @@ def test_the_responders_dossier_carries_the_cluster_evidence_and_owner(
     from xidpipe.respond.responder import Responder
 
     pod = unique("bert")
+    admin_core.patch_namespace(namespace, {"metadata": {"annotations": {"xidpipe.io/slack-channel": "#team-nlp"}}})
     admin_core.create_namespaced_pod(namespace, client.V1Pod(
         metadata=client.V1ObjectMeta(name=pod, owner_references=[client.V1OwnerReference(
             api_version="apps/v1", kind="ReplicaSet", name="bert-7d9f", uid="5b1e3c2a-0000-4000-8000-000000000001",
@@ -106,5 +107,7 @@ def test_the_responders_dossier_carries_the_cluster_evidence_and_owner(
     assert notice is not None
     d = notice.dossier
     assert d.attribution.owner == "ReplicaSet/bert-7d9f" and d.attribution.pod == pod
+    # the team's chat channel, from its namespace, reaches the routing
+    assert notice.namespace_meta.get("xidpipe.io/slack-channel") == "#team-nlp"
     assert {e.name for e in d.evidence if e.source == "cluster"} == {
         "node description", "pod description", "pod events", "container log (last lines)"}

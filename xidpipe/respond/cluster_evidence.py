@@ -112,6 +112,16 @@ def container_log(core: client.CoreV1Api, namespace: str, name: str, container: 
     return _item("container log (last lines)", "ok", text or "")
 
 
+def namespace_meta(api: client.ApiClient, namespace: str) -> dict[str, str]:
+    """The namespace's labels and annotations (a team names its chat channel there); {} if unreadable."""
+    try:
+        ns: Any = client.CoreV1Api(api).read_namespace(namespace)
+    except (ApiException, OSError) as exc:
+        log.warning("namespace %s not readable for routing: %s", namespace, _why(exc))
+        return {}
+    return {**(ns.metadata.labels or {}), **(ns.metadata.annotations or {})}
+
+
 def capture(api: client.ApiClient, node: str, namespace: str | None, pod: str | None,
             container: str | None) -> tuple[list[EvidenceItem], str | None]:
     """The cluster-side evidence items, and the pod's owner (`Kind/name`) when there is a pod."""

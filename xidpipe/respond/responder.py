@@ -88,19 +88,23 @@ class Responder:
                 return None
             actions = action_items(self.executor.store.recent(500), incident_id)
             dossier = build_dossier(s, row, actions, cluster=self.cluster)
+            meta: dict[str, str] = {}
             if self.cluster_api is not None:
-                from xidpipe.respond.cluster_evidence import capture
+                from xidpipe.respond.cluster_evidence import capture, namespace_meta
 
                 a = dossier.attribution
                 items, owner = capture(self.cluster_api, row.node, a.namespace, a.pod, a.container)
                 dossier.evidence.extend(items)
                 if owner and not a.owner:
                     a.owner = owner
+                if a.namespace:
+                    meta = namespace_meta(self.cluster_api, a.namespace)
             namespace = dossier.attribution.namespace
             labels = {"node": row.node, "family": row.family, "category": row.category}
             if namespace:
                 labels["namespace"] = namespace
-            return IncidentNotice(dossier=dossier, previous_incident_id=row.previous_incident_id, labels=labels)
+            return IncidentNotice(dossier=dossier, previous_incident_id=row.previous_incident_id, labels=labels,
+                                  namespace_meta=meta)
 
     async def handle(self, message: dict[str, Any]) -> Outcome:
         kind = str(message.get("kind", ""))
