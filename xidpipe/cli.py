@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xidpipe.commands.breaker",
     "xidpipe.commands.silence",
     "xidpipe.commands.respond",
+    "xidpipe.commands.incidents",
 )
 
 

@@ -1,0 +1,1 @@
+"""Questions to the incident history: list, show and count incidents."""
