@@ -14,6 +14,7 @@ from streams.ingest import Ingest
 from streams.store import Store
 from tests.streams.records import T0, Kmsg, inventory, pods, s, serial
 
+
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('hist') / 'x.db'}"
