@@ -124,7 +124,8 @@ def produce(bootstrap: str, topo: Topology, records: Iterable[NodeRecord], linge
     return n
 
 
-async def _lag(bootstrap: str, group: str, topics: list[str]) -> int:
+async def group_lag(bootstrap: str, group: str, topics: list[str]) -> int:
+    """Messages on `topics` not yet committed by consumer group `group`."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import KafkaError
@@ -157,7 +158,7 @@ async def _lag(bootstrap: str, group: str, topics: list[str]) -> int:
 def consumer_lag(bootstrap: str, settings: WorkerSettings) -> int:
     """Messages on the input topics not yet committed by the worker's consumer group."""
     topo = topology(settings.topic_prefix, settings.partitions)
-    return asyncio.run(_lag(bootstrap, settings.app_id, [t.name for t in topo.inputs]))
+    return asyncio.run(group_lag(bootstrap, settings.app_id, [t.name for t in topo.inputs]))
 
 
 def wait_caught_up(settings: WorkerSettings, timeout: float, worker: WorkerProcess | None = None) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from models.node_records import NodeRecord, decode_node_record
-from streams.runner import WorkerProcess, consumer_lag, produce, wait_caught_up
+from streams.runner import WorkerProcess, consumer_lag, group_lag, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.sinks.build import build_sinks
 from streams.sinks.settings import SinkSettings
@@ -97,8 +97,6 @@ def run_agents(bootstrap: str, say: Callable[[str], None], timeout: float) -> No
 
 
 async def respond_until_idle(settings: RespondSettings, responder: Responder, timeout: float) -> None:
-    from streams.runner import _lag
-
     stop = asyncio.Event()
     ready = asyncio.Event()
     task = asyncio.create_task(run_responder(settings, responder, stop, ready))
@@ -107,7 +105,7 @@ async def respond_until_idle(settings: RespondSettings, responder: Responder, ti
     deadline = time.monotonic() + timeout
     quiet_since = None
     while time.monotonic() < deadline:
-        lag = await _lag(settings.bootstrap_servers, settings.group_id, [topic])
+        lag = await group_lag(settings.bootstrap_servers, settings.group_id, [topic])
         if lag == 0:
             quiet_since = quiet_since or time.monotonic()
             if time.monotonic() - quiet_since > 2.0:

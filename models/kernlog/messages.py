@@ -224,8 +224,6 @@ def _match_device_line(line: str) -> Match | None:
                      details={"severity": _severity(hdr["sev"], None), "error_type": hdr["type"].strip(),
                               "agent": hdr["agent"], "errors": []},
                      expects="aer", driver=drv)
-    if "fallen off the bus" in text and drv == "nvidia":
-        return Match(kind="gpu_fallen_off_bus", start=m.start(), message=f"{drv} {bdf}: {text}", pci=bdf)
     return Match(kind="device_line", start=m.start(), message=text, pci=bdf, driver=drv)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import sys
 from collections.abc import Iterator
@@ -45,10 +46,7 @@ def iter_lines(path: str) -> Iterator[str]:
             text.close()
 
 
-def add_year_option(parser: object) -> None:
-    import argparse
-
-    assert isinstance(parser, argparse.ArgumentParser)
+def add_year_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--year",
         type=int,

@@ -222,13 +222,16 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
                 await consumer.commit(done_offsets)
     finally:
         stop.set()
-        for done_offsets, task in pending:
-            await task
-            await consumer.commit(done_offsets)
-        for t in bg:
-            await t
-        await consumer.stop()
-        await producer.stop()
+        try:
+            # Commit what was fully handled, in order; stop at the first batch that failed.
+            for done_offsets, task in pending:
+                await task
+                await consumer.commit(done_offsets)
+        finally:
+            for t in bg:
+                await t
+            await consumer.stop()
+            await producer.stop()
 
 
 async def _ensure_topic(settings: RespondSettings, name: str) -> None:
