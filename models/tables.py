@@ -10,6 +10,11 @@
 - `fleet_incidents`: one open row per (cluster, family) burst across nodes.
 - `outbox`: incident updates and action requests to publish, written in the same transaction as the
   change that made them and marked sent once Kafka acknowledged them.
+- `incident_transitions`: each lifecycle step of an incident (`models.lifecycle`), with its actor.
+- The GPU asset ledger (`models.ledger`): `gpu_cards` (one row per physical card, its current or
+  last place and state), `gpu_placements` (card, node, PCI slot, UUID, MIG layout, VBIOS, driver,
+  with a validity interval), `gpu_ledger_events` (placed, moved, replaced, returned, changed,
+  missing) and `gpu_ledger_nodes` (the latest inventory applied per node).
 
 All times are UTC.
 """
@@ -65,6 +70,9 @@ class FaultEvent(Base):
         sa.UniqueConstraint("node", "content_hash", name="uq_fault_events_content"),
         sa.Index("ix_fault_events_gpu_time", "node", "gpu", "occurred_at"),
         sa.Index("ix_fault_events_family_time", "family", "occurred_at"),
+        sa.Index("ix_fault_events_incident_time", "incident_id", "occurred_at"),
+        sa.Index("ix_fault_events_xid_incident", "xid", "incident_id"),
+        sa.Index("ix_fault_events_namespace_incident", "namespace", "incident_id"),
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
@@ -100,7 +108,7 @@ class FaultEvent(Base):
     message: Mapped[str] = mapped_column(sa.Text)
     raw: Mapped[str] = mapped_column(sa.Text)
     attribution: Mapped[dict[str, Any]]
-    incident_id: Mapped[str | None] = mapped_column(sa.String(128), index=True)
+    incident_id: Mapped[str | None] = mapped_column(sa.String(128))
 
 
 class Incident(Base):
@@ -110,6 +118,16 @@ class Incident(Base):
         sa.Index("uq_incidents_open_fingerprint", "fingerprint", unique=True,
                  postgresql_where=sa.text("status = 'open'"), sqlite_where=sa.text("status = 'open'")),
         sa.Index("ix_incidents_fingerprint_opened", "fingerprint", "opened_at"),
+        # The history queries: pages newest first, with or without a filter.
+        sa.Index("ix_incidents_last_seen", "last_seen"),
+        sa.Index("ix_incidents_first_seen", "first_seen"),
+        sa.Index("ix_incidents_category_last_seen", "category", "last_seen"),
+        sa.Index("ix_incidents_status_last_seen", "status", "last_seen"),
+        sa.Index("ix_incidents_lifecycle_last_seen", "lifecycle", "last_seen"),
+        sa.Index("ix_incidents_serial", "serial"),
+        sa.Index("ix_incidents_gpu_uuid", "gpu_uuid"),
+        sa.Index("ix_incidents_pci", "pci"),
+        sa.Index("ix_incidents_gpu", "gpu"),
     )
 
     incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
@@ -117,7 +135,9 @@ class Incident(Base):
     node: Mapped[str] = mapped_column(sa.String(253), index=True)
     gpu: Mapped[str] = mapped_column(sa.String(128))
     family: Mapped[str] = mapped_column(sa.String(32))
-    status: Mapped[str] = mapped_column(sa.String(16))
+    status: Mapped[str] = mapped_column(sa.String(16))  # open, resolved: what the stream groups by
+    # open, mitigated, ticketed, repaired, rma, returned, closed (models.lifecycle)
+    lifecycle: Mapped[str] = mapped_column(sa.String(16), default="open", server_default="open")
     category: Mapped[str] = mapped_column(sa.String(32))
     reason: Mapped[str] = mapped_column(sa.Text)
     count: Mapped[int]
@@ -219,6 +239,101 @@ class OutboxMessage(Base):
     payload: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
     sent_at: Mapped[datetime | None]
+
+
+class IncidentTransition(Base):
+    __tablename__ = "incident_transitions"
+    __table_args__ = (
+        # The lifecycle only moves forward: each state is entered at most once, so a redelivered
+        # transition cannot be recorded twice.
+        sa.UniqueConstraint("incident_id", "to_state", name="uq_incident_transitions_to"),
+        sa.Index("ix_incident_transitions_incident_at", "incident_id", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    incident_id: Mapped[str] = mapped_column(sa.String(128))
+    from_state: Mapped[str] = mapped_column(sa.String(16))
+    to_state: Mapped[str] = mapped_column(sa.String(16))
+    at: Mapped[datetime]
+    actor: Mapped[str] = mapped_column(sa.String(253))
+    reason: Mapped[str] = mapped_column(sa.Text)
+
+
+class GpuCard(Base):
+    """One physical card (`models.ledger.card_key`), where it is (or was last) and its state."""
+
+    __tablename__ = "gpu_cards"
+    __table_args__ = (
+        sa.Index("ix_gpu_cards_node_slot", "node", "pci_slot"),
+        sa.Index("ix_gpu_cards_serial", "serial"),
+        sa.Index("ix_gpu_cards_uuid", "uuid"),
+    )
+
+    card: Mapped[str] = mapped_column(sa.String(160), primary_key=True)
+    serial: Mapped[str | None] = mapped_column(sa.String(64))
+    uuid: Mapped[str] = mapped_column(sa.String(128))  # the latest
+    model: Mapped[str | None] = mapped_column(sa.String(128))
+    state: Mapped[str] = mapped_column(sa.String(16))  # in_service, missing, retired
+    node: Mapped[str] = mapped_column(sa.String(253))  # current, or last when retired
+    pci_slot: Mapped[str] = mapped_column(sa.String(32))
+    since: Mapped[datetime]  # in this node and slot since
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime]  # the latest inventory that listed it
+    missing_since: Mapped[datetime | None]
+
+
+class GpuPlacement(Base):
+    __tablename__ = "gpu_placements"
+    __table_args__ = (
+        sa.Index("ix_gpu_placements_card_time", "card", "valid_from"),
+        sa.Index("ix_gpu_placements_node_open", "node", "valid_to"),
+        sa.Index("ix_gpu_placements_uuid", "uuid"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    card: Mapped[str] = mapped_column(sa.String(160))
+    node: Mapped[str] = mapped_column(sa.String(253))
+    pci_slot: Mapped[str] = mapped_column(sa.String(32))
+    uuid: Mapped[str] = mapped_column(sa.String(128))
+    serial: Mapped[str | None] = mapped_column(sa.String(64))
+    model: Mapped[str | None] = mapped_column(sa.String(128))
+    mig_layout: Mapped[list[Any]]
+    vbios: Mapped[str | None] = mapped_column(sa.String(64))
+    driver: Mapped[str | None] = mapped_column(sa.String(64))
+    valid_from: Mapped[datetime]
+    valid_to: Mapped[datetime | None]  # None: still there
+
+
+class GpuLedgerEvent(Base):
+    __tablename__ = "gpu_ledger_events"
+    __table_args__ = (
+        sa.Index("ix_gpu_ledger_events_card_at", "card", "at"),
+        sa.Index("ix_gpu_ledger_events_previous_card", "previous_card"),
+        sa.Index("ix_gpu_ledger_events_node_at", "node", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    kind: Mapped[str] = mapped_column(sa.String(16))  # placed, moved, replaced, returned, changed, missing
+    at: Mapped[datetime]
+    card: Mapped[str] = mapped_column(sa.String(160))
+    node: Mapped[str] = mapped_column(sa.String(253))
+    pci_slot: Mapped[str] = mapped_column(sa.String(32))
+    reason: Mapped[str] = mapped_column(sa.Text)
+    previous_node: Mapped[str | None] = mapped_column(sa.String(253))
+    previous_slot: Mapped[str | None] = mapped_column(sa.String(32))
+    previous_card: Mapped[str | None] = mapped_column(sa.String(160))
+
+
+class GpuLedgerNode(Base):
+    """The time of the latest inventory applied to the ledger per node: an older or repeated one is ignored."""
+
+    __tablename__ = "gpu_ledger_nodes"
+
+    node: Mapped[str] = mapped_column(sa.String(253), primary_key=True)
+    inventory_at: Mapped[datetime]
 
 
 metadata = Base.metadata

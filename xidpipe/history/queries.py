@@ -1,20 +1,30 @@
-"""Read the incident history the stream pipeline writes (SQLite by default, PostgreSQL in production)."""
+"""Read the incident history the stream pipeline writes (SQLite by default, PostgreSQL in production).
+
+The CLI (`xidpipe incidents`, `xidpipe gpus`, `xidpipe stats`) and the HTTP API ask through these
+functions. Each answers in a few indexed queries (see migration 0002), never by loading a table
+into Python. Nothing here commits: `transition_incident` leaves that to the caller.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
-from itertools import pairwise
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from models.tables import FaultEvent, Incident
+from models.tables import FaultEvent, Incident, NodeState
+from xidpipe.history.gpus import HARDWARE_CATEGORIES, GpuFilter, find_card, gpu_history, list_gpus, models_by_uuid
+from xidpipe.history.lifecycle import TransitionError, apply_transition, incident_transitions
+
+__all__ = [
+    "HARDWARE_CATEGORIES", "GpuFilter", "IncidentFilter", "SortKey", "TransitionError", "find_card", "find_incident",
+    "gpu_history", "heatmap", "incident_transitions", "list_gpus", "list_incidents", "stats", "timeline",
+    "transition_incident",
+]
 
 SortKey = Literal["first_seen", "last_seen", "count"]
-HARDWARE_CATEGORIES = ("hardware", "suspected_hardware", "interconnect")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +37,8 @@ class IncidentFilter:
     since: datetime | None = None
     until: datetime | None = None
     namespace: str | None = None
-    owner: str | None = None
+    owner: str | None = None  # a part of a workload name: `<namespace>/<owner>/<container>`
+    lifecycle: str | None = None  # open, mitigated, ticketed, repaired, rma, returned, closed
 
 
 def _where(f: IncidentFilter) -> list[Any]:
@@ -41,6 +52,8 @@ def _where(f: IncidentFilter) -> list[Any]:
         conds.append(Incident.category == f.category)
     if f.status:
         conds.append(Incident.status == f.status)
+    if f.lifecycle:
+        conds.append(Incident.lifecycle == f.lifecycle)
     if f.since:
         conds.append(Incident.last_seen >= f.since)
     if f.until:
@@ -51,7 +64,8 @@ def _where(f: IncidentFilter) -> list[Any]:
     if f.namespace:
         conds.append(Incident.incident_id.in_(events.where(FaultEvent.namespace == f.namespace)))
     if f.owner:
-        conds.append(Incident.incident_id.in_(events.where(FaultEvent.workload.like(f"%{f.owner}%"))))
+        # The incident lists its workloads: a scan of incidents, not of every fault event.
+        conds.append(sa.cast(Incident.workloads, sa.Text).contains(f.owner, autoescape=True))
     return conds
 
 
@@ -82,35 +96,116 @@ def timeline(s: Session, incident_id: str, limit: int = 200) -> list[FaultEvent]
                           .order_by(FaultEvent.occurred_at).limit(limit)))
 
 
+def transition_incident(s: Session, ident: str, to: str, *, actor: str, reason: str,
+                        at: datetime | None = None) -> dict[str, Any]:
+    """A person's lifecycle step (repaired, rma, returned, closed) for the incident `ident` names.
+
+    Raises `LookupError` for an unknown incident and `TransitionError` (a `ValueError`) for a step the
+    rules do not allow. Flushes, never commits."""
+    row = find_incident(s, ident)
+    if row is None:
+        raise LookupError(f"no incident {ident!r} (or the prefix is not unique)")
+    return apply_transition(s, row, to, actor=actor, reason=reason, at=at, by="person")
+
+
+def _counts(s: Session, q: Any, top: int | None = None) -> dict[str, int]:
+    n = sa.func.count().label("n")
+    rows = s.execute(q.add_columns(n).group_by(*q.selected_columns).order_by(n.desc(), *q.selected_columns)
+                     .limit(top)).all()
+    return {str(r[0]): int(r[-1]) for r in rows if r[0] is not None}
+
+
+def _inventory_models(s: Session, uuids: set[str]) -> dict[str, str]:
+    """Model names by UUID from the latest inventory of each node (when the ledger does not know them)."""
+    latest = (sa.select(sa.func.max(NodeState.id)).where(NodeState.kind == "inventory")
+              .group_by(NodeState.node).scalar_subquery())
+    out: dict[str, str] = {}
+    for payload in s.scalars(sa.select(NodeState.payload).where(NodeState.id.in_(latest))):
+        for g in payload.get("gpus", []) if isinstance(payload, dict) else []:
+            if g.get("uuid") in uuids and g.get("name"):
+                out[g["uuid"]] = g["name"]
+    return out
+
+
+def _gpu_models(s: Session, uuids: set[str]) -> dict[str, str]:
+    models = models_by_uuid(s, uuids)
+    unknown = uuids - set(models)
+    if unknown:
+        models.update(_inventory_models(s, unknown))
+    return models
+
+
 def stats(s: Session, since: datetime | None = None, top: int = 10) -> dict[str, Any]:
     """Counts by code, category, node, GPU model and namespace; the GPUs and nodes with the most
-    hardware incidents; mean time between faults per GPU."""
-    inc_q = sa.select(Incident)
-    ev_q = sa.select(FaultEvent.code, FaultEvent.namespace, FaultEvent.occurred_at, FaultEvent.gpu,
-                     FaultEvent.node, FaultEvent.serial)
-    if since is not None:
-        inc_q = inc_q.where(Incident.last_seen >= since)
-        ev_q = ev_q.where(FaultEvent.occurred_at >= since)
-    incidents = list(s.scalars(inc_q))
-    events = list(s.execute(ev_q))
-    hw = [i for i in incidents if i.category in HARDWARE_CATEGORIES]
-    per_gpu: dict[str, list[datetime]] = {}
-    for e in events:
-        per_gpu.setdefault(f"{e.node}/{e.serial or e.gpu}", []).append(e.occurred_at)
-    gaps: list[float] = []
-    for times in per_gpu.values():
-        times.sort()
-        gaps += [(b - a).total_seconds() for a, b in pairwise(times) if b > a]
+    hardware incidents; mean time between faults on one GPU, overall and per GPU model."""
+    inc_since = [Incident.last_seen >= since] if since is not None else []
+    ev_since = [FaultEvent.occurred_at >= since] if since is not None else []
+    hw = [*inc_since, Incident.category.in_(HARDWARE_CATEGORIES)]
+    incidents = s.scalar(sa.select(sa.func.count()).select_from(Incident).where(*inc_since)) or 0
+    events = s.scalar(sa.select(sa.func.count()).select_from(FaultEvent).where(*ev_since)) or 0
+    gpu_key = sa.func.coalesce(Incident.serial, Incident.gpu_uuid, Incident.node + "/" + Incident.gpu)
+
+    # Mean time between faults: per GPU, (last - first) / (distinct fault times - 1), pooled.
+    per_gpu = s.execute(
+        sa.select(FaultEvent.node, FaultEvent.gpu, sa.func.max(FaultEvent.gpu_uuid),
+                  sa.func.min(FaultEvent.occurred_at), sa.func.max(FaultEvent.occurred_at),
+                  sa.func.count(sa.distinct(FaultEvent.occurred_at)))
+        .where(*ev_since).group_by(FaultEvent.node, FaultEvent.gpu)).all()
+    by_uuid = s.execute(sa.select(Incident.gpu_uuid, sa.func.count()).where(*inc_since)
+                        .group_by(Incident.gpu_uuid)).all()
+    models = _gpu_models(s, {r[2] for r in per_gpu if r[2]} | {u for u, _ in by_uuid if u})
+    span: dict[str | None, float] = {}
+    gaps: dict[str | None, int] = {}
+    for _node, _gpu, uuid, first, last, n in per_gpu:
+        if n < 2:
+            continue
+        for key in (None, models.get(uuid or "", "unknown")):
+            span[key] = span.get(key, 0.0) + (_utc(last) - _utc(first)).total_seconds()
+            gaps[key] = gaps.get(key, 0) + int(n) - 1
+    by_model: dict[str, int] = {}
+    for uuid, n in by_uuid:
+        name = models.get(uuid or "", "unknown")
+        by_model[name] = by_model.get(name, 0) + int(n)
+    mtbf = {k: round(span[k] / gaps[k], 1) for k in sorted(span, key=str) if k is not None}
     return {
         "since": since.isoformat() if since else None,
-        "incidents": len(incidents),
-        "fault_events": len(events),
-        "by_code": dict(Counter(e.code for e in events).most_common()),
-        "by_category": dict(Counter(i.category for i in incidents).most_common()),
-        "by_node": dict(Counter(i.node for i in incidents).most_common(top)),
-        "by_namespace": dict(Counter(e.namespace for e in events if e.namespace).most_common(top)),
-        "hardware_incidents_by_gpu": dict(Counter(i.serial or i.gpu_uuid or f"{i.node}/{i.gpu}"
-                                                  for i in hw).most_common(top)),
-        "hardware_incidents_by_node": dict(Counter(i.node for i in hw).most_common(top)),
-        "mean_time_between_faults_s": round(sum(gaps) / len(gaps), 1) if gaps else None,
+        "incidents": int(incidents),
+        "fault_events": int(events),
+        "by_code": _counts(s, sa.select(FaultEvent.code).where(*ev_since)),
+        "by_category": _counts(s, sa.select(Incident.category).where(*inc_since)),
+        "by_node": _counts(s, sa.select(Incident.node).where(*inc_since), top),
+        "by_gpu_model": dict(sorted(by_model.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "by_namespace": _counts(s, sa.select(FaultEvent.namespace).where(*ev_since), top),
+        "hardware_incidents_by_gpu": _counts(s, sa.select(gpu_key).where(*hw), top),
+        "hardware_incidents_by_node": _counts(s, sa.select(Incident.node).where(*hw), top),
+        "mean_time_between_faults_s": round(span[None] / gaps[None], 1) if gaps.get(None) else None,
+        "mean_time_between_faults_s_by_model": mtbf,
     }
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def heatmap(s: Session, since: datetime, until: datetime) -> dict[str, Any]:
+    """Hardware incidents per node and UTC day (by first fault) in [since, until), busiest node first."""
+    since, until = _utc(since), _utc(until)
+    first = since.date()
+    last = (until - timedelta(microseconds=1)).date()
+    days = [first + timedelta(days=n) for n in range((last - first).days + 1)] if last >= first else []
+    if s.get_bind().dialect.name == "postgresql":
+        day: Any = sa.func.date(sa.func.timezone("UTC", Incident.first_seen))
+    else:
+        day = sa.func.date(Incident.first_seen)
+    rows = s.execute(sa.select(Incident.node, day, sa.func.count()).where(
+        Incident.category.in_(HARDWARE_CATEGORIES), Incident.first_seen >= since, Incident.first_seen < until,
+    ).group_by(Incident.node, day)).all()
+    index = {d: n for n, d in enumerate(days)}
+    counts: dict[str, list[int]] = {}
+    for node, d, n in rows:
+        key = d if isinstance(d, date) else date.fromisoformat(str(d)[:10])
+        if key in index:
+            counts.setdefault(node, [0] * len(days))[index[key]] += int(n)
+    nodes = sorted(counts.items(), key=lambda kv: (-sum(kv[1]), kv[0]))
+    return {"since": since.isoformat(), "until": until.isoformat(), "days": [d.isoformat() for d in days],
+            "nodes": [{"node": node, "counts": c, "total": sum(c)} for node, c in nodes]}
