@@ -9,10 +9,12 @@ swap event when an inventory shows a slot holding a new card or a card in a new 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
+
+from models.correlate import normalize_pci
 
 EventKind = Literal["placed", "moved", "replaced", "returned", "changed", "missing"]
 
@@ -40,6 +42,31 @@ class GpuSighting:
     @property
     def card(self) -> str:
         return card_key(self.serial, self.uuid)
+
+
+def mig_layout(devices: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The MIG instances of a GPU as `<MIG UUID> gi<GPU instance>/ci<compute instance>`, by index."""
+    out = []
+    for d in sorted(devices, key=lambda d: int(d.get("index") or 0)):
+        gi, ci = d.get("gpu_instance_id"), d.get("compute_instance_id")
+        out.append(f"{d.get('uuid')} gi{'?' if gi is None else gi}/ci{'?' if ci is None else ci}")
+    return tuple(out)
+
+
+def sightings(inventory: Mapping[str, Any]) -> list[GpuSighting]:
+    """The GPUs of one inventory record as published by the agent (`models.node_records.GpuInventory`
+    as JSON): PCI addresses in canonical form, the node's driver version on each GPU."""
+    driver = inventory.get("driver_version")
+    out: list[GpuSighting] = []
+    for g in inventory.get("gpus") or ():
+        uuid = g.get("uuid")
+        slot = normalize_pci(g.get("pci_bus_id"))
+        if not uuid or not slot:
+            continue
+        out.append(GpuSighting(uuid=uuid, pci_slot=slot, serial=g.get("serial"), name=g.get("name"),
+                               mig_layout=mig_layout(g.get("mig_devices") or ()), vbios=g.get("vbios_version"),
+                               driver=driver))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
