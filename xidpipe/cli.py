@@ -21,6 +21,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xidpipe.commands.silence",
     "xidpipe.commands.respond",
     "xidpipe.commands.incidents",
+    "xidpipe.commands.gpus",
+    "xidpipe.commands.db",
+    "xidpipe.commands.serve",
 )
 
 

@@ -1,0 +1,86 @@
+"""`xidpipe serve`: the HTTP API and the pages over the incident history, on one server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_HOST = "127.0.0.1"  # local only unless asked: the pages and the API hold fleet data
+DEFAULT_PORT = 8780
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "serve", help="serve the HTTP API and the web pages over the incident history",
+        description="Serve the JSON API (/api/v1/, OpenAPI at /api/v1/openapi.json) and the pages (incidents, "
+        "GPUs, fleet heatmap) over the incident history. Tokens: --tokens-file or $XIDPIPE_API_TOKENS_FILE "
+        "(lines `name role token`, roles read and operator); without either, var/api-tokens is used, and "
+        "created once with a read and an operator token.")
+    p.add_argument("--database-url", default=None,
+                   help="SQLAlchemy URL (default: $XIDPIPE_DATABASE_URL, else sqlite:///var/xidpipe.db, what "
+                   "`make demo` wrote)")
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
+    p.add_argument("--tokens-file", type=Path, default=None, help="the API tokens file")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from xidpipe.web.db import Database, HistoryUnavailable, database_url
+    from xidpipe.web.tokens import TOKENS_FILE_ENV, TokenFileError, ensure_default_tokens, load_tokens
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    path = args.tokens_file or (Path(os.environ[TOKENS_FILE_ENV]) if os.environ.get(TOKENS_FILE_ENV) else None)
+    try:
+        if path is None:
+            path, created = ensure_default_tokens()
+            if created:
+                print(f"xidpipe serve: wrote a read and an operator token to {path} (mode 0600)", flush=True)
+        tokens = load_tokens(path)
+    except (TokenFileError, OSError) as exc:
+        print(f"xidpipe serve: {exc}", file=sys.stderr)
+        return 2
+    if not len(tokens):
+        print(f"xidpipe serve: {path} holds no tokens", file=sys.stderr)
+        return 2
+    try:
+        db = Database(database_url(args.database_url))
+    except HistoryUnavailable as exc:
+        print(f"xidpipe serve: {exc}", file=sys.stderr)
+        return 2
+    print(f"xidpipe serve: tokens from {path}", flush=True)
+    try:
+        asyncio.run(_serve(db, tokens, args.host, args.port))
+    finally:
+        db.close()
+    return 0
+
+
+async def _serve(db: Any, tokens: Any, host: str, port: int) -> None:
+    from aiohttp import web
+
+    from xidpipe.web.app import make_app
+
+    runner = web.AppRunner(make_app(db, tokens), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0] if runner.addresses else (host, port)
+    shown = f"[{bound[0]}]" if ":" in str(bound[0]) else bound[0]
+    print(f"xidpipe serve: listening on http://{shown}:{bound[1]}/", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,118 @@
+"""The aiohttp application: the API, the pages and the static CSS behind two middlewares, one that
+turns every error into a problem object (API) or an error page (pages), one that authenticates."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from urllib.parse import quote
+
+from aiohttp import web
+
+from xidpipe.web import api, pages
+from xidpipe.web.db import Database
+from xidpipe.web.keys import DB_KEY, SESSIONS_KEY, TOKENS_KEY
+from xidpipe.web.problems import Problem, unauthorized
+from xidpipe.web.session import COOKIE_NAME, Sessions
+from xidpipe.web.tokens import Principal, TokenStore
+
+log = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).parent / "static"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+PUBLIC_ROUTES = frozenset({"login", "login_submit", "static"})
+CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; "
+       "base-uri 'none'")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def is_api(request: web.Request) -> bool:
+    return request.path.startswith("/api/") or request.path == "/healthz"
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except Problem as p:
+        return p.response() if is_api(request) else await pages.error_page(request, p)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        detail = {404: f"no such path: {request.path[:200]}",
+                  405: f"{request.method} is not allowed here"}.get(exc.status, exc.reason)
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return await _problem(request, Problem(exc.status, exc.reason, detail, headers))
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return await _problem(request, Problem(500, "Internal Server Error",
+                                               "the server failed to answer; the error is in its log"))
+
+
+async def _problem(request: web.Request, p: Problem) -> web.StreamResponse:
+    return p.response() if is_api(request) else await pages.error_page(request, p)
+
+
+def authenticate(request: web.Request) -> tuple[Principal | None, str]:
+    """(principal, "bearer" | "cookie" | ""). A bearer token that is not valid is a 401 at once."""
+    header = request.headers.get("Authorization")
+    if header is not None:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise unauthorized("the Authorization header must be `Bearer <token>`")
+        who = request.app[TOKENS_KEY].verify(token.strip())
+        if who is None:
+            raise unauthorized("the bearer token is not valid")
+        return who, "bearer"
+    cookie = request.cookies.get(COOKIE_NAME)
+    if cookie:
+        who = request.app[SESSIONS_KEY].verify(cookie)
+        if who is not None:
+            return who, "cookie"
+    return None, ""
+
+
+@web.middleware
+async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    route = request.match_info.route
+    if request.match_info.http_exception is not None or route.name in PUBLIC_ROUTES:
+        return await handler(request)
+    needs = api.required_role(request)
+    if needs == "none":
+        return await handler(request)
+    who, via = authenticate(request)
+    if who is None:
+        if is_api(request):
+            raise unauthorized("send `Authorization: Bearer <token>`, or log in at /login")
+        raise web.HTTPSeeOther(f"/login?next={quote(request.path_qs, safe='/')}")
+    if via == "cookie" and is_api(request) and request.method not in SAFE_METHODS:
+        token = request.headers.get("X-CSRF-Token", "")
+        if not request.app[SESSIONS_KEY].check_csrf(request.cookies.get(COOKIE_NAME, ""), token):
+            raise Problem(403, "Forbidden", "a session-authenticated change needs the page's X-CSRF-Token header")
+    if needs == "operator" and not who.is_operator:
+        raise Problem(403, "Forbidden", "this needs an operator token; this one is read-only")
+    request["principal"] = who
+    return await handler(request)
+
+
+async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Referrer-Policy", "no-referrer")
+    if not is_api(request):
+        response.headers.setdefault("Content-Security-Policy", CSP)
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("Cache-Control", "no-store")
+
+
+def make_app(db: Database, tokens: TokenStore, session_secret: bytes | None = None) -> web.Application:
+    app = web.Application(middlewares=[errors, auth], client_max_size=64 * 1024)
+    app[DB_KEY] = db
+    app[TOKENS_KEY] = tokens
+    app[SESSIONS_KEY] = Sessions(tokens, session_secret)
+    api.add_routes(app)
+    pages.add_routes(app)
+    app.router.add_static("/static/", STATIC_DIR, name="static")
+    app.on_response_prepare.append(_security_headers)
+    return app

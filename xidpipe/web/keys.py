@@ -1,0 +1,13 @@
+"""Typed keys of what the application holds."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from xidpipe.web.db import Database
+from xidpipe.web.session import Sessions
+from xidpipe.web.tokens import TokenStore
+
+DB_KEY: web.AppKey[Database] = web.AppKey("db", Database)
+SESSIONS_KEY: web.AppKey[Sessions] = web.AppKey("sessions", Sessions)
+TOKENS_KEY: web.AppKey[TokenStore] = web.AppKey("tokens", TokenStore)

@@ -1,0 +1,193 @@
+"""Server-rendered pages (Jinja2, autoescaped): incidents, one incident, GPUs, one GPU, the fleet
+heatmap, and the login. Forms that change state carry a CSRF token bound to the session."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from aiohttp import web
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from xidpipe.history.queries import GpuFilter
+from xidpipe.web import api, data, svg
+from xidpipe.web.keys import DB_KEY, SESSIONS_KEY, TOKENS_KEY
+from xidpipe.web.params import parse_query
+from xidpipe.web.problems import Problem
+from xidpipe.web.schemas import LIFECYCLE, PEOPLES_STEPS
+from xidpipe.web.session import COOKIE_NAME
+from xidpipe.web.tokens import Principal
+
+log = logging.getLogger(__name__)
+
+ENV = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
+                  autoescape=select_autoescape(default=True, default_for_string=True), trim_blocks=True,
+                  lstrip_blocks=True)
+ENV.filters["q"] = lambda value: quote(str(value), safe=":@")
+PAGE_SIZE = 50
+
+
+def _principal(request: web.Request) -> Principal | None:
+    return api.principal_of(request)
+
+
+def _csrf(request: web.Request) -> str:
+    cookie = request.cookies.get(COOKIE_NAME, "")
+    return request.app[SESSIONS_KEY].csrf(cookie) if cookie else ""
+
+
+def render(request: web.Request, name: str, status: int = 200, **ctx: Any) -> web.Response:
+    body = ENV.get_template(name).render(who=_principal(request), csrf=_csrf(request), path=request.path, **ctx)
+    return web.Response(text=body, content_type="text/html", status=status)
+
+
+async def error_page(request: web.Request, p: Problem) -> web.Response:
+    resp = render(request, "error.html", status=p.status, problem=p)
+    for k, v in p.headers.items():
+        resp.headers[k] = v
+    return resp
+
+
+def _safe_next(value: str | None) -> str:
+    """Only a local path: never another origin (`//host`, `/\\host`, a scheme)."""
+    if not value or not value.startswith("/") or value.startswith(("//", "/\\")) or any(c in value for c in "\r\n\\"):
+        return "/incidents"
+    return value
+
+
+async def login_form(request: web.Request) -> web.StreamResponse:
+    return render(request, "login.html", next=_safe_next(request.query.get("next")), failed=False)
+
+
+async def login_submit(request: web.Request) -> web.StreamResponse:
+    form = await request.post()
+    token = str(form.get("token", "")).strip()
+    nxt = _safe_next(str(form.get("next", "")))
+    who = request.app[TOKENS_KEY].verify(token) if token else None
+    if who is None:
+        log.info("login refused from %s", request.remote)
+        return render(request, "login.html", status=401, next=nxt, failed=True)
+    log.info("login: %s (%s) from %s", who.name, who.role, request.remote)
+    resp = web.Response(status=303, headers={"Location": nxt})
+    sessions = request.app[SESSIONS_KEY]
+    resp.set_cookie(COOKIE_NAME, sessions.issue(who), max_age=sessions.ttl_s, path="/", httponly=True,
+                    samesite="Strict", secure=request.secure)
+    return resp
+
+
+def _check_form_csrf(request: web.Request, form: Any) -> None:
+    if request.headers.get("Authorization"):
+        return  # a bearer token is not sent by a browser on its own: no cross-site request can carry it
+    if not request.app[SESSIONS_KEY].check_csrf(request.cookies.get(COOKIE_NAME, ""), str(form.get("csrf", ""))):
+        raise Problem(403, "Forbidden", "the form's CSRF token is missing or belongs to another session: "
+                      "reload the page and try again")
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    _check_form_csrf(request, await request.post())
+    resp = web.Response(status=303, headers={"Location": "/login"})
+    resp.del_cookie(COOKIE_NAME, path="/")
+    return resp
+
+
+async def index(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPSeeOther("/incidents")
+
+
+def _link(request: web.Request, **changes: Any) -> str:
+    query = {k: v for k, v in request.query.items() if v != ""}
+    query.update({k: str(v) for k, v in changes.items()})
+    return f"{request.path}?{urlencode(query)}"
+
+
+def _pager(request: web.Request, total: int, limit: int, offset: int) -> dict[str, Any]:
+    return {
+        "total": total, "first": offset + 1 if total else 0, "last": min(offset + limit, total),
+        "prev": _link(request, offset=max(offset - limit, 0)) if offset > 0 else None,
+        "next": _link(request, offset=offset + limit) if offset + limit < total else None,
+    }
+
+
+async def incidents(request: web.Request) -> web.StreamResponse:
+    args = parse_query(api.INCIDENT_FILTERS, request.query, lenient=True)
+    page = await request.app[DB_KEY].read(data.list_incidents, api.incident_filter(args), args["sort"],
+                                          args["limit"], args["offset"])
+    form = {p.name: request.query.get(p.name, "") for p in api.INCIDENT_FILTERS}
+    return render(request, "incidents.html", page=page, form=form, lifecycles=LIFECYCLE,
+                  pager=_pager(request, page["total"], args["limit"], args["offset"]))
+
+
+async def incident(request: web.Request) -> web.StreamResponse:
+    ident = api.INCIDENT_ID.parse(request.match_info["id"])
+    found = await request.app[DB_KEY].read(data.incident_detail, ident)
+    if found is None:
+        raise Problem(404, "Not found", f"no incident {ident!r} (or the prefix is not unique)")
+    return render(request, "incident.html", d=found["dossier"], inc=found["incident"], timeline=found["timeline"],
+                  transitions=found["transitions"], steps=PEOPLES_STEPS, done=request.query.get("done"))
+
+
+async def incident_transition(request: web.Request) -> web.StreamResponse:
+    who = _principal(request)
+    form = await request.post()
+    _check_form_csrf(request, form)
+    if who is None or not who.is_operator:
+        raise Problem(403, "Forbidden", "moving an incident along its lifecycle needs an operator token")
+    ident = api.INCIDENT_ID.parse(request.match_info["id"])
+    to = str(form.get("to", ""))
+    reason = str(form.get("reason", "")).strip()
+    if to not in PEOPLES_STEPS:
+        raise Problem(400, "Bad form", f"choose one of {', '.join(PEOPLES_STEPS)}")
+    if not reason or len(reason) > api.REASON_MAX or "\x00" in reason:
+        raise Problem(400, "Bad form", f"give a reason (at most {api.REASON_MAX} characters)")
+    try:
+        done = await request.app[DB_KEY].write(data.transition, ident, to, who.name, reason)
+    except LookupError:
+        raise Problem(404, "Not found", f"no incident {ident!r}") from None
+    except ValueError as exc:
+        raise Problem(409, "Transition not allowed", str(exc)) from None
+    log.info("incident %s: lifecycle %s -> %s by %s (page): %s", ident, done.get("from"), done.get("to"), who.name,
+             reason, extra={"incident": ident})
+    raise web.HTTPSeeOther(f"/incidents/{quote(ident, safe=':@')}?{urlencode({'done': to})}")
+
+
+async def gpus(request: web.Request) -> web.StreamResponse:
+    args = parse_query(api.GPU_FILTERS, request.query, lenient=True)
+    f = GpuFilter(node=args["node"], model=args["model"], state=args["state"])
+    page = await request.app[DB_KEY].read(data.list_gpus, f, args["limit"], args["offset"])
+    form = {p.name: request.query.get(p.name, "") for p in api.GPU_FILTERS}
+    return render(request, "gpus.html", page=page, form=form,
+                  pager=_pager(request, page["total"], args["limit"], args["offset"]))
+
+
+async def gpu(request: web.Request) -> web.StreamResponse:
+    ident = api.GPU_ID.parse(request.match_info["ident"])
+    found = await request.app[DB_KEY].read(data.gpu_history, ident)
+    if found is None:
+        raise Problem(404, "Not found", f"no GPU {ident!r} in the ledger")
+    picture = svg.gpu_timeline_svg(found.get("placements") or [], found.get("incidents") or [])
+    return render(request, "gpu.html", g=found, picture=picture)
+
+
+async def heatmap(request: web.Request) -> web.StreamResponse:
+    args = parse_query(api.HEATMAP_PARAMS, request.query, lenient=True)
+    since, until = api.heatmap_window(args["since"], args["until"])
+    hm = await api.heatmap_data(request.app[DB_KEY], args["since"], args["until"])
+    total = sum(sum(n["counts"]) for n in hm["nodes"])
+    return render(request, "heatmap.html", picture=svg.heatmap_svg(hm["days"], hm["nodes"]), hm=hm, total=total,
+                  since=since.isoformat(), until=until.isoformat())
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/login", login_form, name="login")
+    r.add_post("/login", login_submit, name="login_submit")
+    r.add_post("/logout", logout, name="page_logout")
+    r.add_get("/", index, name="page_index")
+    r.add_get("/incidents", incidents, name="page_incidents")
+    r.add_get("/incidents/{id}", incident, name="page_incident")
+    r.add_post("/incidents/{id}/transition", incident_transition, name="page_incident_transition")
+    r.add_get("/gpus", gpus, name="page_gpus")
+    r.add_get("/gpus/{ident}", gpu, name="page_gpu")
+    r.add_get("/heatmap", heatmap, name="page_heatmap")

@@ -1,0 +1,137 @@
+"""The JSON Schemas of the API's objects (OpenAPI 3.1 components). The dossier's schema comes from
+its pydantic model, so it cannot drift from what `models.dossier.render_json` writes."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from models.dossier import Dossier
+from models.lifecycle import BY_PEOPLE, STATES
+
+LIFECYCLE: tuple[str, ...] = STATES
+PEOPLES_STEPS: tuple[str, ...] = BY_PEOPLE  # what the API and the pages may move an incident to
+
+
+def _s(kind: str, **extra: Any) -> dict[str, Any]:
+    return {"type": kind, **extra}
+
+
+def _n(kind: str, **extra: Any) -> dict[str, Any]:
+    """Nullable."""
+    return {"type": [kind, "null"], **extra}
+
+
+def obj(props: dict[str, Any], *, required: list[str] | None = None, closed: bool = True,
+        description: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props,
+                           "required": list(props) if required is None else required}
+    if closed:
+        out["additionalProperties"] = False
+    if description:
+        out["description"] = description
+    return out
+
+
+def ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def arr(items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": items}
+
+
+TIME = _s("string", format="date-time")
+NTIME = _n("string", format="date-time")
+STR, NSTR, INT, NINT = _s("string"), _n("string"), _s("integer"), _n("integer")
+COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
+
+
+def page(key: str, item: str) -> dict[str, Any]:
+    return obj({"total": _s("integer", minimum=0, description="how many match in all"),
+                "limit": _s("integer", minimum=1), "offset": _s("integer", minimum=0), key: arr(ref(item))})
+
+
+def dossier_schemas() -> dict[str, Any]:
+    raw = Dossier.model_json_schema(ref_template="#/components/schemas/dossier.{model}", mode="serialization")
+    defs = raw.pop("$defs", {})
+    out = {f"dossier.{name}": body for name, body in defs.items()}
+    dossier = copy.deepcopy(raw)
+    dossier["properties"]["dossier_version"] = INT
+    dossier["properties"]["title"] = STR
+    dossier["required"] = sorted({*dossier.get("required", []), "dossier_version", "title", *dossier["properties"]})
+    out["Dossier"] = dossier
+    ev = out["dossier.EvidenceItem"]
+    ev["properties"]["truncated"] = _s("boolean", description="content cut at the dossier's per-item cap")
+    return out
+
+
+def components() -> dict[str, Any]:
+    incident = obj({
+        "incident_id": STR, "fingerprint": STR, "node": STR, "gpu": _s("string", description="PCI address or index"),
+        "gpu_uuid": NSTR, "serial": NSTR, "pci": NSTR, "family": STR,
+        "status": _s("string", description="open or resolved: whether faults are still arriving"),
+        "lifecycle": _s("string", enum=list(LIFECYCLE), description="where the incident is in its lifecycle"),
+        "category": STR, "reason": STR, "count": INT, "first_seen": TIME, "last_seen": TIME, "opened_at": TIME,
+        "updated_at": TIME, "resolved_at": NTIME, "previous_incident_id": NSTR, "codes": arr(STR), "pods": arr(STR),
+        "processes": arr(STR), "workloads": arr(STR), "immediate_action": NSTR, "investigatory_action": NSTR,
+        "cordon_requested": _s("boolean"),
+    })
+    event = obj({"id": INT, "at": TIME, "code": STR, "family": STR, "sources": STR, "gpu": STR, "pid": NINT,
+                 "process": NSTR, "pod": NSTR, "namespace": NSTR, "workload": NSTR, "message": STR})
+    transition = obj({"incident_id": STR, "from": _s("string", enum=list(LIFECYCLE)),
+                      "to": _s("string", enum=list(LIFECYCLE)), "at": TIME,
+                      "actor": _s("string", description="the token's name, or the responder"), "reason": STR})
+    card = _s("string", description="the ledger's card key: serial:<serial>, or uuid:<uuid> without a serial")
+    state = _s("string", description="in_service, missing or retired")
+    gpu = obj({"card": card, "serial": NSTR, "uuid": STR, "model": NSTR, "node": STR, "pci_slot": STR,
+               "since": TIME, "state": state, "last_seen": TIME,
+               "incidents": _s("integer", minimum=0), "hardware_incidents": _s("integer", minimum=0)})
+    placement = obj({"node": STR, "pci_slot": STR, "uuid": STR, "mig_layout": arr(STR), "vbios": NSTR,
+                     "driver": NSTR, "valid_from": TIME,
+                     "valid_to": _n("string", format="date-time", description="null: still there")})
+    ledger_event = obj({"kind": _s("string", description="placed, moved, replaced, returned, changed, missing"),
+                        "at": TIME, "card": STR, "node": STR, "pci_slot": NSTR, "reason": NSTR,
+                        "previous_node": NSTR, "previous_slot": NSTR, "previous_card": NSTR})
+    schemas: dict[str, Any] = {
+        "Problem": obj({"type": STR, "title": STR, "status": INT, "detail": STR},
+                       description="RFC 9457 problem details"),
+        "Health": obj({"status": _s("string", enum=["ok"])}),
+        "Incident": incident,
+        "IncidentPage": page("incidents", "Incident"),
+        "FaultEvent": event,
+        "Transition": transition,
+        "TransitionRequest": obj({
+            "to": _s("string", enum=list(PEOPLES_STEPS),
+                     description="people's steps; mitigated and ticketed are recorded by the responder"),
+            "reason": _s("string", minLength=1, maxLength=2000, pattern="^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",
+                         description="why; recorded with the transition"),
+        }),
+        "IncidentDetail": obj({"incident": ref("Incident"), "dossier": ref("Dossier"),
+                               "timeline": arr(ref("FaultEvent")), "transitions": arr(ref("Transition"))}),
+        "Stats": obj({
+            "since": NTIME, "incidents": INT, "fault_events": INT, "by_code": COUNTS, "by_category": COUNTS,
+            "by_node": COUNTS, "by_namespace": COUNTS, "hardware_incidents_by_gpu": COUNTS,
+            "by_gpu_model": COUNTS, "hardware_incidents_by_node": COUNTS,
+            "mean_time_between_faults_s": _n("number", description="on one GPU, pooled over all GPUs"),
+            "mean_time_between_faults_s_by_model": {"type": "object", "additionalProperties": {"type": "number"}},
+        }),
+        "Gpu": gpu,
+        "GpuPage": page("gpus", "Gpu"),
+        "Placement": placement,
+        "LedgerEvent": ledger_event,
+        "GpuHistory": obj({"card": card, "serial": NSTR, "uuid": STR, "model": NSTR, "state": state, "node": STR,
+                           "pci_slot": STR, "since": TIME, "first_seen": TIME, "last_seen": TIME,
+                           "missing_since": NTIME, "placements": arr(ref("Placement")),
+                           "events": arr(ref("LedgerEvent")), "incidents": arr(ref("Incident"))}),
+        "Heatmap": obj({
+            "since": _n("string", format="date-time", description="the window's start (null: empty window)"),
+            "until": _n("string", format="date-time", description="the window's end, excluded"),
+            "days": arr(_s("string", format="date")),
+            "nodes": arr(obj({"node": STR, "counts": arr(_s("integer", minimum=0)),
+                              "total": _s("integer", minimum=0)})),
+        }, description="hardware incidents per node and UTC day (by first fault); counts[i] belongs to days[i]; "
+           "busiest node first"),
+    }
+    schemas.update(dossier_schemas())
+    return schemas

@@ -1,0 +1,117 @@
+"""API tokens: read-only and operator, loaded from a file of `name role token` lines.
+
+Tokens are compared in constant time (`hmac.compare_digest`) and never logged, echoed or rendered.
+With no tokens configured, `ensure_default_tokens` writes a read and an operator token once into a
+file readable only by its owner (mode 0600) and the server prints that file's path.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Role = Literal["read", "operator"]
+ROLES: tuple[Role, ...] = ("read", "operator")
+MIN_TOKEN_LENGTH = 16  # shorter secrets are refused when the file is loaded
+TOKENS_FILE_ENV = "XIDPIPE_API_TOKENS_FILE"
+DEFAULT_TOKENS_FILE = Path("var/api-tokens")
+
+
+class TokenFileError(ValueError):
+    """The tokens file cannot be used; the message names the file and line, never a token."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request is: the token's name and role (never the token)."""
+
+    name: str
+    role: Role
+
+    @property
+    def is_operator(self) -> bool:
+        return self.role == "operator"
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    principal: Principal
+    secret: bytes
+
+
+class TokenStore:
+    def __init__(self, entries: list[tuple[str, Role, str]]) -> None:
+        self._entries = [_Entry(Principal(name, role), token.encode("utf-8")) for name, role, token in entries]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def verify(self, token: str) -> Principal | None:
+        """The principal whose token this is; every entry is compared, in constant time each."""
+        given = token.encode("utf-8")
+        found: Principal | None = None
+        for e in self._entries:
+            if hmac.compare_digest(given, e.secret) and found is None:
+                found = e.principal
+        return found
+
+    def principal(self, name: str, role: str) -> Principal | None:
+        """The configured principal of that name and role (a session stays valid only while it is)."""
+        for e in self._entries:
+            if e.principal.name == name and e.principal.role == role:
+                return e.principal
+        return None
+
+
+def parse_tokens(text: str, source: str = "tokens file") -> list[tuple[str, Role, str]]:
+    out: list[tuple[str, Role, str]] = []
+    names: set[str] = set()
+    secrets_seen: set[str] = set()
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 3:
+            raise TokenFileError(f"{source}:{n}: expected `name role token`, found {len(parts)} fields")
+        name, role, token = parts
+        if role not in ROLES:
+            raise TokenFileError(f"{source}:{n}: role must be one of {', '.join(ROLES)}, not {role!r}")
+        if len(token) < MIN_TOKEN_LENGTH:
+            raise TokenFileError(f"{source}:{n}: the token of {name!r} is shorter than {MIN_TOKEN_LENGTH} characters")
+        if name in names:
+            raise TokenFileError(f"{source}:{n}: the name {name!r} appears twice")
+        if token in secrets_seen:
+            raise TokenFileError(f"{source}:{n}: the token of {name!r} is also another name's token")
+        names.add(name)
+        secrets_seen.add(token)
+        out.append((name, "operator" if role == "operator" else "read", token))
+    return out
+
+
+def load_tokens(path: Path) -> TokenStore:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TokenFileError(f"cannot read the tokens file {path}: {exc.strerror or exc}") from None
+    return TokenStore(parse_tokens(text, str(path)))
+
+
+def ensure_default_tokens(path: Path = DEFAULT_TOKENS_FILE) -> tuple[Path, bool]:
+    """Write a read and an operator token to `path` (0600) unless it exists; returns (path, created)."""
+    if path.exists():
+        return path, False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = (
+        "# xidpipe serve API tokens: name role token (roles: read, operator). Keep this file private.\n"
+        f"reader read {secrets.token_urlsafe(32)}\n"
+        f"operator operator {secrets.token_urlsafe(32)}\n"
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(body)
+    return path, True
