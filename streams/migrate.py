@@ -9,6 +9,7 @@ from alembic import command
 from alembic.config import Config
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+VERSION_TABLE = "xidpipe_streams_version"  # other components may keep their own history in the same database
 
 
 def alembic_config(url: str) -> Config:
@@ -24,3 +25,18 @@ def upgrade(engine: sa.Engine, revision: str = "head") -> None:
     with engine.connect() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
+
+
+def head_revision() -> str | None:
+    """The newest revision of the migrations."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def current_revision(engine: sa.Engine) -> str | None:
+    """The database's revision (None: never migrated)."""
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()

@@ -10,8 +10,7 @@ import sqlalchemy as sa
 from alembic import context
 
 from models.tables import metadata
-
-VERSION_TABLE = "xidpipe_streams_version"
+from streams.migrate import VERSION_TABLE
 
 
 def run() -> None:

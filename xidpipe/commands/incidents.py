@@ -1,12 +1,19 @@
-"""`xidpipe incidents list|show` and `xidpipe stats`: questions to the incident history."""
+"""`xidpipe incidents list|show|transition` and `xidpipe stats`: questions to the incident history.
+
+The database is `--database-url`, else `$XIDPIPE_DATABASE_URL`, else the SQLite file `make demo`
+wrote. `--json` prints JSON instead of a table on every command.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime
 from typing import Any
+
+from models.lifecycle import BY_PEOPLE, STATES
 
 DEFAULT_DB = "sqlite:///var/xidpipe.db"
 
@@ -35,7 +42,8 @@ def register(sub: Any) -> None:
     ls.add_argument("--gpu", help="board serial, GPU UUID or PCI address")
     ls.add_argument("--xid", type=int)
     ls.add_argument("--category", help="application, suspected_hardware, hardware, driver, interconnect, ...")
-    ls.add_argument("--status", help="open or resolved")
+    ls.add_argument("--status", help="open or resolved (the stream's grouping state)")
+    ls.add_argument("--lifecycle", choices=STATES, help="the incident's lifecycle state")
     ls.add_argument("--since", type=_when, help="last seen at or after this ISO 8601 time")
     ls.add_argument("--until", type=_when, help="first seen before this ISO 8601 time")
     ls.add_argument("--namespace", help="a pod of this namespace was hit")
@@ -46,23 +54,35 @@ def register(sub: Any) -> None:
     _db(ls)
     ls.set_defaults(func=run_list)
     show: argparse.ArgumentParser = isub.add_parser("show", help="one incident: its dossier and timeline",
-                                                    description="Show an incident's dossier (Markdown) and the "
-                                                    "timeline of its fault events.")
+                                                    description="Show an incident's dossier (Markdown), its "
+                                                    "lifecycle, and the timeline of its fault events, lifecycle "
+                                                    "steps, cluster actions, ticket and chat notifications.")
     show.add_argument("id", help="incident id, or a unique prefix of it or of its fingerprint")
     _db(show)
     show.set_defaults(func=run_show)
+    tr: argparse.ArgumentParser = isub.add_parser(
+        "transition", help="move an incident along its lifecycle (repaired, rma, returned, closed)",
+        description="Record a lifecycle step taken by a person: repaired, rma (the card was sent back), "
+        "returned (it came back) or closed. The step also ends the incident for the stream: the next fault "
+        "of its GPU and family opens a new incident linked to it. mitigated and ticketed are recorded by "
+        "the responder.")
+    tr.add_argument("id", help="incident id, or a unique prefix of it or of its fingerprint")
+    tr.add_argument("to", choices=BY_PEOPLE, help="the new lifecycle state")
+    tr.add_argument("--reason", required=True, help="why (kept with the step)")
+    tr.add_argument("--actor", default=None, help="who took the step (default: $USER)")
+    _db(tr)
+    tr.set_defaults(func=run_transition)
     st: argparse.ArgumentParser = sub.add_parser("stats", help="counts over the incident history",
                                                  description="Counts by code, category, node and namespace; the "
                                                  "GPUs and nodes with the most hardware incidents; mean time "
                                                  "between faults.")
     st.add_argument("--since", type=_when, help="only what was seen at or after this ISO 8601 time")
+    st.add_argument("--top", type=int, default=10, help="how many nodes, namespaces and GPUs to list")
     _db(st)
     st.set_defaults(func=run_stats)
 
 
 def _session(args: argparse.Namespace) -> Any:
-    import os
-
     import sqlalchemy as sa
     from sqlalchemy.orm import Session
 
@@ -75,9 +95,12 @@ def _session(args: argparse.Namespace) -> Any:
             raise SystemExit(f"xidpipe: no incident history at {path}: run `make demo` or the worker first, "
                              "or give --database-url")
     engine = make_engine(url)
-    if not sa.inspect(engine).has_table("incidents"):
-        raise SystemExit(f"xidpipe: {sa.make_url(url).render_as_string(hide_password=True)} has no incidents "
-                         "table: is it the worker's database?")
+    shown = sa.make_url(url).render_as_string(hide_password=True)
+    inspector = sa.inspect(engine)
+    if not inspector.has_table("incidents"):
+        raise SystemExit(f"xidpipe: {shown} has no incidents table: is it the worker's database?")
+    if not inspector.has_table("incident_transitions"):
+        raise SystemExit(f"xidpipe: {shown} has an older schema: run `xidpipe db upgrade` first")
     return Session(engine)
 
 
@@ -91,7 +114,8 @@ def run_list(args: argparse.Namespace) -> int:
     from xidpipe.history.queries import IncidentFilter, list_incidents
 
     f = IncidentFilter(node=args.node, gpu=args.gpu, xid=args.xid, category=args.category, status=args.status,
-                       since=args.since, until=args.until, namespace=args.namespace, owner=args.owner)
+                       since=args.since, until=args.until, namespace=args.namespace, owner=args.owner,
+                       lifecycle=args.lifecycle)
     with _session(args) as s:
         rows, total = list_incidents(s, f, sort=args.sort, limit=args.limit, offset=args.offset)
         data = [_row(i) for i in rows]
@@ -102,39 +126,94 @@ def run_list(args: argparse.Namespace) -> int:
     if not data:
         print("No incidents match.")
         return 0
-    header = ["LAST SEEN", "NODE", "GPU", "FAMILY", "CATEGORY", "COUNT", "STATUS", "CODES", "ID"]
+    header = ["LAST SEEN", "NODE", "GPU", "FAMILY", "CATEGORY", "COUNT", "STATUS", "LIFECYCLE", "CODES", "ID"]
     table = [[str(d["last_seen"])[:19], d["node"], d.get("serial") or d.get("gpu_uuid") or d["gpu"], d["family"],
-              d["category"], str(d["count"]), d["status"], ", ".join(map(str, d.get("codes") or []))[:40],
-              d["incident_id"]] for d in data]
-    widths = [max(len(h), *(len(r[n]) for r in table)) for n, h in enumerate(header)]
-    for r in [header, *table]:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+              d["category"], str(d["count"]), d["status"], d["lifecycle"],
+              ", ".join(map(str, d.get("codes") or []))[:40], d["incident_id"]] for d in data]
+    print_table(header, table)
     print(f"\n{len(data)} of {total} (offset {args.offset})")
     return 0
 
 
+def print_table(header: list[str], table: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(r[n]) for r in table)) for n, h in enumerate(header)]
+    for r in [header, *table]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
 def run_show(args: argparse.Namespace) -> int:
     from models.dossier import render_json, render_markdown
-    from xidpipe.history.queries import find_incident, timeline
-    from xidpipe.respond.dossier_builder import build_dossier
+    from xidpipe.history.activity import actions, incident_activity
+    from xidpipe.history.queries import find_incident, incident_transitions, timeline
+    from xidpipe.respond.dossier_builder import action_items, build_dossier
 
     with _session(args) as s:
         row = find_incident(s, args.id)
         if row is None:
             print(f"xidpipe incidents show: no incident {args.id!r} (or the prefix is not unique)", file=sys.stderr)
             return 1
-        dossier = build_dossier(s, row)
-        events = [{"at": e.occurred_at.isoformat(), "code": e.code, "pid": e.pid, "process": e.process,
-                   "pod": e.pod, "sources": e.sources, "message": e.message} for e in timeline(s, row.incident_id)]
+        dossier = build_dossier(s, row, action_items(actions(s, row.incident_id), row.incident_id))
+        events: list[dict[str, Any]] = [
+            {"at": e.occurred_at.isoformat(), "code": e.code, "pid": e.pid, "process": e.process, "pod": e.pod,
+             "sources": e.sources, "message": e.message} for e in timeline(s, row.incident_id)]
+        transitions = incident_transitions(s, row.incident_id)
+        activity = incident_activity(s, row.incident_id)
+        lifecycle, status = row.lifecycle, row.status
     if args.json:
-        json.dump({"dossier": render_json(dossier), "timeline": events}, sys.stdout, indent=2, default=str)
+        json.dump({"dossier": render_json(dossier), "lifecycle": lifecycle, "status": status, "timeline": events,
+                   "transitions": transitions, **activity}, sys.stdout, indent=2, default=str)
         print()
         return 0
     print(render_markdown(dossier))
+    print(f"## Lifecycle: {lifecycle} (stream status: {status})\n")
+    for t in transitions:
+        print(f"- {t['at']} {t['from']} → {t['to']} by {t['actor']}: {t['reason']}")
+    if transitions:
+        print()
     print("## Timeline\n")
+    lines: list[tuple[str, str]] = []
     for e in events:
-        print(f"- {e['at']} {e['code']} ({e['sources']}) pid {e['pid'] or '?'} {e['process'] or ''} "
-              f"{e['pod'] or ''}".rstrip())
+        lines.append((e["at"], f"{e['code']} ({e['sources']}) pid {e['pid'] or '?'} {e['process'] or ''} "
+                               f"{e['pod'] or ''}".rstrip()))
+    for t in transitions:
+        lines.append((t["at"], f"lifecycle {t['from']} → {t['to']} by {t['actor']}: {t['reason']}"))
+    for a in activity["actions"]:
+        outcome = "dry-run" if a["dry_run"] else a["outcome"]
+        lines.append((a["at"] or "", f"{a['action']} {outcome} on {a['node']} ({a['actor']}): {a['reason']}"))
+    for k in activity["tickets"]:
+        lines.append((k["created_at"] or "", f"ticket {k['key']} created ({k['tracker']})"))
+        if k["last_comment_at"]:
+            lines.append((k["last_comment_at"], f"ticket {k['key']} commented"))
+    for n in activity["notifications"]:
+        lines.append((n["sent_at"] or "", f"chat to {n['channel']} via {n['transport']}: {n['messages']} "
+                                          "message(s), the latest at this time"))
+    for at, text in sorted(lines, key=lambda x: x[0]):
+        print(f"- {at} {text}")
+    return 0
+
+
+def run_transition(args: argparse.Namespace) -> int:
+    import getpass
+
+    from xidpipe.history.queries import TransitionError, transition_incident
+
+    actor = args.actor or os.environ.get("USER") or getpass.getuser()
+    with _session(args) as s:
+        try:
+            step = transition_incident(s, args.id, args.to, actor=actor, reason=args.reason)
+        except LookupError as exc:
+            print(f"xidpipe incidents transition: {exc.args[0]}", file=sys.stderr)
+            return 1
+        except TransitionError as exc:
+            print(f"xidpipe incidents transition: {exc}", file=sys.stderr)
+            return 2
+        s.commit()
+    if args.json:
+        json.dump(step, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"{step['incident_id']}: {step['from']} → {step['to']} at {step['at']} by {step['actor']}: "
+          f"{step['reason']}")
     return 0
 
 
@@ -142,18 +221,20 @@ def run_stats(args: argparse.Namespace) -> int:
     from xidpipe.history.queries import stats
 
     with _session(args) as s:
-        data = stats(s, args.since)
+        data = stats(s, args.since, args.top)
     if args.json:
         json.dump(data, sys.stdout, indent=2)
         print()
         return 0
     print(f"{data['incidents']} incidents, {data['fault_events']} fault events"
           + (f" since {data['since']}" if data["since"] else ""))
-    for key in ("by_category", "by_code", "by_node", "by_namespace", "hardware_incidents_by_gpu",
+    for key in ("by_category", "by_code", "by_node", "by_gpu_model", "by_namespace", "hardware_incidents_by_gpu",
                 "hardware_incidents_by_node"):
         print(f"\n{key.replace('_', ' ')}:")
         for name, n in data[key].items():
             print(f"  {n:6d}  {name}")
     mtbf = data["mean_time_between_faults_s"]
     print(f"\nmean time between faults on one GPU: {mtbf if mtbf is not None else 'n/a'} s")
+    for model, seconds in data["mean_time_between_faults_s_by_model"].items():
+        print(f"  {seconds:12.1f} s  {model}")
     return 0

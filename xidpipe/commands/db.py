@@ -1,0 +1,108 @@
+"""`xidpipe db upgrade|current`: the stream pipeline's schema (Alembic migrations in `streams/migrations`).
+
+The database is `--database-url`, else `$XIDPIPE_DATABASE_URL`, else the SQLite file `make demo`
+writes. The worker upgrades its database when it starts; this command does it ahead of a rollout,
+or for a database the CLI and the API read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+DEFAULT_DB = "sqlite:///var/xidpipe.db"
+
+
+def register(sub: Any) -> None:
+    db: argparse.ArgumentParser = sub.add_parser("db", help="apply or show the database schema migrations",
+                                                 description="Apply or show the Alembic migrations of the "
+                                                 "incident history and GPU ledger tables.")
+    dsub = db.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
+    up: argparse.ArgumentParser = dsub.add_parser("upgrade", help="migrate to the newest schema (or --revision)",
+                                                  description="Apply the migrations up to --revision (default "
+                                                  "head). An up-to-date database is left as it is.")
+    up.add_argument("--revision", default="head", help="target revision (default: head)")
+    _common(up)
+    up.set_defaults(func=run_upgrade)
+    cur: argparse.ArgumentParser = dsub.add_parser("current", help="the database's revision and the newest one",
+                                                   description="Print the database's schema revision and the "
+                                                   "newest revision this xidpipe knows.")
+    _common(cur)
+    cur.set_defaults(func=run_current)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--database-url", default=None,
+                   help=f"SQLAlchemy URL (default: $XIDPIPE_DATABASE_URL, else {DEFAULT_DB})")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _url(args: argparse.Namespace) -> str:
+    return str(args.database_url or os.environ.get("XIDPIPE_DATABASE_URL") or DEFAULT_DB)
+
+
+def _shown(url: str) -> str:
+    import sqlalchemy as sa
+
+    return sa.make_url(url).render_as_string(hide_password=True)
+
+
+def revisions(engine: Any) -> tuple[str | None, str | None]:
+    """(the database's revision or None, the newest revision of the migrations)."""
+    from streams.migrate import current_revision, head_revision
+
+    return current_revision(engine), head_revision()
+
+
+def _report(args: argparse.Namespace, url: str, current: str | None, head: str | None, before: str | None) -> None:
+    if args.json:
+        json.dump({"database": _shown(url), "revision": current, "head": head, "previous": before}, sys.stdout,
+                  indent=2)
+        print()
+        return
+    where = _shown(url)
+    state = "up to date" if current == head else f"newest is {head}"
+    print(f"{where}: revision {current or '(none)'} ({state})")
+
+
+def run_upgrade(args: argparse.Namespace) -> int:
+    from alembic.util.exc import CommandError
+
+    from streams.migrate import upgrade
+    from streams.store import make_engine
+
+    url = _url(args)
+    engine = make_engine(url)
+    try:
+        before, _ = revisions(engine)
+        try:
+            upgrade(engine, args.revision)
+        except CommandError as exc:
+            print(f"xidpipe db upgrade: {exc}", file=sys.stderr)
+            return 2
+        current, head = revisions(engine)
+    finally:
+        engine.dispose()
+    if not args.json and before != current:
+        print(f"migrated from {before or '(empty)'} to {current}")
+    _report(args, url, current, head, before)
+    return 0
+
+
+def run_current(args: argparse.Namespace) -> int:
+    from streams.store import make_engine
+
+    url = _url(args)
+    if url.startswith("sqlite:///") and not os.path.exists(url.removeprefix("sqlite:///")):
+        print(f"xidpipe db current: no database at {url.removeprefix('sqlite:///')}", file=sys.stderr)
+        return 1
+    engine = make_engine(url)
+    try:
+        current, head = revisions(engine)
+    finally:
+        engine.dispose()
+    _report(args, url, current, head, None)
+    return 0
