@@ -15,7 +15,7 @@ from aiohttp import web
 from xidpipe.history.queries import GpuFilter, IncidentFilter
 from xidpipe.web import data
 from xidpipe.web.db import Database
-from xidpipe.web.keys import DB_KEY
+from xidpipe.web.keys import DB_KEY, PRINCIPAL_KEY
 from xidpipe.web.params import Param, parse_query
 from xidpipe.web.problems import PROBLEM_TYPE, Problem
 from xidpipe.web.schemas import LIFECYCLE, PEOPLES_STEPS, components, ref
@@ -89,8 +89,7 @@ class Operation:
 
 
 def principal_of(request: web.Request) -> Principal | None:
-    who = request.get("principal")
-    return who if isinstance(who, Principal) else None
+    return request.get(PRINCIPAL_KEY)
 
 
 def _json(body: Any, status: int = 200) -> web.Response:

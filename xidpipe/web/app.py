@@ -12,7 +12,7 @@ from aiohttp import web
 
 from xidpipe.web import api, pages
 from xidpipe.web.db import Database
-from xidpipe.web.keys import DB_KEY, SESSIONS_KEY, TOKENS_KEY
+from xidpipe.web.keys import DB_KEY, PRINCIPAL_KEY, SESSIONS_KEY, TOKENS_KEY
 from xidpipe.web.problems import Problem, unauthorized
 from xidpipe.web.session import COOKIE_NAME, Sessions
 from xidpipe.web.tokens import Principal, TokenStore
@@ -93,7 +93,7 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise Problem(403, "Forbidden", "a session-authenticated change needs the page's X-CSRF-Token header")
     if needs == "operator" and not who.is_operator:
         raise Problem(403, "Forbidden", "this needs an operator token; this one is read-only")
-    request["principal"] = who
+    request[PRINCIPAL_KEY] = who
     return await handler(request)
 
 

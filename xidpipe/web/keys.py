@@ -6,8 +6,9 @@ from aiohttp import web
 
 from xidpipe.web.db import Database
 from xidpipe.web.session import Sessions
-from xidpipe.web.tokens import TokenStore
+from xidpipe.web.tokens import Principal, TokenStore
 
 DB_KEY: web.AppKey[Database] = web.AppKey("db", Database)
 SESSIONS_KEY: web.AppKey[Sessions] = web.AppKey("sessions", Sessions)
 TOKENS_KEY: web.AppKey[TokenStore] = web.AppKey("tokens", TokenStore)
+PRINCIPAL_KEY: web.RequestKey[Principal] = web.RequestKey("principal", Principal)  # who made the request
