@@ -9,6 +9,7 @@ cannot be decoded goes to the actions dead-letter topic with the reason, and the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from streams.store import make_engine
 from streams.topics import topology
 from xidpipe.actions.executor import CordonExecutor
 from xidpipe.respond.dossier_builder import action_items, build_dossier
+from xidpipe.respond.lifecycle import cordoned, record_step
 
 log = logging.getLogger(__name__)
 
@@ -126,16 +128,21 @@ class Responder:
                               result.reason)
             self.completed.append({"schema_version": 1, "request": message.get("idempotency_key"),
                                    **result.model_dump(mode="json")})
+            if cordoned(result):
+                await asyncio.to_thread(record_step, self.engine, incident_id, "mitigated",
+                                        f"node {result.node} cordoned: {result.reason}")
             # The ticket's dossier lists the actions taken: let the tracker refresh it (it decides).
             notice = await asyncio.to_thread(self._notice, incident_id)
             if notice is not None:
                 await self.sinks.tickets.submit_async(notice)
+                await asyncio.to_thread(self.record_ticketed, incident_id)
         else:
             notice = await asyncio.to_thread(self._notice, incident_id)
             if notice is None:
                 raise LookupError(f"incident {incident_id} is not in the database")
             if kind == "ticket":
                 ticket = await self.sinks.tickets.submit_async(notice)
+                await asyncio.to_thread(self.record_ticketed, incident_id)
                 what = f"{ticket.status} {ticket.action or ''} {ticket.key or ''}".strip()
                 outcome = Outcome(kind, incident_id, what, ticket.error or ticket.reason)
             else:
@@ -146,6 +153,26 @@ class Responder:
         log.info("%s for %s: %s", kind, incident_id, outcome.result,
                  extra={"incident": incident_id, "action": kind, "detail": outcome.detail})
         return outcome
+
+    def record_ticketed(self, incident_id: str) -> bool:
+        """The incident's lifecycle step `ticketed`, once the ticket map holds its ticket."""
+        row = self.sinks.store.ticket(incident_id)
+        if row is None:
+            return False
+        return record_step(self.engine, incident_id, "ticketed", f"ticket {row.ticket_key} ({row.tracker})")
+
+    async def drain_tickets(self, stop: asyncio.Event, interval_s: float = 10.0) -> None:
+        """The ticket sink's retry loop (tickets left pending while the tracker was unavailable), recording
+        `ticketed` for the incidents whose ticket it created."""
+        while not stop.is_set():
+            try:
+                for done in await asyncio.to_thread(self.sinks.tickets.drain):
+                    if done.key:
+                        await asyncio.to_thread(self.record_ticketed, done.incident_id)
+            except Exception:
+                log.exception("ticket drain failed; retrying in %.0f s", interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)
 
 
 async def run_responder(settings: RespondSettings, responder: Responder, stop: asyncio.Event,
@@ -167,7 +194,7 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     await _ensure_topic(settings, completed_topic(settings))
     await consumer.start()
     await producer.start()
-    bg = [asyncio.create_task(responder.sinks.tickets.run(stop)), asyncio.create_task(responder.sinks.chat.run(stop))]
+    bg = [asyncio.create_task(responder.drain_tickets(stop)), asyncio.create_task(responder.sinks.chat.run(stop))]
 
     async def handle_one(tp: Any, msg: Any, body: dict[str, Any] | None, why: str) -> None:
         try:

@@ -1,0 +1,100 @@
+"""The responder records `mitigated` when it really cordoned a node and `ticketed` when the incident
+has a ticket; once each, whatever is redelivered; never for a dry-run cordon."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from models.tables import Incident, IncidentTransition
+from streams.sinks.build import build_sinks
+from streams.sinks.settings import SinkSettings
+from streams.store import Store
+from xidpipe.actions.executor import ActionResult
+from xidpipe.actions.runtime import build_executor
+from xidpipe.actions.settings import ActionSettings
+from xidpipe.actions.store import JsonlActionStore
+from xidpipe.history.queries import incident_transitions
+from xidpipe.respond.responder import Responder
+
+T = datetime(2026, 11, 25, 15, 26, 51, tzinfo=UTC)
+
+
+def incident(incident_id: str, category: str = "hardware") -> Incident:
+    return Incident(
+        incident_id=incident_id, fingerprint=f"v1:{incident_id}", node="gpu-node-03", gpu="0000:63:00.0",
+        family="gpu_lost", status="open", category=category, reason="Xid 79", count=1, first_seen=T, last_seen=T,
+        opened_at=T, updated_at=T, resolved_at=None, previous_incident_id=None, gpu_uuid="GPU-1", serial="165",
+        pci="0000:63:00.0", codes=["Xid 79"], pods=[], processes=[], workloads=[], immediate_action=None,
+        investigatory_action=None, description=None, cordon_requested=True, version=1,
+    )
+
+
+class CordoningExecutor:
+    """Stands in for an executor with a cluster: every request cordons the node."""
+
+    def __init__(self, path: Path) -> None:
+        self.store = JsonlActionStore(path)
+
+    async def handle_async(self, req: Any) -> ActionResult:
+        return ActionResult(action="cordon", outcome="done", node=req.node, incident_id=req.incident_id,
+                            decision="cordon", reason="Xid 79: cordon at once", changes=["cordon", "taint"])
+
+
+def setup(tmp_path: Path) -> tuple[str, Any]:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    store = Store(url)
+    store.create_schema()
+    with Session(store.engine) as s:
+        s.add_all([incident("inc-1"), incident("inc-2")])
+        s.commit()
+    sinks = build_sinks(SinkSettings(database_url=url, outbox_dir=tmp_path / "outbox", group_wait_s=0))
+    return url, sinks
+
+
+def steps(url: str, incident_id: str) -> list[tuple[str, str, str]]:
+    engine = sa.create_engine(url)
+    with Session(engine) as s:
+        out = [(t["from"], t["to"], t["actor"]) for t in incident_transitions(s, incident_id)]
+    engine.dispose()
+    return out
+
+
+def test_cordon_and_ticket_are_recorded_once(tmp_path: Path) -> None:
+    url, sinks = setup(tmp_path)
+    executor: Any = CordoningExecutor(tmp_path / "actions.jsonl")
+    responder = Responder(sa.create_engine(url), executor, sinks)
+
+    async def go() -> None:
+        for kind in ("cordon_candidate", "cordon_candidate", "ticket", "ticket"):
+            await responder.handle({"kind": kind, "incident_id": "inc-1"})
+
+    asyncio.run(go())
+    assert steps(url, "inc-1") == [("open", "mitigated", "xidpipe-respond"),
+                                   ("mitigated", "ticketed", "xidpipe-respond")]
+    engine = sa.create_engine(url)
+    with Session(engine) as s:
+        row = s.get(Incident, "inc-1")
+        assert row is not None and row.lifecycle == "ticketed" and row.status == "open"
+        reasons = [t.reason for t in s.scalars(sa.select(IncidentTransition))]
+    engine.dispose()
+    assert reasons[0].startswith("node gpu-node-03 cordoned") and reasons[1].startswith("ticket ")
+
+
+def test_a_dry_run_cordon_is_not_a_mitigation(tmp_path: Path) -> None:
+    url, sinks = setup(tmp_path)
+    executor = build_executor(ActionSettings(action_log=tmp_path / "actions.jsonl"))  # no cluster: dry run
+    responder = Responder(sa.create_engine(url), executor, sinks)
+
+    async def go() -> None:
+        await responder.handle({"kind": "cordon_candidate", "incident_id": "inc-2"})
+
+    asyncio.run(go())
+    # The cordon handling offers the ticket sink a refreshed dossier: that creates the ticket.
+    assert steps(url, "inc-2") == [("open", "ticketed", "xidpipe-respond")]
+    assert responder.record_ticketed("inc-2") is False  # already recorded
