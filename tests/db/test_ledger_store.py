@@ -91,7 +91,8 @@ def test_swap_scenario(engine: sa.Engine) -> None:
         returned = history["events"][-1]
         assert returned["previous_node"] == "n1" and "after it was replaced" in returned["reason"]
         assert [p["node"] for p in history["placements"]] == ["n1", "n3"]
-        assert gpu_history(s, "GPU-B") is not None and gpu_history(s, "GPU-B")["card"] == "serial:B"  # old UUID
+        by_old_uuid = gpu_history(s, "GPU-B")
+        assert by_old_uuid is not None and by_old_uuid["card"] == "serial:B"
         rows, total = list_gpus(s, GpuFilter())
         assert total == 4
         assert {(r["card"], r["node"], r["state"]) for r in rows} == {

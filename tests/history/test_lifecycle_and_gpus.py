@@ -1,0 +1,163 @@
+"""The lifecycle, the GPU ledger and their commands over a history the real store wrote:
+`xidpipe incidents transition|list --lifecycle|show`, `xidpipe gpus list|history|rebuild`, `xidpipe stats`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session
+
+from models.node_records import NodeRecord
+from models.stream_policy import PipelinePolicy
+from streams.ingest import Ingest
+from streams.store import Store
+from tests.streams.records import T0, Kmsg, inventory, pods, s, serial, uuid
+from xidpipe.cli import main
+from xidpipe.history.queries import heatmap
+
+MODEL = "NVIDIA H100 80GB HBM3"
+
+
+def feed(store: Store, records: Iterable[NodeRecord]) -> None:
+    ingest = Ingest()
+    items = [it for r in records for it in ingest.items(r, "topic")] + ingest.flush_all()
+    store.process(items)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    store = Store(url, PipelinePolicy())
+    store.create_schema()
+    a, b = Kmsg("node-a"), Kmsg("node-b")
+    feed(store, [
+        inventory("node-a", T0), inventory("node-b", T0),
+        pods("node-a", T0, {0: ("team-nlp", "bert-1", "main")}),
+        a.xid(0, 13, T0 + s(10), 11, "bert"), a.xid(0, 43, T0 + s(70), 11, "bert"),
+        b.xid(2, 79, T0 + s(30)),
+    ])
+    store.dispose()
+    assert main(["gpus", "rebuild", "--database-url", url]) == 0
+    return url
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str, code: int = 0) -> str:
+    assert main(list(args)) == code
+    out = capsys.readouterr()
+    return out.out if code == 0 else out.err
+
+
+def js(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
+    return json.loads(cli(capsys, *args, "--json"))
+
+
+def incident_of(capsys: pytest.CaptureFixture[str], db: str, node: str) -> dict[str, Any]:
+    (inc,) = js(capsys, "incidents", "list", "--database-url", db, "--node", node)["incidents"]
+    return dict(inc)
+
+
+def test_people_move_incidents_along_the_lifecycle(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    inc = incident_of(capsys, db, "node-b")
+    assert inc["lifecycle"] == "open"
+    ident = inc["incident_id"]
+    step = js(capsys, "incidents", "transition", ident, "rma", "--reason", "Xid 79 twice: card sent back",
+              "--actor", "alice", "--database-url", db)
+    assert (step["from"], step["to"], step["actor"]) == ("open", "rma", "alice")
+    listed = js(capsys, "incidents", "list", "--database-url", db, "--lifecycle", "rma")["incidents"]
+    assert [i["incident_id"] for i in listed] == [ident] and listed[0]["status"] == "resolved"
+    assert js(capsys, "incidents", "list", "--database-url", db, "--lifecycle", "open")["total"] == 1
+
+    err = cli(capsys, "incidents", "transition", ident, "repaired", "--reason", "x", "--database-url", db, code=2)
+    assert "rma → repaired is not allowed" in err and "returned, closed" in err
+    err = cli(capsys, "incidents", "transition", "v1:none", "closed", "--reason", "x", "--database-url", db, code=1)
+    assert "no incident 'v1:none'" in err
+    with pytest.raises(SystemExit):  # argparse: people do not record mitigated
+        main(["incidents", "transition", ident, "mitigated", "--reason", "x", "--database-url", db])
+    capsys.readouterr()
+
+    out = cli(capsys, "incidents", "transition", ident[:14], "returned", "--reason", "back from RMA",
+              "--database-url", db)
+    assert "rma → returned" in out
+    show = js(capsys, "incidents", "show", ident, "--database-url", db)
+    assert show["lifecycle"] == "returned"
+    assert [(t["from"], t["to"]) for t in show["transitions"]] == [("open", "rma"), ("rma", "returned")]
+    assert show["actions"] == [] and show["tickets"] == [] and show["notifications"] == []
+    text = cli(capsys, "incidents", "show", ident, "--database-url", db)
+    assert "## Lifecycle: returned (stream status: resolved)" in text
+    assert "lifecycle open → rma by alice: Xid 79 twice: card sent back" in text
+
+
+def test_a_fault_after_closing_opens_a_linked_incident(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    first = incident_of(capsys, db, "node-b")
+    cli(capsys, "incidents", "transition", first["incident_id"], "closed", "--reason", "reseated",
+        "--database-url", db)
+    store = Store(db, PipelinePolicy())
+    feed(store, [Kmsg("node-b", seq=5000).xid(2, 79, T0 + s(90))])  # well within the quiet period
+    store.dispose()
+    rows = js(capsys, "incidents", "list", "--database-url", db, "--node", "node-b", "--sort", "first_seen")
+    new, old = rows["incidents"]
+    assert old["incident_id"] == first["incident_id"] and old["lifecycle"] == "closed"
+    assert new["previous_incident_id"] == first["incident_id"]
+    assert (new["status"], new["lifecycle"]) == ("open", "open")
+
+
+def test_gpus_list_and_history(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    data = js(capsys, "gpus", "list", "--database-url", db)
+    assert data["total"] == 8
+    by_serial = {g["serial"]: g for g in data["gpus"]}
+    a0 = by_serial[serial("node-a", 0)]
+    assert (a0["node"], a0["pci_slot"], a0["model"], a0["state"], a0["uuid"]) == (
+        "node-a", "0000:18:00.0", MODEL, "in_service", uuid("node-a", 0))
+    assert (a0["incidents"], a0["hardware_incidents"]) == (1, 0)
+    b2 = by_serial[serial("node-b", 2)]
+    assert (b2["incidents"], b2["hardware_incidents"]) == (1, 1)
+    assert js(capsys, "gpus", "list", "--database-url", db, "--node", "node-b", "--model", "h100")["total"] == 4
+    assert js(capsys, "gpus", "list", "--database-url", db, "--state", "retired")["total"] == 0
+    table = cli(capsys, "gpus", "list", "--database-url", db, "--limit", "3")
+    assert "PCI SLOT" in table and "3 of 8 (offset 0)" in table
+
+    hist = js(capsys, "gpus", "history", uuid("node-b", 2), "--database-url", db)
+    assert hist["card"] == f"serial:{serial('node-b', 2)}" and hist["model"] == MODEL
+    assert [(p["node"], p["valid_to"]) for p in hist["placements"]] == [("node-b", None)]
+    assert [e["kind"] for e in hist["events"]] == ["placed"]
+    assert [(i["family"], i["category"]) for i in hist["incidents"]] == [("gpu_lost", "hardware")]
+    text = cli(capsys, "gpus", "history", serial("node-b", 2), "--database-url", db)
+    assert "Placements:" in text and "placed:" in text and "gpu_lost hardware" in text
+    err = cli(capsys, "gpus", "history", "no-such-card", "--database-url", db, code=1)
+    assert "no card 'no-such-card'" in err
+
+
+def test_a_swap_reaches_the_ledger_through_stored_inventories(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    swapped = inventory("node-b", T0 + timedelta(days=1))
+    gpus = list(swapped.gpus)
+    gpus[2] = gpus[2].model_copy(update={"serial": "1999000000001", "uuid": "GPU-new-card"})
+    store = Store(db, PipelinePolicy())
+    feed(store, [swapped.model_copy(update={"gpus": tuple(gpus)})])
+    store.dispose()
+    assert js(capsys, "gpus", "rebuild", "--database-url", db)["inventories_applied"] == 1
+    old = js(capsys, "gpus", "history", serial("node-b", 2), "--database-url", db)
+    assert old["state"] == "retired"
+    assert [(e["kind"], e["card"], e["previous_card"]) for e in old["events"]] == [
+        ("placed", old["card"], None), ("replaced", "serial:1999000000001", old["card"])]
+    assert js(capsys, "gpus", "list", "--database-url", db, "--state", "retired")["total"] == 1
+
+
+def test_stats_by_gpu_model_and_heatmap(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    data = js(capsys, "stats", "--database-url", db)
+    assert data["by_gpu_model"] == {MODEL: 2}
+    assert data["mean_time_between_faults_s_by_model"] == {MODEL: 60.0}
+    assert data["mean_time_between_faults_s"] == 60.0
+    assert "by gpu model:" in cli(capsys, "stats", "--database-url", db)
+    from streams.store import make_engine
+
+    engine = make_engine(db)
+    with Session(engine) as s_:
+        hm = heatmap(s_, T0 - timedelta(days=1), T0 + timedelta(days=1))
+    engine.dispose()
+    assert hm["days"] == ["2026-11-28", "2026-11-29", "2026-11-30"]  # T0 ± 1 day, at noon
+    assert hm["nodes"] == [{"node": "node-b", "counts": [0, 1, 0], "total": 1}]
