@@ -21,9 +21,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from pydantic import SecretStr
+from sqlalchemy.orm import Session
 
 from models.node_records import NodeRecord, decode_node_record
+from models.tables import GpuCard
+from streams.ledger_store import rebuild_ledger
 from streams.runner import WorkerProcess, consumer_lag, group_lag, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.sinks.build import build_sinks
@@ -159,6 +163,11 @@ def run_demo(say: Callable[[str], None] = print, timeout: float = 110.0) -> dict
         worker.terminate()
     store = Store(db_url)
     try:
+        # The GPU asset ledger from the stored inventories: only those the worker has not applied itself.
+        with Session(store.engine) as s, s.begin():
+            rebuild_ledger(s)
+            cards = s.scalar(sa.select(sa.func.count()).select_from(GpuCard)) or 0
+        say(f"Ledger: {cards} GPU cards with their placements")
         incidents = store.incidents()
     finally:
         store.dispose()
