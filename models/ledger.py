@@ -53,20 +53,24 @@ def mig_layout(devices: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def sighting(gpu: Mapping[str, Any], driver: str | None = None) -> GpuSighting | None:
+    """One GPU of an inventory record as published by the agent (`models.node_records.GpuInfo` as
+    JSON), with the PCI address in canonical form; None when it names no UUID or PCI address."""
+    uuid = gpu.get("uuid")
+    slot = normalize_pci(gpu.get("pci_bus_id"))
+    if not uuid or not slot:
+        return None
+    return GpuSighting(uuid=uuid, pci_slot=slot, serial=gpu.get("serial"), name=gpu.get("name"),
+                       mig_layout=mig_layout(gpu.get("mig_devices") or ()), vbios=gpu.get("vbios_version"),
+                       driver=driver)
+
+
 def sightings(inventory: Mapping[str, Any]) -> list[GpuSighting]:
-    """The GPUs of one inventory record as published by the agent (`models.node_records.GpuInventory`
-    as JSON): PCI addresses in canonical form, the node's driver version on each GPU."""
+    """The GPUs of one inventory record (`models.node_records.GpuInventory` as JSON), each with the
+    node's driver version."""
     driver = inventory.get("driver_version")
-    out: list[GpuSighting] = []
-    for g in inventory.get("gpus") or ():
-        uuid = g.get("uuid")
-        slot = normalize_pci(g.get("pci_bus_id"))
-        if not uuid or not slot:
-            continue
-        out.append(GpuSighting(uuid=uuid, pci_slot=slot, serial=g.get("serial"), name=g.get("name"),
-                               mig_layout=mig_layout(g.get("mig_devices") or ()), vbios=g.get("vbios_version"),
-                               driver=driver))
-    return out
+    found = (sighting(g, driver) for g in inventory.get("gpus") or ())
+    return [g for g in found if g is not None]
 
 
 @dataclass(frozen=True, slots=True)

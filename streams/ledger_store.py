@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from models.ledger import GpuLedger, GpuSighting, LedgerEvent, Placement, sightings
+from models.ledger import GpuLedger, GpuSighting, LedgerEvent, Placement, sighting, sightings
 from models.tables import GpuCard, GpuLedgerEvent, GpuLedgerNode, GpuPlacement, NodeState
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,12 @@ def _placement(row: GpuPlacement) -> Placement:
                      valid_from=_utc(row.valid_from), valid_to=_utc(row.valid_to) if row.valid_to else None)
 
 
-def apply_inventory(session: Session, node: str, at: datetime, gpus: Iterable[GpuSighting]) -> list[LedgerEvent]:
-    """Apply one complete inventory of `node` taken at `at`; returns the ledger events it caused."""
+def apply_inventory(session: Session, node: str, at: datetime, gpus: Iterable[GpuSighting | Mapping[str, Any]],
+                    *, driver: str | None = None) -> list[LedgerEvent]:
+    """Apply one complete inventory of `node` taken at `at`; returns the ledger events it caused.
+
+    `gpus`: `GpuSighting`s, or the GPUs of an inventory record as the agent publishes them (its
+    `gpus` list, `models.node_records.GpuInfo` as JSON), then with the node's `driver` version."""
     s = session
     at = _utc(at)
     mark = s.get(GpuLedgerNode, node)
@@ -46,7 +50,7 @@ def apply_inventory(session: Session, node: str, at: datetime, gpus: Iterable[Gp
         s.add(GpuLedgerNode(node=node, inventory_at=at))
     else:
         mark.inventory_at = at
-    seen = list(gpus)
+    seen = [g for g in (x if isinstance(x, GpuSighting) else sighting(x, driver) for x in gpus) if g is not None]
     seen_cards = sorted({g.card for g in seen})
 
     # What the pure ledger needs: open placements of this node and of the listed cards, the last

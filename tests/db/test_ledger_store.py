@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -147,4 +148,8 @@ def test_rebuild_from_stored_inventories(engine: sa.Engine) -> None:
         assert p["mig_layout"] == ["MIG-B-0 gi1/ci0"]
         assert history["model"] == "NVIDIA A100-SXM4-80GB"
     with Session(engine) as s, s.begin():
-        assert apply_inventory_payload(s, "n1", day(9), inventory(["C"])) [0].kind == "missing"
+        assert apply_inventory_payload(s, "n1", day(9), inventory(["C"]))[0].kind == "missing"
+        gpus: Any = inventory(["Z"])["gpus"]  # the record's GPUs as published, with the node's driver
+        (placed,) = apply_inventory(s, "n2", day(9), gpus, driver="570.86.15")
+        assert (placed.kind, placed.card, placed.pci_slot) == ("placed", "serial:Z", "0000:18:00.0")
+        assert s.scalars(sa.select(GpuPlacement.driver).where(GpuPlacement.card == "serial:Z")).one() == "570.86.15"
