@@ -4,6 +4,7 @@ heatmap, and the login. Forms that change state carry a CSRF token bound to the 
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -26,6 +27,21 @@ ENV = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                   autoescape=select_autoescape(default=True, default_for_string=True), trim_blocks=True,
                   lstrip_blocks=True)
 ENV.filters["q"] = lambda value: quote(str(value), safe=":@")
+
+
+def _when(value: Any, seconds_only: bool = True) -> str:
+    """An ISO time as people read it, in UTC: 2026-11-26 12:00:10 (with milliseconds when asked)."""
+    if not value:
+        return ""
+    try:
+        t = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    t = t.astimezone(UTC) if t.tzinfo else t
+    return t.strftime("%Y-%m-%d %H:%M:%S") if seconds_only else t.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+ENV.filters["when"] = _when
 PAGE_SIZE = 50
 
 

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from markupsafe import Markup, escape
 
 HEAT = ("#eef1f4", "#fde0c5", "#f9b384", "#f2794d", "#d93b2b", "#9e1b1b")  # 0, 1, 2, 3-4, 5-9, 10+
-CELL_W, CELL_H, LABEL_W, HEAD_H = 30, 22, 170, 46
+CELL_W, CELL_H, LABEL_W, HEAD_H = 32, 24, 170, 58
 
 
 def heat_colour(n: int) -> str:
@@ -37,9 +37,9 @@ def heatmap_svg(days: Sequence[str], nodes: Sequence[dict[str, Any]]) -> Markup:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="heatmap" role="img" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" aria-label="hardware incidents per node and day">']
     for j, d in enumerate(days):
-        x = LABEL_W + j * CELL_W + CELL_W / 2
-        out.append(f'<text x="{x:.0f}" y="{HEAD_H - 8}" font-size="10" text-anchor="end" '
-                   f'transform="rotate(-45 {x:.0f} {HEAD_H - 8})">{_a(d[5:])}</text>')
+        x = LABEL_W + j * CELL_W + 8
+        out.append(f'<text x="{x}" y="{HEAD_H - 6}" font-size="11" text-anchor="start" '
+                   f'transform="rotate(-45 {x} {HEAD_H - 6})">{_a(d[5:])}</text>')
     if not nodes:
         out.append(f'<text x="{LABEL_W}" y="{HEAD_H + 15}" font-size="12">No hardware incidents in this window.</text>')
     for i, row in enumerate(nodes):

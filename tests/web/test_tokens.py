@@ -1,0 +1,89 @@
+"""Tokens file, default tokens, signed sessions and query-parameter parsing."""
+
+from __future__ import annotations
+
+import stat
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import pytest
+
+from xidpipe.web.params import parse_date, parse_datetime
+from xidpipe.web.session import Sessions
+from xidpipe.web.tokens import TokenFileError, TokenStore, ensure_default_tokens, load_tokens, parse_tokens
+
+SECRET = "s3cret-0123456789abcdef"
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("alice read", "expected `name role token`"),
+    (f"alice admin {SECRET}", "role must be one of read, operator"),
+    ("alice read tiny-tok", "shorter than 16"),
+    (f"alice read {SECRET}\nalice operator {SECRET}x", "appears twice"),
+    (f"alice read {SECRET}\nbob operator {SECRET}", "also another name's token"),
+])
+def test_a_bad_tokens_file_says_where_and_never_shows_a_token(text: str, says: str) -> None:
+    with pytest.raises(TokenFileError) as err:
+        parse_tokens(text, "tokens")
+    assert says in str(err.value) and SECRET not in str(err.value) and "tiny-tok" not in str(err.value)
+
+
+def test_tokens_are_verified_to_their_name_and_role() -> None:
+    store = TokenStore(parse_tokens(f"# comment\n\nalice read {SECRET}\nbob operator {SECRET}-op\n"))
+    alice, bob = store.verify(SECRET), store.verify(f"{SECRET}-op")
+    assert alice is not None and (alice.name, alice.role, alice.is_operator) == ("alice", "read", False)
+    assert bob is not None and bob.is_operator
+    assert store.verify(SECRET[:-1]) is None and store.verify("") is None
+    assert store.principal("alice", "read") == alice and store.principal("alice", "operator") is None
+
+
+def test_default_tokens_are_written_once_readable_by_the_owner_only(tmp_path: Path) -> None:
+    path, created = ensure_default_tokens(tmp_path / "var" / "api-tokens")
+    assert created and stat.S_IMODE(path.stat().st_mode) == 0o600
+    first = path.read_text()
+    store = load_tokens(path)
+    assert len(store) == 2
+    names = {line.split()[:2][0]: line.split()[1] for line in first.splitlines() if not line.startswith("#")}
+    assert names == {"reader": "read", "operator": "operator"}
+    assert ensure_default_tokens(path) == (path, False) and path.read_text() == first
+
+
+def test_a_missing_tokens_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(TokenFileError, match="cannot read the tokens file"):
+        load_tokens(tmp_path / "nope")
+
+
+def test_sessions_are_signed_expire_and_end_with_the_token() -> None:
+    store = TokenStore(parse_tokens(f"alice operator {SECRET}"))
+    who = store.verify(SECRET)
+    assert who is not None
+    sessions = Sessions(store, b"k" * 32, ttl_s=60)
+    cookie = sessions.issue(who, now=1000)
+    assert SECRET not in cookie
+    assert sessions.verify(cookie, now=1030) == who
+    assert sessions.verify(cookie, now=1061) is None  # expired
+    assert Sessions(store, b"other" * 8).verify(cookie, now=1030) is None  # another server's secret
+    assert Sessions(TokenStore([]), b"k" * 32).verify(cookie, now=1030) is None  # the token was removed
+    csrf = sessions.csrf(cookie)
+    assert sessions.check_csrf(cookie, csrf) and not sessions.check_csrf(sessions.issue(who, now=1001), csrf)
+    assert not sessions.check_csrf("", sessions.csrf(""))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2026-11-25T12:00:00Z", datetime(2026, 11, 25, 12, tzinfo=UTC)),
+    ("2026-11-25t12:00:00.5z", datetime(2026, 11, 25, 12, 0, 0, 500000, tzinfo=UTC)),
+    ("2026-11-25T12:00:00+02:00", datetime(2026, 11, 25, 10, tzinfo=UTC)),
+    ("2026-11-25T12:00:00", datetime(2026, 11, 25, 12, tzinfo=UTC)),
+    ("2026-11-25", datetime(2026, 11, 25, tzinfo=UTC)),
+    ("2026-12-31T23:59:60Z", datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC)),  # a leap second
+    ("0001-01-01T00:00:00+01:00", datetime.min.replace(tzinfo=UTC)),
+    ("9999-12-31T23:59:59-01:00", datetime.max.replace(tzinfo=UTC)),
+    ("2026-02-30", None), ("yesterday", None), ("2026-11-25T12:00:00+24:00", None), ("", None),
+])
+def test_times(text: str, expected: datetime | None) -> None:
+    assert parse_datetime(text) == expected
+
+
+def test_dates() -> None:
+    assert parse_date("2026-11-25") == date(2026, 11, 25)
+    assert parse_date("2026-11-25T00:00:00Z") is None and parse_date("2026-13-01") is None
