@@ -29,7 +29,7 @@ lint: install
 
 # Everything the tests need that is not a Python package: the Kafka jars from Maven Central,
 # Debian packages (PostgreSQL server; systemd-journal-remote and journalctl for real journal files;
-# gcc to build the fake libnvidia-ml.so.1),
+# gcc to build the fake libnvidia-ml.so.1; chromium, headless, for the web page tests),
 # the kube-apiserver and etcd built from Go modules.
 services: install system-packages kafka-jars testcluster
 
@@ -39,6 +39,7 @@ system-packages:
 	  test -x /lib/systemd/systemd-journal-remote || missing="$$missing systemd-journal-remote"; \
 	  command -v journalctl >/dev/null 2>&1 || missing="$$missing systemd"; \
 	  { command -v gcc && test -e /usr/include/stdio.h; } >/dev/null 2>&1 || missing="$$missing gcc libc6-dev"; \
+	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing Debian packages:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
