@@ -118,9 +118,10 @@ class Incident(Base):
         sa.Index("uq_incidents_open_fingerprint", "fingerprint", unique=True,
                  postgresql_where=sa.text("status = 'open'"), sqlite_where=sa.text("status = 'open'")),
         sa.Index("ix_incidents_fingerprint_opened", "fingerprint", "opened_at"),
-        # The history queries: pages newest first, with or without a filter.
-        sa.Index("ix_incidents_last_seen", "last_seen"),
-        sa.Index("ix_incidents_first_seen", "first_seen"),
+        # The history queries: pages newest first, with or without a filter; a time range is checked
+        # in the index (seen from … until) without visiting the rows outside it.
+        sa.Index("ix_incidents_last_seen", "last_seen", "first_seen"),
+        sa.Index("ix_incidents_first_seen", "first_seen", "last_seen"),
         sa.Index("ix_incidents_category_last_seen", "category", "last_seen"),
         sa.Index("ix_incidents_status_last_seen", "status", "last_seen"),
         sa.Index("ix_incidents_lifecycle_last_seen", "lifecycle", "last_seen"),
@@ -335,5 +336,10 @@ class GpuLedgerNode(Base):
     node: Mapped[str] = mapped_column(sa.String(253), primary_key=True)
     inventory_at: Mapped[datetime]
 
+
+# Indexes the migrations create on PostgreSQL only, outside this metadata: a trigram index for the
+# substring search on an incident's workloads (`xidpipe incidents list --owner`), created when the
+# `pg_trgm` extension is available (the migration installs it when the database allows it).
+POSTGRESQL_ONLY_INDEXES = frozenset({"ix_incidents_workloads_trgm"})
 
 metadata = Base.metadata

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context
 
-from models.tables import metadata
+from models.tables import POSTGRESQL_ONLY_INDEXES, metadata
 from streams.migrate import VERSION_TABLE
 
 
@@ -37,7 +37,10 @@ def _migrate(connection: sa.Connection) -> None:
 
 
 def _ours(name: str | None, type_: str, _parent: object) -> bool:
-    """Autogenerate looks at this pipeline's tables only: the database may hold other components' tables."""
+    """Autogenerate looks at this pipeline's tables only: the database may hold other components' tables.
+    The PostgreSQL-only indexes the migrations make outside the metadata are not differences."""
+    if type_ == "index":
+        return name not in POSTGRESQL_ONLY_INDEXES
     return type_ != "table" or name in metadata.tables
 
 

@@ -41,7 +41,17 @@ class IncidentFilter:
     lifecycle: str | None = None  # open, mitigated, ticketed, repaired, rma, returned, closed
 
 
-def _where(f: IncidentFilter) -> list[Any]:
+def _event_conds(f: IncidentFilter) -> list[Any]:
+    """Filters that are facts of an incident's fault events (an incident matches when one event does)."""
+    conds: list[Any] = []
+    if f.xid is not None:
+        conds.append(FaultEvent.xid == f.xid)
+    if f.namespace:
+        conds.append(FaultEvent.namespace == f.namespace)
+    return conds
+
+
+def _incident_conds(f: IncidentFilter) -> list[Any]:
     conds: list[Any] = []
     if f.node:
         conds.append(Incident.node == f.node)
@@ -58,24 +68,36 @@ def _where(f: IncidentFilter) -> list[Any]:
         conds.append(Incident.last_seen >= f.since)
     if f.until:
         conds.append(Incident.first_seen < f.until)
-    events = sa.select(FaultEvent.incident_id).where(FaultEvent.incident_id.is_not(None))
-    if f.xid is not None:
-        conds.append(Incident.incident_id.in_(events.where(FaultEvent.xid == f.xid)))
-    if f.namespace:
-        conds.append(Incident.incident_id.in_(events.where(FaultEvent.namespace == f.namespace)))
     if f.owner:
-        # The incident lists its workloads: a scan of incidents, not of every fault event.
+        # The incident lists its workloads (a trigram index serves this on PostgreSQL).
         conds.append(sa.cast(Incident.workloads, sa.Text).contains(f.owner, autoescape=True))
     return conds
+
+
+def _where(f: IncidentFilter) -> list[Any]:
+    """The conditions on `incidents` for `f`; event facts as EXISTS, probed per incident through
+    the (xid | namespace, incident_id) indexes."""
+    return [*_incident_conds(f), *(sa.exists().where(FaultEvent.incident_id == Incident.incident_id, c)
+                                   for c in _event_conds(f))]
+
+
+def count_incidents(s: Session, f: IncidentFilter) -> int:
+    """How many incidents match `f`. A filter on one event fact alone is counted in the fault events'
+    index (the distinct incidents of the matching events), without joining every incident."""
+    events, incident = _event_conds(f), _incident_conds(f)
+    if len(events) == 1 and not incident:
+        ids = (sa.select(FaultEvent.incident_id).where(events[0], FaultEvent.incident_id.is_not(None))
+               .distinct().subquery())
+        return int(s.scalar(sa.select(sa.func.count()).select_from(ids)) or 0)
+    return int(s.scalar(sa.select(sa.func.count()).select_from(Incident).where(*_where(f))) or 0)
 
 
 def list_incidents(s: Session, f: IncidentFilter, *, sort: SortKey = "last_seen", limit: int = 50,
                    offset: int = 0) -> tuple[list[Incident], int]:
     """One page of incidents (newest first by `sort`), and how many match in all."""
-    conds = _where(f)
-    total = s.scalar(sa.select(sa.func.count()).select_from(Incident).where(*conds)) or 0
+    total = count_incidents(s, f)
     order = {"first_seen": Incident.first_seen, "last_seen": Incident.last_seen, "count": Incident.count}[sort]
-    rows = list(s.scalars(sa.select(Incident).where(*conds).order_by(order.desc(), Incident.incident_id)
+    rows = list(s.scalars(sa.select(Incident).where(*_where(f)).order_by(order.desc(), Incident.incident_id)
                           .limit(limit).offset(offset)))
     return rows, total
 

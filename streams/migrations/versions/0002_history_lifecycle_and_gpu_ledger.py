@@ -9,7 +9,8 @@ Create Date: 2026-11-29
   worker from each inventory it stores; `xidpipe gpus rebuild` fills it from stored inventories);
 - indexes for `xidpipe incidents list|show`, `xidpipe gpus` and the HTTP API: incident pages by
   time, category, status, lifecycle and GPU; fault events by incident (with their time), Xid and
-  namespace (replacing the single-column incident index).
+  namespace (replacing the single-column incident index); on PostgreSQL, a trigram index on the
+  incident's workloads for `--owner` (with the `pg_trgm` extension, installed when allowed).
 """
 
 from __future__ import annotations
@@ -116,17 +117,39 @@ def upgrade() -> None:
     with op.batch_alter_table("incidents", schema=None) as batch_op:
         batch_op.add_column(sa.Column("lifecycle", sa.String(length=16), server_default="open", nullable=False))
         batch_op.create_index("ix_incidents_category_last_seen", ["category", "last_seen"], unique=False)
-        batch_op.create_index("ix_incidents_first_seen", ["first_seen"], unique=False)
+        batch_op.create_index("ix_incidents_first_seen", ["first_seen", "last_seen"], unique=False)
         batch_op.create_index("ix_incidents_gpu", ["gpu"], unique=False)
         batch_op.create_index("ix_incidents_gpu_uuid", ["gpu_uuid"], unique=False)
-        batch_op.create_index("ix_incidents_last_seen", ["last_seen"], unique=False)
+        batch_op.create_index("ix_incidents_last_seen", ["last_seen", "first_seen"], unique=False)
         batch_op.create_index("ix_incidents_lifecycle_last_seen", ["lifecycle", "last_seen"], unique=False)
         batch_op.create_index("ix_incidents_pci", ["pci"], unique=False)
         batch_op.create_index("ix_incidents_serial", ["serial"], unique=False)
         batch_op.create_index("ix_incidents_status_last_seen", ["status", "last_seen"], unique=False)
 
+    _create_trigram_index()
+
+
+def _create_trigram_index() -> None:
+    """On PostgreSQL: the owner filter's substring search through an index, when `pg_trgm` is there
+    or may be installed (a trusted extension: the database owner may). Without it the filter scans."""
+    bind = op.get_bind()
+    if bind.dialect.name != "postgresql":
+        return
+    if bind.execute(sa.text("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'")).first() is None:
+        if bind.execute(sa.text("SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm'")).first() is None:
+            return
+        try:
+            with bind.begin_nested():
+                bind.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_trgm"))
+        except sa.exc.DBAPIError:
+            return
+    op.execute("CREATE INDEX ix_incidents_workloads_trgm ON incidents "
+               "USING gin ((CAST(workloads AS TEXT)) gin_trgm_ops)")
+
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("DROP INDEX IF EXISTS ix_incidents_workloads_trgm")  # the extension stays: others may use it
     with op.batch_alter_table("incidents", schema=None) as batch_op:
         batch_op.drop_index("ix_incidents_status_last_seen")
         batch_op.drop_index("ix_incidents_serial")
