@@ -98,3 +98,25 @@ def test_a_dry_run_cordon_is_not_a_mitigation(tmp_path: Path) -> None:
     # The cordon handling offers the ticket sink a refreshed dossier: that creates the ticket.
     assert steps(url, "inc-2") == [("open", "ticketed", "xidpipe-respond")]
     assert responder.record_ticketed("inc-2") is False  # already recorded
+
+
+def test_the_ticket_retry_loop_records_ticketed(tmp_path: Path) -> None:
+    url, sinks = setup(tmp_path)
+    executor = build_executor(ActionSettings(action_log=tmp_path / "actions.jsonl"))
+    responder = Responder(sa.create_engine(url), executor, sinks)
+    notice = responder._notice("inc-1")
+    assert notice is not None
+    sinks.store.enqueue_ticket("inc-1", notice.to_json(), T)  # left pending while the tracker was down
+
+    async def go() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(responder.drain_tickets(stop, interval_s=0.05))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while not steps(url, "inc-1") and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        stop.set()
+        await task
+
+    asyncio.run(go())
+    assert steps(url, "inc-1") == [("open", "ticketed", "xidpipe-respond")]
