@@ -81,6 +81,7 @@ def test_cordon_and_ticket_are_recorded_once(tmp_path: Path) -> None:
     with Session(engine) as s:
         row = s.get(Incident, "inc-1")
         assert row is not None and row.lifecycle == "ticketed" and row.status == "open"
+        assert (row.version, row.updated_at) == (1, T)  # the stream's own: its quiet period counts from there
         reasons = [t.reason for t in s.scalars(sa.select(IncidentTransition))]
     engine.dispose()
     assert reasons[0].startswith("node gpu-node-03 cordoned") and reasons[1].startswith("ticket ")

@@ -49,10 +49,10 @@ def apply_transition(s: Session, row: Incident, to: str, *, actor: str, reason: 
                            actor=actor, reason=reason)
     s.add(t)
     row.lifecycle = to
+    # `updated_at` (the stream's last activity, which its quiet period counts from) and `version`
+    # (its message keys) stay the stream's own.
     if to in ENDS_STREAM_INCIDENT and row.status == "open":
         row.status, row.resolved_at = "resolved", at
-    row.updated_at = max(row.updated_at, at) if row.updated_at else at
-    row.version += 1
     s.flush()
     return transition_to_dict(t)
 
