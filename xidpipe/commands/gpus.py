@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from xidpipe.commands.incidents import _db, _session, print_table
+from xidpipe.commands.incidents import add_database_options, history_session, print_table
 
 
 def register(sub: Any) -> None:
@@ -30,27 +30,27 @@ def register(sub: Any) -> None:
                     "took its slot)")
     ls.add_argument("--limit", type=int, default=50)
     ls.add_argument("--offset", type=int, default=0)
-    _db(ls)
+    add_database_options(ls)
     ls.set_defaults(func=run_list)
     hist: argparse.ArgumentParser = gsub.add_parser("history", help="one card: placements, swaps, incidents",
                                                     description="Show one card's placements over time, its ledger "
                                                     "events (swaps, moves, returns) and its incidents.")
     hist.add_argument("ident", metavar="SERIAL|UUID", help="board serial, any UUID the card had, or a card key")
-    _db(hist)
+    add_database_options(hist)
     hist.set_defaults(func=run_history)
     rb: argparse.ArgumentParser = gsub.add_parser("rebuild", help="fill the ledger from the stored inventories",
                                                   description="Apply the stored node inventories to the ledger "
                                                   "in time order (those newer than what it holds), or all of "
                                                   "them from an empty ledger with --reset.")
     rb.add_argument("--reset", action="store_true", help="empty the ledger first")
-    _db(rb)
+    add_database_options(rb)
     rb.set_defaults(func=run_rebuild)
 
 
 def run_list(args: argparse.Namespace) -> int:
     from xidpipe.history.queries import GpuFilter, list_gpus
 
-    with _session(args) as s:
+    with history_session(args) as s:
         rows, total = list_gpus(s, GpuFilter(node=args.node, model=args.model, state=args.state), limit=args.limit,
                                 offset=args.offset)
         empty = total == 0 and not (args.node or args.model or args.state) and _has_inventories(s)
@@ -81,7 +81,7 @@ def _has_inventories(s: Any) -> bool:
 def run_history(args: argparse.Namespace) -> int:
     from xidpipe.history.queries import gpu_history
 
-    with _session(args) as s:
+    with history_session(args) as s:
         data = gpu_history(s, args.ident)
     if data is None:
         print(f"xidpipe gpus history: no card {args.ident!r} in the ledger (a serial, a UUID or a card key)",
@@ -118,7 +118,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
     from models.tables import GpuCard, GpuLedgerEvent
     from streams.ledger_store import rebuild_ledger
 
-    with _session(args) as s:
+    with history_session(args) as s:
         applied = rebuild_ledger(s, reset=args.reset)
         s.commit()
         cards = s.scalar(sa.select(sa.func.count()).select_from(GpuCard)) or 0

@@ -18,7 +18,7 @@ from models.lifecycle import BY_PEOPLE, STATES
 DEFAULT_DB = "sqlite:///var/xidpipe.db"
 
 
-def _db(p: argparse.ArgumentParser) -> None:
+def add_database_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--database-url", default=None,
                    help=f"SQLAlchemy URL (default: $XIDPIPE_DATABASE_URL, else {DEFAULT_DB}, what `make demo` wrote)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -51,14 +51,14 @@ def register(sub: Any) -> None:
     ls.add_argument("--sort", choices=("last_seen", "first_seen", "count"), default="last_seen")
     ls.add_argument("--limit", type=int, default=50)
     ls.add_argument("--offset", type=int, default=0)
-    _db(ls)
+    add_database_options(ls)
     ls.set_defaults(func=run_list)
     show: argparse.ArgumentParser = isub.add_parser("show", help="one incident: its dossier and timeline",
                                                     description="Show an incident's dossier (Markdown), its "
                                                     "lifecycle, and the timeline of its fault events, lifecycle "
                                                     "steps, cluster actions, ticket and chat notifications.")
     show.add_argument("id", help="incident id, or a unique prefix of it or of its fingerprint")
-    _db(show)
+    add_database_options(show)
     show.set_defaults(func=run_show)
     tr: argparse.ArgumentParser = isub.add_parser(
         "transition", help="move an incident along its lifecycle (repaired, rma, returned, closed)",
@@ -70,7 +70,7 @@ def register(sub: Any) -> None:
     tr.add_argument("to", choices=BY_PEOPLE, help="the new lifecycle state")
     tr.add_argument("--reason", required=True, help="why (kept with the step)")
     tr.add_argument("--actor", default=None, help="who took the step (default: $USER)")
-    _db(tr)
+    add_database_options(tr)
     tr.set_defaults(func=run_transition)
     st: argparse.ArgumentParser = sub.add_parser("stats", help="counts over the incident history",
                                                  description="Counts by code, category, node and namespace; the "
@@ -78,11 +78,11 @@ def register(sub: Any) -> None:
                                                  "between faults.")
     st.add_argument("--since", type=_when, help="only what was seen at or after this ISO 8601 time")
     st.add_argument("--top", type=int, default=10, help="how many nodes, namespaces and GPUs to list")
-    _db(st)
+    add_database_options(st)
     st.set_defaults(func=run_stats)
 
 
-def _session(args: argparse.Namespace) -> Any:
+def history_session(args: argparse.Namespace) -> Any:
     import sqlalchemy as sa
     from sqlalchemy.orm import Session
 
@@ -116,7 +116,7 @@ def run_list(args: argparse.Namespace) -> int:
     f = IncidentFilter(node=args.node, gpu=args.gpu, xid=args.xid, category=args.category, status=args.status,
                        since=args.since, until=args.until, namespace=args.namespace, owner=args.owner,
                        lifecycle=args.lifecycle)
-    with _session(args) as s:
+    with history_session(args) as s:
         rows, total = list_incidents(s, f, sort=args.sort, limit=args.limit, offset=args.offset)
         data = [_row(i) for i in rows]
     if args.json:
@@ -147,7 +147,7 @@ def run_show(args: argparse.Namespace) -> int:
     from xidpipe.history.queries import find_incident, incident_transitions, timeline
     from xidpipe.respond.dossier_builder import action_items, build_dossier
 
-    with _session(args) as s:
+    with history_session(args) as s:
         row = find_incident(s, args.id)
         if row is None:
             print(f"xidpipe incidents show: no incident {args.id!r} (or the prefix is not unique)", file=sys.stderr)
@@ -198,7 +198,7 @@ def run_transition(args: argparse.Namespace) -> int:
     from xidpipe.history.queries import TransitionError, transition_incident
 
     actor = args.actor or os.environ.get("USER") or getpass.getuser()
-    with _session(args) as s:
+    with history_session(args) as s:
         try:
             step = transition_incident(s, args.id, args.to, actor=actor, reason=args.reason)
         except LookupError as exc:
@@ -220,7 +220,7 @@ def run_transition(args: argparse.Namespace) -> int:
 def run_stats(args: argparse.Namespace) -> int:
     from xidpipe.history.queries import stats
 
-    with _session(args) as s:
+    with history_session(args) as s:
         data = stats(s, args.since, args.top)
     if args.json:
         json.dump(data, sys.stdout, indent=2)
