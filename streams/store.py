@@ -72,6 +72,7 @@ _MAX_LISTED = 20  # pods, processes, workloads listed on one incident
 _UPDATES_REMEMBERED = 100_000  # incidents whose last update time is kept
 _FLEET_RECHECK_S = 1.0  # how often one family's fleet window is counted again without a new node
 _EVIDENCE_WAITS_S = 3600.0  # how long evidence waits for the fault that triggered it to be stored
+_ATTRIBUTIONS_REMEMBERED = 10_000  # attributions kept converted for the fault_events INSERT
 
 
 def utcnow() -> datetime:
@@ -129,6 +130,9 @@ class Store:
         self.updates_sent: dict[str, float] = {}
         # Per fault family: (monotonic time, nodes counted) of the last fleet query.
         self.fleet_checked: dict[str, tuple[float, set[str]]] = {}
+        # The fault_events INSERT per (dialect, columns), and attributions converted for it.
+        self._insert_plans: dict[tuple[str, tuple[str, ...]], tuple[str, bool, tuple[str, ...], dict[str, Any]]] = {}
+        self._attribution_binds: dict[Attribution, Any] = {}
 
     def create_schema(self) -> None:
         """Create or upgrade the tables with the Alembic migrations in `streams/migrations`."""
@@ -139,20 +143,69 @@ class Store:
     def dispose(self) -> None:
         self.engine.dispose()
 
+    def insert_fault_events(self, s: Session, rows: list[dict[str, Any]]) -> None:
+        """Insert fault_events rows with one executemany on the session's connection.
+
+        The values go through the columns' own bind processors (the same conversions the ORM makes),
+        applied here without the per-row statement bookkeeping, and each distinct attribution or time
+        is converted once.
+        """
+        conn = s.connection()
+        keys = tuple(rows[0])
+        plan = self._insert_plans.get((conn.dialect.name, keys))
+        if plan is None:
+            table = FaultEvent.__table__
+            assert isinstance(table, sa.Table)
+            compiled = sa.insert(table).compile(dialect=conn.dialect, column_keys=list(keys))
+            order = tuple(compiled.positiontup or ()) if compiled.positional else keys
+            procs = {k: table.c[k].type._cached_bind_processor(conn.dialect) for k in keys}
+            plan = self._insert_plans[(conn.dialect.name, keys)] = (str(compiled), compiled.positional, order, procs)
+        sql, positional, order, procs = plan
+        converted = [(i, proc) for i, k in enumerate(order) if (proc := procs[k]) is not None]
+        memo: dict[Any, Any] = {}  # a batch's rows share their ingestion time, and often their attribution
+        attributions = self._attribution_binds
+        params: list[Any] = []
+        for r in rows:
+            values = [r[k] for k in order]
+            for i, proc in converted:
+                v = values[i]
+                if v is None:
+                    continue
+                if isinstance(v, Attribution):
+                    bound = attributions.get(v)
+                    if bound is None:
+                        if len(attributions) >= _ATTRIBUTIONS_REMEMBERED:
+                            attributions.clear()
+                        bound = attributions[v] = proc(v.to_dict())
+                    values[i] = bound
+                elif isinstance(v, datetime):
+                    bound = memo.get(v)
+                    if bound is None:
+                        bound = memo[v] = proc(v)
+                    values[i] = bound
+                else:
+                    values[i] = proc(v)
+            params.append(tuple(values) if positional else dict(zip(order, values, strict=True)))
+        conn.exec_driver_sql(sql, params)
+
     # -- the batch ---------------------------------------------------------------------------
 
-    def process(self, items: Sequence[Item], now: datetime | None = None) -> BatchResult:
+    def process(self, items: Sequence[Item], now: datetime | None = None, sent: Sequence[int] = ()) -> BatchResult:
+        """Handle a batch in one transaction; `sent`: outbox ids published meanwhile, marked sent in it too."""
         now = now or utcnow()
         res = BatchResult()
         try:
-            return self._process(items, now, res)
+            return self._process(items, now, res, sent)
         except BaseException:
             self.histories.clear()  # they may hold rows of the transaction that was rolled back
             self.fleet_checked.clear()
             raise
 
-    def _process(self, items: Sequence[Item], now: datetime, res: BatchResult) -> BatchResult:
+    def _process(self, items: Sequence[Item], now: datetime, res: BatchResult, sent: Sequence[int]) -> BatchResult:
         with Session(self.engine, expire_on_commit=False) as s, s.begin():
+            if sent:
+                s.execute(sa.update(OutboxMessage).where(OutboxMessage.id.in_(list(sent))).values(sent_at=utcnow())
+                          .execution_options(synchronize_session=False))
             late = self._states(s, [i for i in items if isinstance(i, StateItem)], res)
             faults = self._new_faults(s, [i.observation for i in items if isinstance(i, FaultItem)], res)
             s.flush()
@@ -166,7 +219,8 @@ class Store:
                         "ticket", "evidence", row.incident_id, row.node, row.gpu, "evidence arrived",
                         f"{row.incident_id}:ticket:evidence:{record_id}"), row))
             if faults:
-                self._link_waiting_evidence(s, {f.node for f in faults})
+                with s.no_autoflush:  # it touches evidence only: the batch's other changes are flushed once, below
+                    self._link_waiting_evidence(s, {f.node for f in faults})
             batch.finish()
             s.flush()
             res.outgoing = [_outgoing(o) for o in batch.outbox]
@@ -369,6 +423,10 @@ class _Batch:
         self.fleet_families: dict[str, datetime] = {}
         self._no_incident: set[str] = set()  # fingerprints known to have no incident yet
         self.fleet_nodes: dict[str, set[str]] = defaultdict(set)
+        self._tops: dict[str, int] = {}  # per node: the highest node_state id
+        # Per incident grouped in this batch: its state after the faults so far, written to the row once
+        # (`_write_back`) instead of after every fault.
+        self.states: dict[str, IncidentState] = {}
 
     def faults(self, faults: list[FaultObservation]) -> None:
         if not faults:
@@ -377,6 +435,7 @@ class _Batch:
         for f in faults:
             by_node[f.node].append(f)
         attributed: list[tuple[FaultObservation, Attribution]] = []
+        self._load_state_tops(set(by_node))
         for node, node_faults in by_node.items():
             history = self._history(node, min(o.occurred_at for o in node_faults))
             skew = self.p.clock_skew_s
@@ -399,9 +458,9 @@ class _Batch:
                 partners.setdefault((*key, obs.source), []).append(row)
             self.res.faults += 1
             self._group(obs, attr, row)
-        if drafts:  # one multi-row INSERT: the ORM's per-object bookkeeping costs more than the rest
-            self.s.flush()
-            self.s.execute(sa.insert(FaultEvent), [d.__dict__ for d in drafts])
+        self._write_back()
+        if drafts:  # one executemany, without the ORM's per-row bookkeeping
+            self.store.insert_fault_events(self.s, [d.__dict__ for d in drafts])
 
     def _preload_incidents(self, attributed: list[tuple[FaultObservation, Attribution]]) -> None:
         """The latest incident of every fingerprint this batch may touch, in one query."""
@@ -459,7 +518,9 @@ class _Batch:
     def _history(self, node: str, since: datetime) -> NodeHistory:
         """The node's state from `since` minus the history span; cached while no state row is added."""
         start = since - timedelta(seconds=self.p.history_s)
-        top = self.s.execute(sa.select(sa.func.max(NodeState.id)).where(NodeState.node == node)).scalar() or 0
+        if node not in self._tops:
+            self._load_state_tops({node})
+        top = self._tops[node]
         cached = self.store.histories.get(node)
         if cached is not None and cached[0] == top and cached[1] <= start:
             return cached[2]
@@ -484,6 +545,18 @@ class _Batch:
         h.sort()
         self.store.histories[node] = (top, start, h)
         return h
+
+    def _load_state_tops(self, nodes: set[str]) -> None:
+        """The highest node_state id of each node (the key of its cached history), in one query."""
+        nodes = nodes - set(self._tops)
+        if not nodes:
+            return
+        found: dict[str, int] = {}
+        for node, top in self.s.execute(sa.select(NodeState.node, sa.func.max(NodeState.id))
+                                        .where(NodeState.node.in_(nodes)).group_by(NodeState.node)):
+            found[node] = int(top or 0)
+        for node in nodes:
+            self._tops[node] = found.get(node, 0)
 
     def _partner_candidates(
         self, attributed: list[tuple[FaultObservation, Attribution]]
@@ -558,7 +631,7 @@ class _Batch:
             pci=g.pci or normalize_pci(obs.pci), mig_uuid=g.mig_uuid, pid=r.pid, process=r.process, pod=p.pod,
             namespace=p.namespace, container=p.container, workload=attr.workload, catalog_category=obs.category,
             mnemonic=obs.mnemonic, immediate_action=obs.immediate_action, message=obs.message, raw=obs.raw,
-            attribution=attr.to_dict(), partner_hash=None, incident_id=None,
+            attribution=attr, partner_hash=None, incident_id=None,  # the insert converts `attr` (cached)
         )
 
     def _group(self, obs: FaultObservation, attr: Attribution, event: _Draft) -> None:
@@ -572,9 +645,14 @@ class _Batch:
         if row is None and fp not in self._no_incident:
             row = self.s.scalars(sa.select(Incident).where(Incident.fingerprint == fp)
                                  .order_by(Incident.opened_at.desc(), Incident.incident_id.desc()).limit(1)).first()
-        change = apply_fault(_state(row) if row is not None else None, node=node, gpu=gpu, family=family,
-                             code=obs.code, at=obs.occurred_at, policy=self.p)
+        current = None
+        if row is not None:
+            current = self.states.get(row.incident_id) or _state(row)
+        change = apply_fault(current, node=node, gpu=gpu, family=family, code=obs.code, at=obs.occurred_at,
+                             policy=self.p)
         if change.resolved_previous is not None and row is not None:
+            self._write_back()  # the faults of this batch so far, before the row is resolved
+            self.states.pop(row.incident_id, None)
             row.status, row.resolved_at, row.updated_at = "resolved", change.resolved_previous.resolved_at, self.now
             row.version += 1
             self.outbox.append(_incident_message(row, "resolved", change.reason))
@@ -595,17 +673,19 @@ class _Batch:
             self.s.add(row)
             log.info("incident %s %s: %s", inc.incident_id, change.kind, change.reason,
                      extra={"node": node, "gpu": gpu, "xid": obs.xid, "incident": inc.incident_id})
-        else:
-            assert row is not None
-            row.count, row.last_seen, row.first_seen = inc.count, inc.last_seen, inc.first_seen
-            row.codes = list(inc.codes)
-            row.updated_at = self.now
+        assert row is not None
+        self.states[row.incident_id] = inc  # count, first and last seen, codes: written by `_write_back`
         self.incidents[fp] = row
-        row.gpu_uuid = row.gpu_uuid or attr.gpu.uuid
-        row.serial = row.serial or attr.gpu.serial
-        row.immediate_action = row.immediate_action or obs.immediate_action
-        row.investigatory_action = row.investigatory_action or obs.investigatory_action
-        row.description = row.description or obs.description
+        if attr.gpu.uuid and not row.gpu_uuid:
+            row.gpu_uuid = attr.gpu.uuid
+        if attr.gpu.serial and not row.serial:
+            row.serial = attr.gpu.serial
+        if obs.immediate_action and not row.immediate_action:
+            row.immediate_action = obs.immediate_action
+        if obs.investigatory_action and not row.investigatory_action:
+            row.investigatory_action = obs.investigatory_action
+        if obs.description and not row.description:
+            row.description = obs.description
         _add_listed(row, "pods", f"{attr.pod.namespace}/{attr.pod.pod}/{attr.pod.container}" if attr.pod.pod else None)
         _add_listed(row, "processes",
                     f"{attr.process.process or '?'}[{attr.process.pid}]" if attr.process.pid is not None else None)
@@ -619,11 +699,28 @@ class _Batch:
             self.fleet_families[family] = max(self.fleet_families.get(family, obs.occurred_at), obs.occurred_at)
             self.fleet_nodes[family].add(node)
 
+    def _write_back(self) -> None:
+        """Put the incident states grouped so far on their rows (one set of attribute writes per incident)."""
+        for incident_id, st in self.states.items():
+            t = self.touched.get(incident_id)
+            row = t.row if t is not None else None
+            if row is None or row.status != "open":
+                continue
+            if row.count != st.count:
+                row.count, row.last_seen, row.first_seen = st.count, st.last_seen, st.first_seen
+                row.updated_at = self.now
+            if tuple(row.codes or ()) != st.codes:
+                row.codes = list(st.codes)
+
+    def _last_seen(self, row: Incident) -> datetime:
+        st = self.states.get(row.incident_id)
+        return st.last_seen if st is not None else row.last_seen
+
     def _node_level_gpu(self, node: str, family: str) -> str:
         here = [r for r in self.incidents.values()
                 if r.node == node and r.family == family and r.status == "open" and r.gpu != "node"]
         if here:
-            return max(here, key=lambda r: r.last_seen).gpu
+            return max(here, key=self._last_seen).gpu
         with self.s.no_autoflush:
             gpu = self.s.scalars(sa.select(Incident.gpu).where(
                 Incident.node == node, Incident.family == family, Incident.status == "open", Incident.gpu != "node",
@@ -631,20 +728,26 @@ class _Batch:
         return gpu or "node"
 
     def finish(self) -> None:
-        self.s.flush()
+        # Fault events are inserted and node state flushed already: classification queries need nothing
+        # else, so the incidents' changes are flushed once, with the outbox.
         with self.s.no_autoflush:
             contexts = self._application_contexts([t.row for t in self.touched.values()
                                                    if t.row.family == "application"])
             for t in self.touched.values():
                 self._classify_and_emit(t, contexts.get(t.row.incident_id))
         for family, at in self.fleet_families.items():
-            # The fleet query scans a window of events: once a second per family is enough, unless a node
-            # that was not counted yet has a fault of the family.
+            # The fleet query scans a window of events: once a second per family is enough. A node that was
+            # not counted yet joins the nodes of the last count at once, without the query.
             checked = self.store.fleet_checked.get(family)
             nodes = self.fleet_nodes[family]
-            if checked and time.monotonic() - checked[0] < _FLEET_RECHECK_S and nodes <= checked[1]:
-                continue
-            self.store.fleet_checked[family] = (time.monotonic(), set(self._fleet(family, at)))
+            with self.s.no_autoflush:
+                if checked and time.monotonic() - checked[0] < _FLEET_RECHECK_S:
+                    if not nodes <= checked[1]:
+                        known = checked[1] | nodes
+                        self._fleet(family, at, sorted(known))
+                        self.store.fleet_checked[family] = (checked[0], known)
+                    continue
+                self.store.fleet_checked[family] = (time.monotonic(), set(self._fleet(family, at)))
         self.outbox = _insert_outbox(self.s, self.outbox)
 
     def _classify_and_emit(self, t: _Touched, context: _AppContext | None) -> None:
@@ -739,11 +842,12 @@ class _Batch:
             )
         return out
 
-    def _fleet(self, family: str, at: datetime) -> list[str]:
-        """Open or update the fleet incident of `family`; returns the nodes with faults in the window."""
+    def _fleet(self, family: str, at: datetime, counted: list[str] | None = None) -> list[str]:
+        """Open or update the fleet incident of `family`; returns the nodes with faults in the window
+        (`counted`, when the caller knows them)."""
         p = self.p
         since = at - timedelta(seconds=p.fleet_window_s)
-        nodes = sorted(self.s.scalars(
+        nodes = counted if counted is not None else sorted(self.s.scalars(
             sa.select(FaultEvent.node).distinct().where(FaultEvent.family == family, FaultEvent.occurred_at >= since,
                                                         FaultEvent.occurred_at <= at)
         ).all())
@@ -874,7 +978,9 @@ def _insert_outbox(s: Session, rows: list[OutboxMessage]) -> list[OutboxMessage]
     if not rows:
         return []
     keys = [r.idempotency_key for r in rows]
-    have = set(s.scalars(sa.select(OutboxMessage.idempotency_key).where(OutboxMessage.idempotency_key.in_(keys))))
+    with s.no_autoflush:
+        have = set(s.scalars(sa.select(OutboxMessage.idempotency_key)
+                             .where(OutboxMessage.idempotency_key.in_(keys))))
     out: list[OutboxMessage] = []
     for r in rows:
         if r.idempotency_key in have:
@@ -903,8 +1009,8 @@ class AsyncStore:
     async def create_schema(self) -> None:
         await self._run(self.store.create_schema)
 
-    async def process(self, items: Sequence[Item]) -> BatchResult:
-        result: BatchResult = await self._run(self.store.process, items)
+    async def process(self, items: Sequence[Item], sent: Sequence[int] = ()) -> BatchResult:
+        result: BatchResult = await self._run(self.store.process, items, None, sent)
         return result
 
     async def sweep(self) -> list[Outgoing]:
