@@ -14,9 +14,11 @@ acknowledged them; a sweep resends any left unsent by a crash.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -96,6 +98,8 @@ class Pipeline:
         self.ingest = Ingest()
         self.last_timing = 0.0
         self._queue: asyncio.Queue[list[Outgoing]] | None = None
+        self._sent: list[int] = []  # outbox ids published, not yet marked sent
+        self._sent_since = 0.0  # when the oldest of them was published (monotonic)
         self.store = AsyncStore(Store(settings.database_url, settings.policy, settings.cluster))
         self.kinds = {t.name: t_kinds for t in topo.inputs if (t_kinds := topo.kinds_for(t.name))}
         self.dead_letters = {t.name: self._topic(t.dead_letter) for t in topo.inputs}
@@ -115,17 +119,54 @@ class Pipeline:
     # -- the agent ------------------------------------------------------------------------------
 
     async def consume(self, stream: Any) -> None:
-        async for events in stream.take_events(self.settings.batch_max, within=self.settings.batch_within_s):
-            batch: list[tuple[Any, list[Item]]] = []
-            started = time.monotonic()
-            for event in events:
+        """Decode each message as it arrives; a committer task stores what has arrived meanwhile.
+
+        Batches adapt to the load: when the database is idle a message is committed at once, and
+        while a transaction runs the next messages are decoded and queue up, so the next batch holds
+        whatever arrived, up to `batch_max` (`_committer` paces the transactions). Messages are
+        acknowledged (in Faust) only after the transaction that stored them committed.
+        """
+        stream.enable_acks = False  # acknowledged by the committer, after the commit
+        batches = _Batches(self.settings.batch_max, self.settings.batch_max * _PENDING_BATCHES)
+        committer = asyncio.create_task(self._committer(stream, batches), name="xidpipe-committer")
+        try:
+            async for _ in stream:
+                event = stream.current_event
+                if event is None:
+                    continue
                 items = await self._decode(event.message)
-                if items:
-                    batch.append((event.message, items))
+                await batches.put(event, items, committer)
+        finally:
+            committer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await committer
+
+    async def _committer(self, stream: Any, batches: _Batches) -> None:
+        """Commit what has arrived, acknowledge it, repeat.
+
+        After a transaction that took T, the next one starts no sooner than T later (at most
+        `batch_within_s`) unless a full batch is waiting: under load the database is busy at most
+        about half the time, the event loop keeps up with the stream, and batches grow; when the
+        stream is quiet the first record is committed at once.
+        """
+        loop = asyncio.get_running_loop()
+        next_start = 0.0
+        while True:
+            await batches.wait_ready()
+            pause = next_start - loop.time()
+            if pause > 0 and len(batches) < batches.max_batch:
+                await batches.wait_full(pause)
+            events = batches.take()
+            started = loop.time()
+            batch = [(e.message, items) for e, items in events if items]
             await self._commit(batch)
+            for event, _ in events:
+                await stream.ack(event)
+            ended = loop.time()
+            next_start = ended + min(ended - started, self.settings.batch_within_s)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("batch of %d messages (%d with items) handled in %.1f ms (store %.1f ms)", len(events),
-                          len(batch), (time.monotonic() - started) * 1000, self.last_timing)
+                          len(batch), (ended - started) * 1000, self.last_timing)
 
     async def _decode(self, msg: Any) -> list[Item]:
         rec = decode_message(topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key,
@@ -161,12 +202,23 @@ class Pipeline:
         await self._publish(result.outgoing)
 
     async def _process(self, items: Sequence[Item]) -> BatchResult:
-        """One transaction; transient database failures are retried with backoff until they pass."""
+        """One transaction; transient database failures are retried with backoff until they pass.
+
+        It also marks the outbox rows published since the last transaction as sent.
+        """
+        sent, self._sent = self._sent, []
+        try:
+            return await self._process_marking(items, sent)
+        except BaseException:
+            self._sent.extend(sent)  # not marked: the next transaction does it
+            raise
+
+    async def _process_marking(self, items: Sequence[Item], sent: list[int]) -> BatchResult:
         delay = 0.2
         conflicts = 0
         while True:
             try:
-                return await self.store.process(items)
+                return await self.store.process(items, sent)
             except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
                 log.warning("database unavailable (%s); retrying in %.1f s", type(exc).__name__, delay)
                 await asyncio.sleep(delay)
@@ -222,11 +274,29 @@ class Pipeline:
             futures.append(await topic.send(key=o.key.encode(), value=json.dumps(o.payload).encode(), force=True,
                                             headers=[("xidpipe-outbox-id", str(o.outbox_id).encode())]))
         await asyncio.gather(*futures)
-        await self.store.mark_sent([o.outbox_id for o in outgoing])
+        # Marked sent by the next transaction (or `mark_published` when none comes): the next outbox rows
+        # are published without waiting for the database.
+        if not self._sent:
+            self._sent_since = time.monotonic()
+        self._sent.extend(o.outbox_id for o in outgoing)
+
+    async def mark_published(self, older_than_s: float = 0.0) -> None:
+        """Mark the published outbox rows that no transaction marked within `older_than_s`."""
+        if self._sent and time.monotonic() - self._sent_since >= older_than_s:
+            sent, self._sent = self._sent, []
+            try:
+                await self.store.mark_sent(sent)
+            except Exception:
+                self._sent.extend(sent)
+                raise
 
     # -- timers -----------------------------------------------------------------------------------
 
     async def flush_parsers(self) -> None:
+        try:
+            await self.mark_published(older_than_s=self.settings.parser_idle_flush_s)
+        except Exception:
+            log.exception("marking published outbox rows failed; the next transaction retries")
         items = self.ingest.flush_idle(self.settings.parser_idle_flush_s)
         if items:
             try:
@@ -237,10 +307,12 @@ class Pipeline:
     async def on_shutdown(self, sender: Any, /, *_: Any, signal: Any = None, **__: Any) -> None:
         """Store the kernel records still open in the parsers: their lines are already acknowledged."""
         items = self.ingest.flush_all()
-        if not items:
-            return
         try:
-            await self.store.process(items)  # published by the next worker's outbox sweep
+            if items:
+                await self.store.process(items, self._sent)  # published by the next worker's outbox sweep
+            elif self._sent:
+                await self.store.mark_sent(self._sent)
+            self._sent = []
         except Exception:
             log.exception("%d open kernel records could not be stored at shutdown", len(items))
 
@@ -252,9 +324,60 @@ class Pipeline:
             log.exception("sweep failed; the next one retries")
 
 
+_PENDING_BATCHES = 2  # decoded messages waiting for the committer, in batches, before the stream waits
 _MAX_CONFLICT_RETRIES = 5  # a conflict that outlives this many retries is not a race but a bad record
 _PUBLISH_QUEUE_BATCHES = 1000  # committed batches waiting to be published before the stream waits
 
 
 class _PermanentError(Exception):
     pass
+
+
+class _Batches:
+    """Decoded messages waiting for the committer, in arrival order, with backpressure."""
+
+    def __init__(self, max_batch: int, max_pending: int) -> None:
+        self.max_batch = max_batch
+        self.max_pending = max(max_pending, max_batch)
+        self._pending: deque[tuple[Any, list[Item]]] = deque()
+        self._ready = asyncio.Event()
+        self._full = asyncio.Event()
+        self._space = asyncio.Event()
+        self._space.set()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    async def put(self, event: Any, items: list[Item], committer: asyncio.Task[None]) -> None:
+        while len(self._pending) >= self.max_pending:
+            self._space.clear()
+            space = asyncio.ensure_future(self._space.wait())
+            try:
+                await asyncio.wait([committer, space], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                space.cancel()
+            if committer.done():
+                committer.result()  # the committer failed: its error stops the agent
+                raise RuntimeError("the committer stopped")
+        self._pending.append((event, items))
+        self._ready.set()
+        if len(self._pending) >= self.max_batch:
+            self._full.set()
+
+    async def wait_ready(self) -> None:
+        while not self._pending:
+            self._ready.clear()
+            await self._ready.wait()
+
+    async def wait_full(self, timeout: float) -> None:
+        """Until a full batch is waiting or `timeout` seconds passed."""
+        self._full.clear()
+        if len(self._pending) < self.max_batch:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._full.wait(), timeout)
+
+    def take(self) -> list[tuple[Any, list[Item]]]:
+        n = min(len(self._pending), self.max_batch)
+        out = [self._pending.popleft() for _ in range(n)]
+        self._space.set()
+        return out

@@ -35,11 +35,16 @@ class WorkerSettings(BaseSettings):
     datadir: Path = Field(default=Path("var/faust"), description="Faust's data directory")
 
     batch_max: int = Field(
-        default=500, ge=1,
-        description="records handled per database transaction; 500 keeps a transaction under ~100 ms",
+        default=2000, ge=1,
+        description="most records handled in one database transaction. Batches adapt to the load: a "
+        "record that arrives while the database is idle is committed at once, and the records that arrive "
+        "while a transaction runs make the next batch, up to this many",
     )
     batch_within_s: float = Field(
-        default=0.05, gt=0, description="how long to wait to fill a batch: bounds the added latency (50 ms)"
+        default=0.25, ge=0,
+        description="longest pause between transactions: after a transaction that took T the next starts T "
+        "later, at most this long, unless a full batch is waiting, so a busy worker spends about half its time "
+        "in the database and batches grow; a record that arrives at a quiet worker is committed at once",
     )
     parser_idle_flush_s: float = Field(
         default=0.5, gt=0,
