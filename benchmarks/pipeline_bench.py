@@ -42,7 +42,6 @@ from streams.store import Store
 from streams.topics import topology
 from streams.worker import prepare
 
-BATCH_WITHIN_S = float(os.environ.get("BENCH_BATCH_WITHIN_S", "0.2"))
 XID_TEXT = {13: "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address",
             48: "An uncorrectable double bit error (DBE) has been detected on GPU",
             74: "NVLink: fatal error detected on link 3"}
@@ -74,7 +73,7 @@ def settings_for(bootstrap: str, db_url: str, work: Path, name: str) -> WorkerSe
     return WorkerSettings(bootstrap_servers=bootstrap, database_url=db_url, app_id=f"bench-{name}-{run}",
                           topic_prefix=f"bench-{name}-{run}.", partitions=2, datadir=work / f"faust-{name}",
                           session_timeout_s=6.0, heartbeat_interval_s=1.0, commit_interval_s=0.5,
-                          log_level=os.environ.get("BENCH_LOG_LEVEL", "warn"), batch_within_s=BATCH_WITHIN_S)
+                          log_level=os.environ.get("BENCH_LOG_LEVEL", "warn"))
 
 
 def wait_lag_zero(st: WorkerSettings, timeout: float, worker: WorkerProcess) -> float:
@@ -106,12 +105,16 @@ def bench_throughput(bootstrap: str, db_url: str, work: Path, events: int) -> di
     finally:
         store.dispose()
     mine = [r for r in rows if r["record_id"].startswith("kmsg:bench:")]
+    # Each batch's events share its `ingested_at` (the start of its transaction). From the first batch's
+    # start to the last batch's start, every event but the last batch's was committed: those count, as
+    # the trivial agent counts the messages after its first one.
     times = sorted(datetime.fromisoformat(r["ingested_at"]) for r in mine)
     span = (times[-1] - times[0]).total_seconds() if len(times) > 1 else float("nan")
+    done = sum(1 for t in times if t < times[-1])
     trivial = bench_trivial(bootstrap, work, records)
     return {
         "events": events, "fault_events_committed": len(mine), "incidents": len(incidents),
-        "worker_events_per_s": round(len(mine) / span, 1) if span > 0 else None,
+        "worker_events_per_s": round(done / span, 1) if span > 0 else None,
         "trivial_faust_agent_msgs_per_s": trivial,
     }
 
@@ -138,7 +141,7 @@ async def count(stream):
             open(out, "w").write(str(rate))
 
 if __name__ == "__main__":
-    sys.argv = [sys.argv[0], "worker", "-l", "warn"]
+    sys.argv = [sys.argv[0], "worker", "-l", "warn", "--without-web"]  # the CLI default would start the web server
     app.main()
 '''
 
