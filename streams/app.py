@@ -1,8 +1,9 @@
 """The Faust application: node records in, incidents and action requests out.
 
-One agent consumes the four input topics (co-partitioned by node) in batches:
-decode → parse and map to items (pure) → one store transaction on the database thread → publish
-the outbox rows that transaction wrote. A message that cannot be decoded goes to its topic's
+One agent consumes the four input topics (co-partitioned by node) and hands the messages, in
+batches that adapt to the load, to the intake (`streams.store.Intake`, in a process of its own):
+decode → parse and map to items (pure) → one store transaction → the outbox rows that transaction
+wrote come back and are published. A message that cannot be decoded goes to its topic's
 dead-letter twin with the reason and the original bytes; the stream keeps going.
 
 Delivery is at least once. A batch is acknowledged only after its transaction committed, and the
@@ -25,10 +26,9 @@ from typing import Any
 import faust
 import sqlalchemy as sa
 
-from streams.decode import DeadLetter, decode_message
-from streams.ingest import Ingest, Item
+from streams.decode import DeadLetter
 from streams.settings import WorkerSettings
-from streams.store import AsyncStore, BatchResult, Outgoing, Store
+from streams.store import AsyncStore, BatchResult, Message, Outgoing, StoreUnavailable
 from streams.topics import Topology, topology
 
 log = logging.getLogger(__name__)
@@ -95,13 +95,13 @@ class Pipeline:
         self.app = app
         self.settings = settings
         self.topo = topo
-        self.ingest = Ingest()
-        self.last_timing = 0.0
         self._queue: asyncio.Queue[list[Outgoing]] | None = None
         self._sent: list[int] = []  # outbox ids published, not yet marked sent
         self._sent_since = 0.0  # when the oldest of them was published (monotonic)
-        self.store = AsyncStore(Store(settings.database_url, settings.policy, settings.cluster))
         self.kinds = {t.name: t_kinds for t in topo.inputs if (t_kinds := topo.kinds_for(t.name))}
+        self.store = AsyncStore(settings.database_url, settings.policy, settings.cluster, kinds=self.kinds,
+                                process=settings.store_process, log_level=logging.getLogger().level)
+        self._batch_id = 0
         self.dead_letters = {t.name: self._topic(t.dead_letter) for t in topo.inputs}
         self.outputs = {"incidents": self._topic(topo.incidents.name), "actions": self._topic(topo.actions.name)}
         source = self._topic(*(t.name for t in topo.inputs))
@@ -110,6 +110,7 @@ class Pipeline:
         app.timer(settings.sweep_interval_s, on_leader=True, name=f"{settings.app_id}.sweep")(self.sweep)
         app.on_before_shutdown.connect(self.on_shutdown)
         app.task(self.publisher)
+        app.task(self.store.start)
 
     def _topic(self, *names: str) -> Any:
         """Raw bytes in and out: decoding is ours, so a bad message can be dead-lettered as it came."""
@@ -119,12 +120,12 @@ class Pipeline:
     # -- the agent ------------------------------------------------------------------------------
 
     async def consume(self, stream: Any) -> None:
-        """Decode each message as it arrives; a committer task stores what has arrived meanwhile.
+        """Hand each message to the committer as it arrives; the committer stores what has arrived.
 
-        Batches adapt to the load: when the database is idle a message is committed at once, and
-        while a transaction runs the next messages are decoded and queue up, so the next batch holds
-        whatever arrived, up to `batch_max` (`_committer` paces the transactions). Messages are
-        acknowledged (in Faust) only after the transaction that stored them committed.
+        Batches adapt to the load: when the store is idle a message is committed at once, and while
+        a transaction runs the next messages queue up, so the next batch holds whatever arrived, up
+        to `batch_max` (`_committer` paces the transactions). Messages are acknowledged (in Faust)
+        only after the transaction that stored them committed.
         """
         stream.enable_acks = False  # acknowledged by the committer, after the commit
         batches = _Batches(self.settings.batch_max, self.settings.batch_max * _PENDING_BATCHES)
@@ -132,10 +133,8 @@ class Pipeline:
         try:
             async for _ in stream:
                 event = stream.current_event
-                if event is None:
-                    continue
-                items = await self._decode(event.message)
-                await batches.put(event, items, committer)
+                if event is not None:
+                    await batches.put(event, committer)
         finally:
             committer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -145,9 +144,9 @@ class Pipeline:
         """Commit what has arrived, acknowledge it, repeat.
 
         After a transaction that took T, the next one starts no sooner than T later (at most
-        `batch_within_s`) unless a full batch is waiting: under load the database is busy at most
-        about half the time, the event loop keeps up with the stream, and batches grow; when the
-        stream is quiet the first record is committed at once.
+        `batch_within_s`) unless a full batch is waiting: under load the store is busy at most about
+        half the time, and batches grow; when the stream is quiet the first message is committed at
+        once.
         """
         loop = asyncio.get_running_loop()
         next_start = 0.0
@@ -158,68 +157,54 @@ class Pipeline:
                 await batches.wait_full(pause)
             events = batches.take()
             started = loop.time()
-            batch = [(e.message, items) for e, items in events if items]
-            await self._commit(batch)
-            for event, _ in events:
+            await self._commit([e.message for e in events])
+            for event in events:
                 await stream.ack(event)
             ended = loop.time()
             next_start = ended + min(ended - started, self.settings.batch_within_s)
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("batch of %d messages (%d with items) handled in %.1f ms (store %.1f ms)", len(events),
-                          len(batch), (ended - started) * 1000, self.last_timing)
+                log.debug("batch of %d messages handled in %.1f ms", len(events), (ended - started) * 1000)
 
-    async def _decode(self, msg: Any) -> list[Item]:
-        rec = decode_message(topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key,
-                             value=msg.value, kinds=self.kinds.get(msg.topic, frozenset()))
-        if isinstance(rec, DeadLetter):
-            await self.dead_letter(rec)
-            return []
-        try:
-            return self.ingest.items(rec, msg.topic)
-        except Exception as exc:  # a record the pure code cannot handle: keep it, say why, go on
-            log.exception("record %s of %s could not be mapped", rec.record_id, rec.node)
-            await self.dead_letter(DeadLetter("processing_error", f"{type(exc).__name__}: {exc}", msg.topic,
-                                              msg.partition, msg.offset, msg.key, msg.value))
-            return []
+    async def _commit(self, batch: Sequence[Any]) -> None:
+        """Decode, parse and store the messages in one transaction; dead-letter what cannot be handled.
 
-    async def _commit(self, batch: Sequence[tuple[Any, list[Item]]]) -> None:
-        items = [i for _, its in batch for i in its]
-        if not items:
-            return
+        If the transaction fails for another reason than an unavailable database, the messages are
+        stored one by one, and the ones that still fail go to the dead-letter topic.
+        """
+        self._batch_id += 1
+        messages = [Message(m.topic, m.partition, m.offset, m.key, m.value) for m in batch]
         try:
-            t0 = time.monotonic()
-            result = await self._process(items)
-            self.last_timing = (time.monotonic() - t0) * 1000
+            result = await self._process(self._batch_id, messages)
         except _PermanentError:
-            # Something in the batch cannot be stored: store record by record, dead-letter the failures.
-            for msg, its in batch:
-                try:
-                    await self._publish((await self._process(its)).outgoing)
-                except _PermanentError as exc:
-                    await self.dead_letter(DeadLetter("processing_error", str(exc.__cause__ or exc), msg.topic,
-                                                      msg.partition, msg.offset, msg.key, msg.value))
-            return
+            log.warning("a batch of %d messages could not be stored; storing them one by one", len(messages))
+            result = await self._process(self._batch_id, messages, per_message=True)
+        for dl in result.dead_letters:
+            await self.dead_letter(dl)
         await self._publish(result.outgoing)
 
-    async def _process(self, items: Sequence[Item]) -> BatchResult:
+    async def _process(self, batch_id: int, messages: Sequence[Message], per_message: bool = False) -> BatchResult:
         """One transaction; transient database failures are retried with backoff until they pass.
 
         It also marks the outbox rows published since the last transaction as sent.
         """
         sent, self._sent = self._sent, []
         try:
-            return await self._process_marking(items, sent)
+            result = await self._process_marking(batch_id, messages, sent, per_message)
         except BaseException:
             self._sent.extend(sent)  # not marked: the next transaction does it
             raise
+        if not result.marked:
+            self._sent[:0] = sent
+        return result
 
-    async def _process_marking(self, items: Sequence[Item], sent: list[int]) -> BatchResult:
+    async def _process_marking(self, batch_id: int, messages: Sequence[Message], sent: list[int],
+                               per_message: bool) -> BatchResult:
         delay = 0.2
         conflicts = 0
         while True:
             try:
-                return await self.store.process(items, sent)
-            except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
+                return await self.store.handle(batch_id, messages, sent, per_message)
+            except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError, StoreUnavailable) as exc:
                 log.warning("database unavailable (%s); retrying in %.1f s", type(exc).__name__, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.settings.db_retry_max_s)
@@ -295,26 +280,19 @@ class Pipeline:
     async def flush_parsers(self) -> None:
         try:
             await self.mark_published(older_than_s=self.settings.parser_idle_flush_s)
+            await self._publish((await self.store.flush_idle(self.settings.parser_idle_flush_s)).outgoing)
+        except asyncio.CancelledError:
+            raise
         except Exception:
-            log.exception("marking published outbox rows failed; the next transaction retries")
-        items = self.ingest.flush_idle(self.settings.parser_idle_flush_s)
-        if items:
-            try:
-                await self._publish((await self._process(items)).outgoing)
-            except _PermanentError:
-                log.exception("flushed kernel records could not be stored")
+            log.exception("flushing kernel records or marking published outbox rows failed; the next run retries")
 
     async def on_shutdown(self, sender: Any, /, *_: Any, signal: Any = None, **__: Any) -> None:
         """Store the kernel records still open in the parsers: their lines are already acknowledged."""
-        items = self.ingest.flush_all()
         try:
-            if items:
-                await self.store.process(items, self._sent)  # published by the next worker's outbox sweep
-            elif self._sent:
-                await self.store.mark_sent(self._sent)
+            await self.store.flush_all(self._sent)  # published by the next worker's outbox sweep
             self._sent = []
         except Exception:
-            log.exception("%d open kernel records could not be stored at shutdown", len(items))
+            log.exception("open kernel records could not be stored at shutdown")
 
     async def sweep(self) -> None:
         try:
@@ -324,7 +302,7 @@ class Pipeline:
             log.exception("sweep failed; the next one retries")
 
 
-_PENDING_BATCHES = 2  # decoded messages waiting for the committer, in batches, before the stream waits
+_PENDING_BATCHES = 2  # messages waiting for the committer, in batches, before the stream waits
 _MAX_CONFLICT_RETRIES = 5  # a conflict that outlives this many retries is not a race but a bad record
 _PUBLISH_QUEUE_BATCHES = 1000  # committed batches waiting to be published before the stream waits
 
@@ -334,12 +312,12 @@ class _PermanentError(Exception):
 
 
 class _Batches:
-    """Decoded messages waiting for the committer, in arrival order, with backpressure."""
+    """Events waiting for the committer, in arrival order, with backpressure."""
 
     def __init__(self, max_batch: int, max_pending: int) -> None:
         self.max_batch = max_batch
         self.max_pending = max(max_pending, max_batch)
-        self._pending: deque[tuple[Any, list[Item]]] = deque()
+        self._pending: deque[Any] = deque()
         self._ready = asyncio.Event()
         self._full = asyncio.Event()
         self._space = asyncio.Event()
@@ -348,7 +326,7 @@ class _Batches:
     def __len__(self) -> int:
         return len(self._pending)
 
-    async def put(self, event: Any, items: list[Item], committer: asyncio.Task[None]) -> None:
+    async def put(self, event: Any, committer: asyncio.Task[None]) -> None:
         while len(self._pending) >= self.max_pending:
             self._space.clear()
             space = asyncio.ensure_future(self._space.wait())
@@ -359,7 +337,7 @@ class _Batches:
             if committer.done():
                 committer.result()  # the committer failed: its error stops the agent
                 raise RuntimeError("the committer stopped")
-        self._pending.append((event, items))
+        self._pending.append(event)
         self._ready.set()
         if len(self._pending) >= self.max_batch:
             self._full.set()
@@ -376,7 +354,7 @@ class _Batches:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._full.wait(), timeout)
 
-    def take(self) -> list[tuple[Any, list[Item]]]:
+    def take(self) -> list[Any]:
         n = min(len(self._pending), self.max_batch)
         out = [self._pending.popleft() for _ in range(n)]
         self._space.set()

@@ -46,6 +46,11 @@ class WorkerSettings(BaseSettings):
         "later, at most this long, unless a full batch is waiting, so a busy worker spends about half its time "
         "in the database and batches grow; a record that arrives at a quiet worker is committed at once",
     )
+    store_process: bool = Field(
+        default=True,
+        description="run the database work in a process of its own, on another core than the stream (CPython "
+        "runs one thread at a time); false: on a thread of the worker",
+    )
     parser_idle_flush_s: float = Field(
         default=0.5, gt=0,
         description="a multi-line kernel record (identity + serial, fallen off the bus) still open after this "

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -64,7 +66,8 @@ from models.tables import (
     SeenRecord,
     metadata,
 )
-from streams.ingest import EvidenceItem, FaultItem, Item, StateItem
+from streams.decode import DeadLetter, decode_message
+from streams.ingest import EvidenceItem, FaultItem, Ingest, Item, StateItem
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,17 @@ def utcnow() -> datetime:
 
 
 @dataclass(frozen=True, slots=True)
+class Message:
+    """An input message as consumed: what the intake decodes, and what a dead letter repeats."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
 class Outgoing:
     outbox_id: int
     stream: str  # "incidents" or "actions"
@@ -90,6 +104,8 @@ class Outgoing:
 @dataclass(slots=True)
 class BatchResult:
     outgoing: list[Outgoing] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)  # input that cannot be handled
+    marked: bool = True  # the published outbox ids handed in were marked sent (no transaction: not)
     faults: int = 0
     merged: int = 0
     duplicates: int = 0
@@ -263,11 +279,13 @@ class Store:
         hashes = {f.content_hash for f in faults}
         nodes = {f.node for f in faults}
         known: set[tuple[str, str]] = set()
+        # Two lookups, each on its index ((node, content_hash) and partner_hash): with an OR the database
+        # reads every event of the batch's nodes.
         for node, content, partner in s.execute(
             sa.select(FaultEvent.node, FaultEvent.content_hash, FaultEvent.partner_hash).where(
-                FaultEvent.node.in_(nodes),
-                sa.or_(FaultEvent.content_hash.in_(hashes), FaultEvent.partner_hash.in_(hashes)),
-            )
+                FaultEvent.node.in_(nodes), FaultEvent.content_hash.in_(hashes))
+            .union_all(sa.select(FaultEvent.node, FaultEvent.content_hash, FaultEvent.partner_hash).where(
+                FaultEvent.partner_hash.in_(hashes)))
         ):
             known.add((node, content))
             if partner:
@@ -996,34 +1014,207 @@ def _outgoing(o: OutboxMessage) -> Outgoing:
     return Outgoing(o.id, o.stream, o.key, o.payload)
 
 
-class AsyncStore:
-    """The store on one database thread: the event loop only awaits."""
+class Intake:
+    """Input messages in, one transaction out: decode, parse (one kernel-log parser per node) and store.
 
-    def __init__(self, store: Store) -> None:
+    It runs where the store runs (see `AsyncStore`), so the stream's event loop only hands over the
+    messages' bytes. A batch is decoded and parsed once: a retry of the same batch (after a transient
+    database error) stores the same items, and the parsers see each line once.
+    """
+
+    def __init__(self, store: Store, kinds: dict[str, frozenset[str]]) -> None:
         self.store = store
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xidpipe-db")
+        self.kinds = kinds
+        self.ingest = Ingest()
+        self._prepared: tuple[int, list[tuple[Message, list[Item]]], list[DeadLetter]] | None = None
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+    def ping(self) -> bool:
+        return True
 
-    async def create_schema(self) -> None:
-        await self._run(self.store.create_schema)
+    def handle(self, batch_id: int, messages: Sequence[Message], sent: Sequence[int],
+               per_message: bool = False) -> BatchResult:
+        """Store the batch in one transaction (or, `per_message`, one per message, dead-lettering the
+        messages that fail); database errors of the one transaction are raised for the caller to retry."""
+        if self._prepared is None or self._prepared[0] != batch_id:
+            self._prepared = (batch_id, *self._prepare(messages))
+        _, prepared, dead = self._prepared
+        if not prepared:  # nothing to store (lines that are no faults, dead letters): no transaction
+            return BatchResult(dead_letters=list(dead), marked=False)
+        if not per_message:
+            res = self.store.process([i for _, its in prepared for i in its], sent=sent)
+            res.dead_letters = list(dead)
+            return res
+        res = BatchResult(dead_letters=list(dead))
+        if sent:
+            self.store.mark_sent(sent)
+        for msg, its in prepared:
+            try:
+                res.outgoing.extend(self.store.process(its).outgoing)
+            except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError):
+                raise
+            except Exception as exc:  # this message's records cannot be stored: keep it, say why, go on
+                log.exception("message %s[%d]@%d could not be stored", msg.topic, msg.partition, msg.offset)
+                res.dead_letters.append(_dead(msg, "processing_error", f"{type(exc).__name__}: {exc}"))
+        return res
 
-    async def process(self, items: Sequence[Item], sent: Sequence[int] = ()) -> BatchResult:
-        result: BatchResult = await self._run(self.store.process, items, None, sent)
+    def _prepare(self, messages: Sequence[Message]) -> tuple[list[tuple[Message, list[Item]]], list[DeadLetter]]:
+        prepared: list[tuple[Message, list[Item]]] = []
+        dead: list[DeadLetter] = []
+        for msg in messages:
+            rec = decode_message(topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key,
+                                 value=msg.value, kinds=self.kinds.get(msg.topic, frozenset()))
+            if isinstance(rec, DeadLetter):
+                dead.append(rec)
+                continue
+            try:
+                items = self.ingest.items(rec, msg.topic)
+            except Exception as exc:  # a record the pure code cannot handle: keep it, say why, go on
+                log.exception("record %s of %s could not be mapped", rec.record_id, rec.node)
+                dead.append(_dead(msg, "processing_error", f"{type(exc).__name__}: {exc}"))
+                continue
+            if items:
+                prepared.append((msg, items))
+        return prepared, dead
+
+    def flush_idle(self, idle_s: float) -> BatchResult:
+        """Store the kernel records of nodes quiet for `idle_s` seconds (see `Ingest.flush_idle`)."""
+        items = self.ingest.flush_idle(idle_s)
+        return self.store.process(items) if items else BatchResult()
+
+    def flush_all(self, sent: Sequence[int]) -> int:
+        """At shutdown: store every open kernel record; returns how many items were stored."""
+        items = self.ingest.flush_all()
+        if items:
+            self.store.process(items, sent=sent)
+        elif sent:
+            self.store.mark_sent(sent)
+        return len(items)
+
+    def create_schema(self) -> None:
+        self.store.create_schema()
+
+    def sweep(self) -> list[Outgoing]:
+        return self.store.sweep()
+
+    def unsent(self, older_than_s: float) -> list[Outgoing]:
+        return self.store.unsent(older_than_s)
+
+    def mark_sent(self, ids: Sequence[int]) -> None:
+        self.store.mark_sent(ids)
+
+    def dispose(self) -> None:
+        self.store.dispose()
+
+
+def _dead(msg: Message, reason: str, error: str) -> DeadLetter:
+    return DeadLetter(reason, error[:2000], msg.topic, msg.partition, msg.offset, msg.key, msg.value)
+
+
+class StoreUnavailable(Exception):
+    """The store's process died; a new one is started, and the call can be retried."""
+
+
+class AsyncStore:
+    """The intake and store for the event loop, which only awaits.
+
+    By default they run in a process of their own, started with the worker: decoding, parsing and
+    the database work then run on another core than the stream, which CPython's one-thread-at-a-time
+    interpreter would otherwise share between them. With `process=False` they run on one thread of
+    the calling process. Either way one call runs at a time, in the order made. A store process
+    that dies is replaced; the call it was running raises `StoreUnavailable` and can be retried (its
+    transaction was rolled back).
+    """
+
+    def __init__(self, url: str, policy: PipelinePolicy | None = None, cluster: str = "default", *,
+                 kinds: dict[str, frozenset[str]] | None = None, process: bool = True,
+                 log_level: int = logging.INFO) -> None:
+        self._args = (url, (policy or PipelinePolicy()).model_dump(mode="json"), cluster, dict(kinds or {}),
+                      log_level)
+        self._process = process
+        self.intake: Intake | None = None if process else Intake(Store(url, policy, cluster), dict(kinds or {}))
+        self._executor: Executor = self._new_executor()
+
+    def _new_executor(self) -> Executor:
+        if not self._process:
+            return ThreadPoolExecutor(max_workers=1, thread_name_prefix="xidpipe-db")
+        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_start_store_process, initargs=self._args)
+
+    async def _run(self, method: str, *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        if self.intake is not None:
+            return await loop.run_in_executor(self._executor, getattr(self.intake, method), *args)
+        executor = self._executor
+        try:
+            return await loop.run_in_executor(executor, _call_intake, method, args)
+        except BrokenProcessPool as exc:
+            if executor is self._executor:
+                log.error("the store process died; starting another")
+                executor.shutdown(wait=False)
+                self._executor = self._new_executor()
+            raise StoreUnavailable("the store process died") from exc
+
+    async def start(self) -> None:
+        """Start the store process now rather than at the first call."""
+        await self._run("ping")
+
+    async def handle(self, batch_id: int, messages: Sequence[Message], sent: Sequence[int] = (),
+                     per_message: bool = False) -> BatchResult:
+        result: BatchResult = await self._run("handle", batch_id, list(messages), list(sent), per_message)
         return result
 
+    async def flush_idle(self, idle_s: float) -> BatchResult:
+        result: BatchResult = await self._run("flush_idle", idle_s)
+        return result
+
+    async def flush_all(self, sent: Sequence[int] = ()) -> int:
+        n: int = await self._run("flush_all", list(sent))
+        return n
+
+    async def create_schema(self) -> None:
+        await self._run("create_schema")
+
     async def sweep(self) -> list[Outgoing]:
-        out: list[Outgoing] = await self._run(self.store.sweep)
+        out: list[Outgoing] = await self._run("sweep")
         return out
 
     async def unsent(self, older_than_s: float) -> list[Outgoing]:
-        out: list[Outgoing] = await self._run(self.store.unsent, older_than_s)
+        out: list[Outgoing] = await self._run("unsent", older_than_s)
         return out
 
     async def mark_sent(self, ids: Sequence[int]) -> None:
-        await self._run(self.store.mark_sent, ids)
+        await self._run("mark_sent", list(ids))
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
-        self.store.dispose()
+        if self.intake is not None:
+            self.intake.dispose()
+
+
+_PROCESS_INTAKE: Intake | None = None  # in the store process: the one Intake
+
+
+def _start_store_process(url: str, policy: dict[str, Any], cluster: str, kinds: dict[str, frozenset[str]],
+                         log_level: int) -> None:
+    """In the store process: die with the worker, leave signals to it, log like it, open the store."""
+    import os
+    import signal
+    import sys
+
+    global _PROCESS_INTAKE
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker stops on them, then ends this process
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if sys.platform == "linux":
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+        if os.getppid() == 1:  # the worker was gone before the line above
+            os._exit(1)
+    logging.basicConfig(level=log_level, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    _PROCESS_INTAKE = Intake(Store(url, PipelinePolicy.model_validate(policy), cluster), kinds)
+
+
+def _call_intake(method: str, args: tuple[Any, ...]) -> Any:
+    assert _PROCESS_INTAKE is not None
+    return getattr(_PROCESS_INTAKE, method)(*args)
