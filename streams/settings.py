@@ -41,10 +41,10 @@ class WorkerSettings(BaseSettings):
         "while a transaction runs make the next batch, up to this many",
     )
     batch_within_s: float = Field(
-        default=0.25, ge=0,
+        default=0.05, ge=0,
         description="longest pause between transactions: after a transaction that took T the next starts T "
-        "later, at most this long, unless a full batch is waiting, so a busy worker spends about half its time "
-        "in the database and batches grow; a record that arrives at a quiet worker is committed at once",
+        "later, at most this long, unless a full batch is waiting, so a busy worker batches more and leaves "
+        "CPU to the stream; a record that arrives at a quiet worker is committed at once",
     )
     store_process: bool = Field(
         default=True,

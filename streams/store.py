@@ -220,8 +220,8 @@ class Store:
     def _process(self, items: Sequence[Item], now: datetime, res: BatchResult, sent: Sequence[int]) -> BatchResult:
         with Session(self.engine, expire_on_commit=False) as s, s.begin():
             if sent:
-                s.execute(sa.update(OutboxMessage).where(OutboxMessage.id.in_(list(sent))).values(sent_at=utcnow())
-                          .execution_options(synchronize_session=False))
+                s.connection().execute(sa.update(OutboxMessage).where(OutboxMessage.id.in_(list(sent)))
+                                       .values(sent_at=utcnow()))
             late = self._states(s, [i for i in items if isinstance(i, StateItem)], res)
             faults = self._new_faults(s, [i.observation for i in items if isinstance(i, FaultItem)], res)
             s.flush()
@@ -281,7 +281,7 @@ class Store:
         known: set[tuple[str, str]] = set()
         # Two lookups, each on its index ((node, content_hash) and partner_hash): with an OR the database
         # reads every event of the batch's nodes.
-        for node, content, partner in s.execute(
+        for node, content, partner in s.connection().execute(  # Core: no ORM bookkeeping, no autoflush
             sa.select(FaultEvent.node, FaultEvent.content_hash, FaultEvent.partner_hash).where(
                 FaultEvent.node.in_(nodes), FaultEvent.content_hash.in_(hashes))
             .union_all(sa.select(FaultEvent.node, FaultEvent.content_hash, FaultEvent.partner_hash).where(
@@ -350,12 +350,11 @@ class Store:
             .limit(1)
             .scalar_subquery()
         )
-        s.execute(
+        s.connection().execute(  # Core: evidence rows of earlier batches, no ORM state to keep in step
             sa.update(EvidenceRecord)
             .where(EvidenceRecord.fault_event_id.is_(None), EvidenceRecord.node.in_(nodes),
                    EvidenceRecord.captured_at >= utcnow() - timedelta(seconds=_EVIDENCE_WAITS_S))
             .values(fault_event_id=event_id)
-            .execution_options(synchronize_session=False)
         )
 
     # -- sweeps and the outbox -------------------------------------------------------------------
@@ -570,8 +569,8 @@ class _Batch:
         if not nodes:
             return
         found: dict[str, int] = {}
-        for node, top in self.s.execute(sa.select(NodeState.node, sa.func.max(NodeState.id))
-                                        .where(NodeState.node.in_(nodes)).group_by(NodeState.node)):
+        tops = sa.select(NodeState.node, sa.func.max(NodeState.id)).where(NodeState.node.in_(nodes))
+        for node, top in self.s.connection().execute(tops.group_by(NodeState.node)):
             found[node] = int(top or 0)
         for node in nodes:
             self._tops[node] = found.get(node, 0)

@@ -1,0 +1,101 @@
+"""The intake (decode, parse, store in one call) and the worker's adaptive batches, without Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from models.node_records import encode_node_record
+from models.stream_policy import PipelinePolicy
+from models.tables import OutboxMessage
+from streams.app import _Batches
+from streams.store import AsyncStore, Intake, Message, Store
+from streams.topics import topology
+from tests.streams.records import T0, Kmsg, s
+
+TOPO = topology("t.", 2)
+KINDS = {t.name: kinds for t in TOPO.inputs if (kinds := TOPO.kinds_for(t.name))}
+
+
+def messages(records: list[Any], first_offset: int = 0) -> list[Message]:
+    return [Message(TOPO.kernel.name, 0, first_offset + i, r.node.encode(), encode_node_record(r))
+            for i, r in enumerate(records)]
+
+
+def intake(tmp_path: Path) -> Intake:
+    store = Store(f"sqlite:///{tmp_path / 'i.db'}", PipelinePolicy())
+    store.create_schema()
+    return Intake(store, KINDS)
+
+
+def test_a_retried_batch_is_parsed_once_and_stored_once(tmp_path: Path) -> None:
+    it = intake(tmp_path)
+    k = Kmsg("n1")
+    batch = messages([k.xid(0, 13, T0 + s(i), 7, "p") for i in range(3)])
+    first = it.handle(1, batch, [])
+    again = it.handle(1, batch, [])  # as after a transient error: the same items, already stored
+    assert first.faults == 3 and again.faults == 0 and again.duplicates == 3
+    assert len(it.store.fault_events()) == 3
+    assert it.ingest._parsers["n1"].lineno == 3  # each line went through the node's parser once
+    it.dispose()
+
+
+def test_poison_messages_come_back_as_dead_letters_and_the_rest_is_stored(tmp_path: Path) -> None:
+    it = intake(tmp_path)
+    k = Kmsg("n2")
+    good = messages([k.xid(0, 13, T0, 7, "p")])
+    bad = Message(TOPO.kernel.name, 0, 9, b"n2", b"{not json")
+    res = it.handle(1, [*good, bad], [])
+    assert [d.reason for d in res.dead_letters] == ["undecodable"] and res.faults == 1
+    quiet = it.handle(2, [bad], [4])  # nothing to store: no transaction, the outbox ids stay unmarked
+    assert not quiet.marked and len(quiet.dead_letters) == 1
+    it.dispose()
+
+
+def test_a_batch_that_fails_is_stored_message_by_message(tmp_path: Path) -> None:
+    it = intake(tmp_path)
+    k = Kmsg("n3")
+    batch = messages([k.xid(0, 13, T0 + s(i), 7, "p") for i in range(2)])
+    res = it.handle(1, batch, [], per_message=True)
+    assert res.dead_letters == [] and len(it.store.fault_events()) == 2
+    it.dispose()
+
+
+def test_thread_store_marks_published_rows_in_the_next_transaction(tmp_path: Path) -> None:
+    async def run() -> None:
+        st = AsyncStore(f"sqlite:///{tmp_path / 'a.db'}", kinds=KINDS, process=False)
+        await st.create_schema()
+        k = Kmsg("n4")
+        res = await st.handle(1, messages([k.xid(0, 48, T0, 7, "p")]))
+        ids = [o.outbox_id for o in res.outgoing]
+        assert ids
+        await st.handle(2, messages([k.xid(1, 48, T0 + s(1), 7, "p")], first_offset=1), ids)
+        assert st.intake is not None
+        with st.intake.store.engine.connect() as conn:
+            unsent = conn.execute(sa.select(sa.func.count()).select_from(OutboxMessage)
+                                  .where(OutboxMessage.id.in_(ids), OutboxMessage.sent_at.is_(None))).scalar()
+        assert unsent == 0
+        st.close()
+
+    asyncio.run(run())
+
+
+def test_batches_take_what_arrived_up_to_the_most_and_wait_when_full() -> None:
+    async def run() -> None:
+        b = _Batches(max_batch=3, max_pending=4)
+        committer = asyncio.create_task(asyncio.sleep(3600))
+        for i in range(4):
+            await b.put(i, committer)
+        blocked = asyncio.create_task(b.put(4, committer))
+        await asyncio.sleep(0.01)
+        assert not blocked.done()  # 4 pending: the stream waits
+        assert b.take() == [0, 1, 2]  # a batch is at most max_batch
+        await asyncio.wait_for(blocked, 1)
+        assert b.take() == [3, 4]
+        await asyncio.wait_for(b.wait_full(0.01), 1)  # nothing waiting: returns after the timeout
+        committer.cancel()
+
+    asyncio.run(run())
