@@ -10,6 +10,8 @@
 - `fleet_incidents`: one open row per (cluster, family) burst across nodes.
 - `outbox`: incident updates and action requests to publish, written in the same transaction as the
   change that made them and marked sent once Kafka acknowledged them.
+- `incident_codes`, `incident_namespaces`: the codes each incident has seen and the namespaces its
+  faults hit, one row each, for the history's Xid and namespace filters.
 - `incident_transitions`: each lifecycle step of an incident (`models.lifecycle`), with its actor.
 - The GPU asset ledger (`models.ledger`): `gpu_cards` (one row per physical card, its current or
   last place and state), `gpu_placements` (card, node, PCI slot, UUID, MIG layout, VBIOS, driver,
@@ -71,8 +73,6 @@ class FaultEvent(Base):
         sa.Index("ix_fault_events_gpu_time", "node", "gpu", "occurred_at"),
         sa.Index("ix_fault_events_family_time", "family", "occurred_at"),
         sa.Index("ix_fault_events_incident_time", "incident_id", "occurred_at"),
-        sa.Index("ix_fault_events_xid_incident", "xid", "incident_id"),
-        sa.Index("ix_fault_events_namespace_incident", "namespace", "incident_id"),
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
@@ -240,6 +240,28 @@ class OutboxMessage(Base):
     payload: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
     sent_at: Mapped[datetime | None]
+
+
+class IncidentCode(Base):
+    """The codes an incident has seen (`Xid 13`, `SXid 12028`, ...), one row each: the Xid filter of
+    the history counts and pages incidents through `(xid, incident_id)` without reading fault events."""
+
+    __tablename__ = "incident_codes"
+    __table_args__ = (sa.Index("ix_incident_codes_xid_incident", "xid", "incident_id"),)
+
+    incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    code: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    xid: Mapped[int | None]
+
+
+class IncidentNamespace(Base):
+    """The namespaces whose pods an incident's faults hit, one row each, for the namespace filter."""
+
+    __tablename__ = "incident_namespaces"
+    __table_args__ = (sa.Index("ix_incident_namespaces_namespace_incident", "namespace", "incident_id"),)
+
+    incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    namespace: Mapped[str] = mapped_column(sa.String(253), primary_key=True)
 
 
 class IncidentTransition(Base):

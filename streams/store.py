@@ -67,7 +67,9 @@ from models.tables import (
     metadata,
 )
 from streams.decode import DeadLetter, decode_message
+from streams.incident_index import IncidentIndex
 from streams.ingest import EvidenceItem, FaultItem, Ingest, Item, StateItem
+from streams.ledger_store import apply_inventory_payload
 
 log = logging.getLogger(__name__)
 
@@ -266,6 +268,8 @@ class Store:
             s.add(SeenRecord(node=it.node, record_id=it.record_id, topic=it.topic, seen_at=utcnow()))
             s.add(NodeState(node=it.node, kind=it.kind, record_id=it.record_id, valid_from=it.valid_from,
                             payload=it.payload))
+            if it.kind == "inventory":  # the GPU asset ledger: placements, swaps, moves, returns
+                apply_inventory_payload(s, it.node, it.valid_from, it.payload)
             if it.kind == "pods":
                 for a in it.payload.get("assignments", []):
                     workload = workload_name(a.get("namespace"), a.get("pod"), a.get("container"), None)
@@ -437,6 +441,7 @@ class _Batch:
         self.incidents: dict[str, Incident] = {}  # by fingerprint, the latest row
         self.touched: dict[str, _Touched] = {}  # by incident id
         self.outbox: list[OutboxMessage] = []
+        self.index = IncidentIndex()  # the (incident, code) and (incident, namespace) pairs of this batch
         self.fleet_families: dict[str, datetime] = {}
         self._no_incident: set[str] = set()  # fingerprints known to have no incident yet
         self.fleet_nodes: dict[str, set[str]] = defaultdict(set)
@@ -519,6 +524,7 @@ class _Batch:
                 r.workload, r.attribution = attr.workload, attr.to_dict()
                 if r.incident_id is None:
                     continue
+                self.index.add(r.incident_id, r.code, r.xid, p.namespace)
                 inc = repaired.get(r.incident_id) or self.s.get(Incident, r.incident_id)
                 if inc is None:
                     continue
@@ -708,6 +714,7 @@ class _Batch:
                     f"{attr.process.process or '?'}[{attr.process.pid}]" if attr.process.pid is not None else None)
         _add_listed(row, "workloads", attr.workload)
         event.incident_id = row.incident_id
+        self.index.add(row.incident_id, obs.code, obs.xid, attr.pod.namespace)
         t = self.touched.get(row.incident_id)
         if t is None:
             t = self.touched[row.incident_id] = _Touched(row, change.kind, change.reason)
@@ -765,6 +772,7 @@ class _Batch:
                         self.store.fleet_checked[family] = (checked[0], known)
                     continue
                 self.store.fleet_checked[family] = (time.monotonic(), set(self._fleet(family, at)))
+        self.index.write(self.s)
         self.outbox = _insert_outbox(self.s, self.outbox)
 
     def _classify_and_emit(self, t: _Touched, context: _AppContext | None) -> None:

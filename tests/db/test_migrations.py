@@ -59,7 +59,7 @@ def test_up_down_and_the_schema_matches_the_models(url: str) -> None:
     engine = make_engine(url)
     try:
         upgrade(engine)
-        assert current_revision(engine) == head_revision() == "0002"
+        assert current_revision(engine) == head_revision() == "0003"
         assert diff(engine) == []
         assert tables(engine) == set(metadata.tables)
         if engine.dialect.name == "postgresql":  # the local server has pg_trgm
@@ -68,7 +68,7 @@ def test_up_down_and_the_schema_matches_the_models(url: str) -> None:
         assert current_revision(engine) == "0001"
         assert "lifecycle" not in {c["name"] for c in sa.inspect(engine).get_columns("incidents")}
         assert "gpu_cards" not in tables(engine)
-        upgrade(engine)  # 0002 again over 0001's tables as the downgrade left them
+        upgrade(engine)  # 0002 and 0003 again over 0001's tables as the downgrade left them
         assert diff(engine) == []
         downgrade(engine, "base")
         assert current_revision(engine) is None and tables(engine) == set()
@@ -95,6 +95,29 @@ def test_existing_incidents_start_open(url: str) -> None:
         engine.dispose()
 
 
+def test_incident_codes_are_filled_from_existing_incidents(url: str) -> None:
+    engine = make_engine(url)
+    try:
+        upgrade(engine, "0002")
+        with engine.begin() as conn:
+            for n, codes in enumerate((["Xid 13", "Xid 31", "Xid 13"], ["SXid 12028"], [])):
+                conn.execute(sa.text(
+                    "INSERT INTO incidents (incident_id, fingerprint, node, gpu, family, status, category, reason, "
+                    "count, first_seen, last_seen, opened_at, updated_at, codes, pods, processes, workloads, "
+                    "cordon_requested, version, lifecycle) VALUES (:id, 'fp', 'n1', '0000:18:00.0', 'application', "
+                    "'resolved', 'application', 'r', 1, :t, :t, :t, :t, :codes, '[]', '[]', '[]', false, 1, 'open')"),
+                    {"id": f"i{n}", "t": T.replace(tzinfo=None), "codes": json.dumps(codes)})
+        upgrade(engine)
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT incident_id, code, xid FROM incident_codes "
+                                        "ORDER BY incident_id, code")).all()
+        assert [tuple(r) for r in rows] == [("i0", "Xid 13", 13), ("i0", "Xid 31", 31), ("i1", "SXid 12028", None)]
+        downgrade(engine, "0002")
+        assert "incident_codes" not in tables(engine)
+    finally:
+        engine.dispose()
+
+
 def test_db_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     assert main(["db", "current", "--database-url", url]) == 1
@@ -106,10 +129,10 @@ def test_db_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert json.loads(capsys.readouterr().out)["revision"] == "0001"
     assert main(["db", "upgrade", "--database-url", url]) == 0
     out = capsys.readouterr().out
-    assert "migrated from 0001 to 0002" in out and "revision 0002 (up to date)" in out
+    assert "migrated from 0001 to 0003" in out and "revision 0003 (up to date)" in out
     assert main(["db", "upgrade", "--database-url", url, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"database": url, "revision": "0002", "head": "0002",
-                                                   "previous": "0002"}
+    assert json.loads(capsys.readouterr().out) == {"database": url, "revision": "0003", "head": "0003",
+                                                   "previous": "0003"}
 
 
 def test_db_upgrade_hides_the_password(capsys: pytest.CaptureFixture[str], postgres_url: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from models.tables import FaultEvent, Incident, NodeState
+from models.tables import FaultEvent, Incident, IncidentCode, IncidentNamespace, NodeState
 from xidpipe.history.gpus import HARDWARE_CATEGORIES, GpuFilter, find_card, gpu_history, list_gpus, models_by_uuid
 from xidpipe.history.lifecycle import TransitionError, apply_transition, incident_transitions
 
@@ -41,16 +41,6 @@ class IncidentFilter:
     lifecycle: str | None = None  # open, mitigated, ticketed, repaired, rma, returned, closed
 
 
-def _event_conds(f: IncidentFilter) -> list[Any]:
-    """Filters that are facts of an incident's fault events (an incident matches when one event does)."""
-    conds: list[Any] = []
-    if f.xid is not None:
-        conds.append(FaultEvent.xid == f.xid)
-    if f.namespace:
-        conds.append(FaultEvent.namespace == f.namespace)
-    return conds
-
-
 def _incident_conds(f: IncidentFilter) -> list[Any]:
     conds: list[Any] = []
     if f.node:
@@ -68,6 +58,11 @@ def _incident_conds(f: IncidentFilter) -> list[Any]:
         conds.append(Incident.last_seen >= f.since)
     if f.until:
         conds.append(Incident.first_seen < f.until)
+    if f.xid is not None:  # the incident's codes, one row each, probed through (xid, incident_id)
+        conds.append(sa.exists().where(IncidentCode.incident_id == Incident.incident_id, IncidentCode.xid == f.xid))
+    if f.namespace:  # the namespaces its faults hit, probed through (namespace, incident_id)
+        conds.append(sa.exists().where(IncidentNamespace.incident_id == Incident.incident_id,
+                                       IncidentNamespace.namespace == f.namespace))
     if f.owner:
         # The incident lists its workloads (a trigram index serves this on PostgreSQL).
         conds.append(sa.cast(Incident.workloads, sa.Text).contains(f.owner, autoescape=True))
@@ -75,21 +70,20 @@ def _incident_conds(f: IncidentFilter) -> list[Any]:
 
 
 def _where(f: IncidentFilter) -> list[Any]:
-    """The conditions on `incidents` for `f`; event facts as EXISTS, probed per incident through
-    the (xid | namespace, incident_id) indexes."""
-    return [*_incident_conds(f), *(sa.exists().where(FaultEvent.incident_id == Incident.incident_id, c)
-                                   for c in _event_conds(f))]
+    return _incident_conds(f)
 
 
 def count_incidents(s: Session, f: IncidentFilter) -> int:
-    """How many incidents match `f`. A filter on one event fact alone is counted in the fault events'
-    index (the distinct incidents of the matching events), without joining every incident."""
-    events, incident = _event_conds(f), _incident_conds(f)
-    if len(events) == 1 and not incident:
-        ids = (sa.select(FaultEvent.incident_id).where(events[0], FaultEvent.incident_id.is_not(None))
-               .distinct().subquery())
-        return int(s.scalar(sa.select(sa.func.count()).select_from(ids)) or 0)
-    return int(s.scalar(sa.select(sa.func.count()).select_from(Incident).where(*_where(f))) or 0)
+    """How many incidents match `f`. The Xid or the namespace alone is counted in the index of
+    `incident_codes` or `incident_namespaces`, without joining every incident."""
+    conds = _where(f)
+    if len(conds) == 1 and f.xid is not None:
+        q = sa.select(sa.func.count()).select_from(IncidentCode).where(IncidentCode.xid == f.xid)
+    elif len(conds) == 1 and f.namespace:
+        q = sa.select(sa.func.count()).select_from(IncidentNamespace).where(IncidentNamespace.namespace == f.namespace)
+    else:
+        q = sa.select(sa.func.count()).select_from(Incident).where(*conds)
+    return int(s.scalar(q) or 0)
 
 
 def list_incidents(s: Session, f: IncidentFilter, *, sort: SortKey = "last_seen", limit: int = 50,
