@@ -177,7 +177,12 @@ class Pipeline:
             result = await self._process(self._batch_id, messages)
         except _PermanentError:
             log.warning("a batch of %d messages could not be stored; storing them one by one", len(messages))
-            result = await self._process(self._batch_id, messages, per_message=True)
+            try:
+                result = await self._process(self._batch_id, messages, per_message=True)
+            except _PermanentError as exc:  # not even one by one: keep them all, say why, go on
+                error = str(exc.__cause__ or exc)
+                result = BatchResult(dead_letters=[DeadLetter("processing_error", error, m.topic, m.partition,
+                                                              m.offset, m.key, m.value) for m in messages])
         for dl in result.dead_letters:
             await self.dead_letter(dl)
         await self._publish(result.outgoing)
