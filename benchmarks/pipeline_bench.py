@@ -6,7 +6,8 @@ database in a temporary directory (or --database-url), and runs the worker as `p
 streams.worker`, as in production.
 
 1. throughput: --events kernel Xid lines (64 GPUs on 8 nodes, so many incidents) published before
-   the worker starts; fault events per second from the first to the last event committed, against
+   the worker starts; fault events per second from the first to the last batch committed (the
+   events committed in between, as the trivial agent counts the messages after its first), against
    a trivial Faust agent (decode JSON, count) on the same broker and the same records.
 2. latency: --background-rate kernel Xid lines per second on background GPUs for --latency-seconds,
    plus one probe Xid every 0.2 s on a GPU of its own; latency from producing a probe to its
