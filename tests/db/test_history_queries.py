@@ -90,3 +90,24 @@ def test_transition_gpus_stats_heatmap(store: Store) -> None:
         assert data["mean_time_between_faults_s_by_model"] == {"NVIDIA H100 80GB HBM3": 1.0}
         hm = heatmap(ses, T0 - timedelta(hours=12), T0 + timedelta(hours=12))  # one UTC day
         assert hm["days"] == ["2026-11-29"] and hm["nodes"] == [{"node": "node-b", "counts": [1], "total": 1}]
+
+
+@pytest.mark.parametrize("sort", ["last_seen", "first_seen", "count"])
+def test_a_page_cut_from_the_keys_equals_the_ordered_query(store: Store, sort: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import xidpipe.history.queries as q
+
+    def pages(f: IncidentFilter) -> list[tuple[list[str], int]]:
+        with Session(store.engine) as ses:
+            out = []
+            for offset in range(4):
+                rows, total = list_incidents(ses, f, sort=sort, limit=2, offset=offset)  # type: ignore[arg-type]
+                out.append(([r.incident_id for r in rows], total))
+            return out
+
+    filters = [IncidentFilter(owner="-1"), IncidentFilter(lifecycle="open"), IncidentFilter(xid=13),
+               IncidentFilter(since=T0)]
+    few = [pages(f) for f in filters]
+    monkeypatch.setattr(q, "_FEW_MATCHES", -1)  # always the ordered query
+    assert [pages(f) for f in filters] == few
+    assert few[1][0][1] == 3 and len(few[1][0][0]) == 2 and few[1][3] == ([], 3)

@@ -25,6 +25,7 @@ __all__ = [
 ]
 
 SortKey = Literal["first_seen", "last_seen", "count"]
+_FEW_MATCHES = 2000  # up to this many matches, a page is cut from their keys (see `list_incidents`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +89,24 @@ def count_incidents(s: Session, f: IncidentFilter) -> int:
 
 def list_incidents(s: Session, f: IncidentFilter, *, sort: SortKey = "last_seen", limit: int = 50,
                    offset: int = 0) -> tuple[list[Incident], int]:
-    """One page of incidents (newest first by `sort`), and how many match in all."""
+    """One page of incidents (newest first by `sort`), and how many match in all.
+
+    When few incidents match (the count says so exactly), their keys are read first through the
+    filters' own indexes and the page is cut from them: a planner that overestimates the matches
+    (a substring search, say) would otherwise walk the sort column's index and filter row by row
+    through most of the table to fill one page."""
     total = count_incidents(s, f)
     order = {"first_seen": Incident.first_seen, "last_seen": Incident.last_seen, "count": Incident.count}[sort]
-    rows = list(s.scalars(sa.select(Incident).where(*_where(f)).order_by(order.desc(), Incident.incident_id)
+    conds = _where(f)
+    if conds and total <= _FEW_MATCHES:
+        keys: list[tuple[str, Any]] = [(i, v) for i, v in s.execute(sa.select(Incident.incident_id, order)
+                                                                    .where(*conds))]
+        keys.sort(key=lambda k: k[0])
+        keys.sort(key=lambda k: k[1], reverse=True)  # stable: by `sort` descending, then by id
+        page = [k[0] for k in keys[offset:offset + limit]]
+        by_id = {r.incident_id: r for r in s.scalars(sa.select(Incident).where(Incident.incident_id.in_(page)))}
+        return [by_id[i] for i in page if i in by_id], total
+    rows = list(s.scalars(sa.select(Incident).where(*conds).order_by(order.desc(), Incident.incident_id)
                           .limit(limit).offset(offset)))
     return rows, total
 
