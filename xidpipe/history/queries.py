@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 SortKey = Literal["first_seen", "last_seen", "count"]
-_FEW_MATCHES = 2000  # up to this many matches, a page is cut from their keys (see `list_incidents`)
+_FEW_MATCHES = 500  # up to this many matches, a page is cut from their keys (see `list_incidents`)
 
 
 @dataclass(frozen=True, slots=True)
