@@ -49,3 +49,40 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     assert lost
     assert list((tmp_path / "var" / "outbox" / "slack").glob("*/*.json"))
     assert (tmp_path / "var" / "xidpipe.db").exists()
+
+    # The history after the demo, with nothing configured: the CLI and the API read var/xidpipe.db.
+    def cli(*args: str) -> dict[str, object]:
+        run = subprocess.run([sys.executable, "-m", "xidpipe.cli", *args, "--json"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        return json.loads(run.stdout)  # type: ignore[no-any-return]
+
+    listed = cli("incidents", "list", "--xid", "74")
+    assert listed["total"] == 1 and listed["incidents"][0]["count"] == 800  # type: ignore[index]
+    gpus = cli("gpus", "list")
+    assert gpus["total"] == 7 and {g["state"] for g in gpus["gpus"]} == {"in_service"}  # type: ignore[attr-defined]
+    card = cli("gpus", "history", "1654923008817")
+    assert card["placements"][0]["node"] == "gpu-node-02"  # type: ignore[index]
+    assert {i["category"] for i in card["incidents"]} == {"suspected_hardware", "hardware"}  # type: ignore[attr-defined]
+    assert cli("stats")["by_gpu_model"] == {"NVIDIA H100 80GB HBM3": 9, "unknown": 2}
+
+    from tests.web.conftest import start_server
+
+    server, base = start_server("sqlite:///var/xidpipe.db", None, tmp_path / "serve.log", cwd=tmp_path,
+                                extra_env={"XIDPIPE_DATABASE_URL": "", "XIDPIPE_API_TOKENS_FILE": ""})
+    try:
+        token = next(line.split()[2] for line in (tmp_path / "var" / "api-tokens").read_text().splitlines()
+                     if line.split()[1:2] == ["read"])
+        import urllib.request
+
+        req = urllib.request.Request(f"{base}/api/v1/incidents?node=gpu-node-03",
+                                     headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            body = json.loads(resp.read())
+        assert {(i["family"], i["category"]) for i in body["incidents"]} >= {("gpu_lost", "hardware")}
+        req = urllib.request.Request(f"{base}/incidents?node=gpu-node-03", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert "gpu-node-03" in resp.read().decode()
+    finally:
+        server.terminate()
+        server.wait(10)
