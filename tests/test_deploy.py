@@ -52,7 +52,7 @@ def test_the_image_entrypoint_is_xidpipe() -> None:
 
 def test_there_are_workloads() -> None:
     names = {w.split(":")[1].split("/")[0] for w, _, _ in CONTAINERS}
-    assert {"xidpipe-agent", "xidpipe-worker", "xidpipe-respond"} <= names
+    assert {"xidpipe-agent", "xidpipe-worker", "xidpipe-respond", "xidpipe-web"} <= names
 
 
 @pytest.mark.parametrize(("where", "container", "spec"), CONTAINERS, ids=[w for w, _, _ in CONTAINERS])
@@ -74,6 +74,18 @@ def test_the_responder_acts_with_the_rbac_identity_and_the_worker_without_one() 
     sa = yaml.safe_load((DEPLOY / "rbac" / "worker-serviceaccount.yaml").read_text())["metadata"]["name"]
     assert by_name["xidpipe-respond"]["serviceAccountName"] == sa
     assert by_name["xidpipe-worker"].get("automountServiceAccountToken") is False
+
+
+def test_the_web_server_reads_its_tokens_from_a_secret_and_listens_where_probed() -> None:
+    (spec,) = [spec for w, _, spec in CONTAINERS if w.split(":")[1].startswith("xidpipe-web/")]
+    (c,) = spec["containers"]
+    args = build_parser().parse_args(c["args"])
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert str(args.tokens_file).startswith(mounts["tokens"] + "/") and "secret" in volumes["tokens"]
+    assert args.host == "0.0.0.0" and c["ports"][0]["containerPort"] == args.port
+    assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert spec.get("automountServiceAccountToken") is False
 
 
 def test_environment_names_are_settings_that_exist() -> None:
