@@ -134,7 +134,7 @@ def copy_rows(engine: sa.Engine, table: str, columns: list[str], rows: Iterator[
     raw = engine.raw_connection()
     try:
         cur = raw.cursor()
-        with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:  # type: ignore[attr-defined]
+        with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
                 n += 1
@@ -261,7 +261,7 @@ def run_queries(engine: sa.Engine, fleet: Fleet, rng: random.Random, samples: in
     from xidpipe.respond.dossier_builder import build_dossier
 
     with Session(engine) as s:
-        ids = list(s.scalars(sa.select(sa.column("incident_id")).select_from(sa.table("incidents"))
+        ids: list[str] = list(s.scalars(sa.select(sa.column("incident_id")).select_from(sa.table("incidents"))
                              .order_by(sa.func.random()).limit(samples)))
         serials = list(s.scalars(sa.text("SELECT serial FROM gpu_cards ORDER BY random() LIMIT :n"),
                                  {"n": samples})) if sa.inspect(engine).has_table("gpu_cards") else []
@@ -284,7 +284,10 @@ def run_queries(engine: sa.Engine, fleet: Fleet, rng: random.Random, samples: in
     }
     out: dict[str, Any] = {}
     for name, make in filters.items():
-        out[f"list:{name}"] = measure(engine, samples, lambda s, make=make: list_incidents(s, make(), limit=50))
+        def page(s: Session, make: Callable[[], IncidentFilter] = make) -> Any:
+            return list_incidents(s, make(), limit=50)
+
+        out[f"list:{name}"] = measure(engine, samples, page)
 
     pending = iter(ids * 2)
 

@@ -105,9 +105,10 @@ def test_a_page_cut_from_the_keys_equals_the_ordered_query(store: Store, sort: s
                 out.append(([r.incident_id for r in rows], total))
             return out
 
-    filters = [IncidentFilter(owner="-1"), IncidentFilter(lifecycle="open"), IncidentFilter(xid=13),
+    filters = [IncidentFilter(owner="team-"), IncidentFilter(lifecycle="open"), IncidentFilter(node="node-a"),
                IncidentFilter(since=T0)]
     few = [pages(f) for f in filters]
     monkeypatch.setattr(q, "_FEW_MATCHES", -1)  # always the ordered query
     assert [pages(f) for f in filters] == few
+    assert [p[0][1] for p in few] == [2, 3, 2, 3]  # every filter spans pages of 2
     assert few[1][0][1] == 3 and len(few[1][0][0]) == 2 and few[1][3] == ([], 3)

@@ -84,3 +84,21 @@ def test_stats(db: str) -> None:
 def test_a_missing_history_is_a_clear_error(tmp_path: Path) -> None:
     proc = xidpipe("incidents", "list", "--database-url", f"sqlite:///{tmp_path / 'none.db'}")
     assert proc.returncode != 0 and "no incident history" in proc.stderr
+    assert not (tmp_path / "none.db").exists()  # nothing created where nothing was
+
+
+def test_an_older_schema_says_to_upgrade_and_the_upgrade_mends_it(db: str, tmp_path: Path) -> None:
+    from streams.migrate import head_revision
+    from streams.store import make_engine
+    from tests.db.test_migrations import downgrade
+
+    engine = make_engine(db)
+    downgrade(engine, "0002")  # before incident_codes: an Xid filter would be an SQL error
+    engine.dispose()
+    proc = xidpipe("incidents", "list", "--xid", "13", "--database-url", db)
+    assert proc.returncode != 0
+    assert f"at schema revision 0002, this xidpipe needs {head_revision()}: run `xidpipe db upgrade`" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert xidpipe("db", "upgrade", "--database-url", db).returncode == 0
+    listed = json.loads(xidpipe("incidents", "list", "--xid", "13", "--database-url", db, "--json").stdout)
+    assert listed["total"] == 1  # the upgrade filled incident_codes from the stored incidents

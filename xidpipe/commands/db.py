@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-DEFAULT_DB = "sqlite:///var/xidpipe.db"
+from xidpipe.history.database import DEFAULT_DB, database_url, shown
 
 
 def register(sub: Any) -> None:
@@ -41,13 +41,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _url(args: argparse.Namespace) -> str:
-    return str(args.database_url or os.environ.get("XIDPIPE_DATABASE_URL") or DEFAULT_DB)
-
-
-def _shown(url: str) -> str:
-    import sqlalchemy as sa
-
-    return sa.make_url(url).render_as_string(hide_password=True)
+    return database_url(args.database_url)
 
 
 def revisions(engine: Any) -> tuple[str | None, str | None]:
@@ -59,11 +53,11 @@ def revisions(engine: Any) -> tuple[str | None, str | None]:
 
 def _report(args: argparse.Namespace, url: str, current: str | None, head: str | None, before: str | None) -> None:
     if args.json:
-        json.dump({"database": _shown(url), "revision": current, "head": head, "previous": before}, sys.stdout,
+        json.dump({"database": shown(url), "revision": current, "head": head, "previous": before}, sys.stdout,
                   indent=2)
         print()
         return
-    where = _shown(url)
+    where = shown(url)
     state = "up to date" if current == head else f"newest is {head}"
     print(f"{where}: revision {current or '(none)'} ({state})")
 

@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from models.lifecycle import BY_PEOPLE, STATES
-
-DEFAULT_DB = "sqlite:///var/xidpipe.db"
+from xidpipe.history.database import DEFAULT_DB
 
 
 def add_database_options(p: argparse.ArgumentParser) -> None:
@@ -83,25 +82,14 @@ def register(sub: Any) -> None:
 
 
 def history_session(args: argparse.Namespace) -> Any:
-    import sqlalchemy as sa
     from sqlalchemy.orm import Session
 
-    from streams.store import make_engine
+    from xidpipe.history.database import HistoryUnavailable, database_url, open_history
 
-    url = args.database_url or os.environ.get("XIDPIPE_DATABASE_URL") or DEFAULT_DB
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        path = url.removeprefix("sqlite:///")
-        if not os.path.exists(path):
-            raise SystemExit(f"xidpipe: no incident history at {path}: run `make demo` or the worker first, "
-                             "or give --database-url")
-    engine = make_engine(url)
-    shown = sa.make_url(url).render_as_string(hide_password=True)
-    inspector = sa.inspect(engine)
-    if not inspector.has_table("incidents"):
-        raise SystemExit(f"xidpipe: {shown} has no incidents table: is it the worker's database?")
-    if not inspector.has_table("incident_transitions"):
-        raise SystemExit(f"xidpipe: {shown} has an older schema: run `xidpipe db upgrade` first")
-    return Session(engine)
+    try:
+        return Session(open_history(database_url(args.database_url)))
+    except HistoryUnavailable as exc:
+        raise SystemExit(f"xidpipe: {exc}") from None
 
 
 def _row(i: Any) -> dict[str, Any]:

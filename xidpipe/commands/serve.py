@@ -32,7 +32,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from xidpipe.web.db import Database, HistoryUnavailable, database_url
+    from xidpipe.history.database import HistoryUnavailable, database_url
+    from xidpipe.web.db import Database
     from xidpipe.web.tokens import TOKENS_FILE_ENV, TokenFileError, ensure_default_tokens, load_tokens
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
