@@ -14,6 +14,8 @@ COPY pyproject.toml README.m[d] ./
 COPY models ./models
 COPY agents ./agents
 COPY streams ./streams
+COPY respond ./respond
+COPY history ./history
 COPY xidpipe ./xidpipe
 RUN pip install . \
  && rm -rf /build \

@@ -38,10 +38,10 @@ from kubernetes.utils import create_from_yaml
 
 from models.cordon import CordonRequest
 from models.cordon_policy import Breaker, CordonPolicy
-from tests.k8s.support import RBAC_DIR, load_controlplane, make_configuration
-from xidpipe.actions.executor import CordonExecutor
-from xidpipe.actions.k8s import KubeNodes, NodeRead
-from xidpipe.actions.store import JsonlActionStore
+from respond.cordon.action_log import JsonlActionStore
+from respond.cordon.executor import CordonExecutor
+from respond.cordon.kube_nodes import KubeNodes, NodeRead
+from tests.kube import RBAC_DIR, load_controlplane, make_configuration
 
 
 class TimedNodes(KubeNodes):

@@ -36,18 +36,18 @@ from kubernetes.utils import create_from_yaml
 
 from models.cordon_policy import Breaker, CordonPolicy
 from models.node_records import KernelLine, encode_node_record
+from models.topics import topology
+from respond.cordon.action_log import JsonlActionStore
+from respond.cordon.executor import CordonExecutor
+from respond.cordon.kube_nodes import KubeNodes, NodeRead
+from respond.responder import RespondSettings, build_responder, run_responder
+from respond.sinks.build import build_sinks
+from respond.sinks.settings import SinkSettings
 from streams.runner import WorkerProcess
 from streams.settings import WorkerSettings
-from streams.sinks.build import build_sinks
-from streams.sinks.settings import SinkSettings
-from streams.topics import topology
 from streams.worker import prepare
-from tests.k8s.support import RBAC_DIR, load_controlplane, make_configuration
-from xidpipe.actions.executor import CordonExecutor
-from xidpipe.actions.k8s import KubeNodes, NodeRead
-from xidpipe.actions.store import JsonlActionStore
+from tests.kube import RBAC_DIR, load_controlplane, make_configuration
 from xidpipe.localinfra.kafka import LocalKafka, fetch
-from xidpipe.respond.responder import RespondSettings, build_responder, run_responder
 
 
 class TimedNodes(KubeNodes):

@@ -37,10 +37,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from models.node_records import KernelLine, encode_node_record
+from models.topics import topology
 from streams.runner import WorkerProcess, consumer_lag, produce
 from streams.settings import WorkerSettings
 from streams.store import Store
-from streams.topics import topology
 from streams.worker import prepare
 
 XID_TEXT = {13: "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address",

@@ -9,7 +9,7 @@ over a year and --events fault events spread over them (most incidents small, a 
 bulk-loaded with COPY (with each incident's codes and namespaces, as the worker keeps them) and then ANALYZEd.
 
 Then it times, with --samples random parameters each, the query functions the CLI, the API and
-the pages call (xidpipe.history.queries), each in a fresh transaction, p50/p99/max in ms:
+the pages call (history.queries), each in a fresh transaction, p50/p99/max in ms:
 - `list:<filter>`: one page of 50 incidents and the total, for each filter alone;
 - `show`: what `xidpipe incidents show` reads: the incident, its dossier, timeline, transitions;
 - `gpus_history`: a card's placements, ledger events and incidents.
@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from streams.migrate import upgrade
-from streams.store import make_engine
+from history.engine import make_engine
+from history.migrate import upgrade
 
 MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA H200")
 SLOTS = ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
@@ -95,7 +95,7 @@ class Fleet:
 
 def build_ledger(engine: sa.Engine, fleet: Fleet, rng: random.Random, swaps: int) -> dict[str, Any]:
     """Every node's first inventory, then `swaps` replacements, moves and returns, through the worker's adapter."""
-    from streams.ledger_store import apply_inventory
+    from history.ledger_store import apply_inventory
 
     began = time.monotonic()
     calls = 0
@@ -250,7 +250,7 @@ def measure(engine: sa.Engine, samples: int, fn: Callable[[Session], Any]) -> di
 
 
 def run_queries(engine: sa.Engine, fleet: Fleet, rng: random.Random, samples: int) -> dict[str, Any]:
-    from xidpipe.history.queries import (
+    from history.queries import (
         IncidentFilter,
         find_incident,
         gpu_history,
@@ -258,7 +258,7 @@ def run_queries(engine: sa.Engine, fleet: Fleet, rng: random.Random, samples: in
         list_incidents,
         timeline,
     )
-    from xidpipe.respond.dossier_builder import build_dossier
+    from respond.dossier_builder import build_dossier
 
     with Session(engine) as s:
         ids: list[str] = list(s.scalars(sa.select(sa.column("incident_id")).select_from(sa.table("incidents"))

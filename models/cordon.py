@@ -1,5 +1,5 @@
 """Cordon decisions: pure functions from (incident, node, fleet, breaker, policy) to a decision and
-its reason. The adapter in `xidpipe/actions/` reads the cluster, calls these, and acts.
+its reason. The adapter in `respond/cordon/` reads the cluster, calls these, and acts.
 
 The ownership rule: a node is xidpipe's to cordon, annotate and release only while it carries
 `xidpipe.io/cordoned-at` (written in the same patch as the cordon itself). A node made

@@ -1,7 +1,7 @@
 """The cordon policy: when a GPU fault takes a node out of scheduling, where, and how far it may go.
 
 A policy is a YAML file validated by `CordonPolicy` (pydantic v2, unknown keys rejected) and
-loaded once when a worker starts (`xidpipe.actions.policy_file.load_policy` reads the file; this
+loaded once when a worker starts (`respond.cordon.policy_file.load_policy` reads the file; this
 module stays pure). Every default below is the documented default; a policy file
 only needs the keys it changes. See `docs/configuration.md` and `deploy/policy.example.yaml`.
 

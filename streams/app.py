@@ -26,10 +26,10 @@ from typing import Any
 import faust
 import sqlalchemy as sa
 
+from models.topics import Topology, topology
 from streams.decode import DeadLetter
 from streams.settings import WorkerSettings
 from streams.store import AsyncStore, BatchResult, Message, Outgoing, StoreUnavailable
-from streams.topics import Topology, topology
 
 log = logging.getLogger(__name__)
 

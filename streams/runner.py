@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from models.node_records import NodeRecord, encode_node_record, topic_for
+from models.topics import Topology, topology
 from streams.settings import WorkerSettings
 from streams.store import Store
-from streams.topics import Topology, topology
 from streams.worker import prepare
 
 

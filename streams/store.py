@@ -19,12 +19,25 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from history.engine import make_engine
+from history.incident_index import IncidentIndex
+from history.ledger_store import apply_inventory_payload
+from history.tables import (
+    EvidenceRecord,
+    FaultEvent,
+    FleetIncident,
+    GpuAssignment,
+    Incident,
+    NodeState,
+    OutboxMessage,
+    SeenRecord,
+    metadata,
+)
 from models.classify import Verdict
 from models.correlate import (
     Attribution,
@@ -55,21 +68,8 @@ from models.incidents import (
 )
 from models.node_records import DeviceAssignment, GpuInfo, GpuProcess
 from models.stream_policy import PipelinePolicy
-from models.tables import (
-    EvidenceRecord,
-    FaultEvent,
-    FleetIncident,
-    GpuAssignment,
-    Incident,
-    NodeState,
-    OutboxMessage,
-    SeenRecord,
-    metadata,
-)
 from streams.decode import DeadLetter, decode_message
-from streams.incident_index import IncidentIndex
 from streams.ingest import EvidenceItem, FaultItem, Ingest, Item, StateItem
-from streams.ledger_store import apply_inventory_payload
 
 log = logging.getLogger(__name__)
 
@@ -115,26 +115,6 @@ class BatchResult:
     evidence: int = 0
 
 
-def make_engine(url: str) -> sa.Engine:
-    """An engine for `url`; for SQLite the parent directory is created and WAL mode is used."""
-    parsed = sa.make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        db = parsed.database
-        if db and db != ":memory:":
-            Path(db).parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(url, connect_args={"timeout": 30})
-
-        @sa.event.listens_for(engine, "connect")
-        def _pragmas(conn: Any, _record: Any) -> None:
-            cur = conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.close()
-
-        return engine
-    return sa.create_engine(url, pool_pre_ping=True)
-
-
 class Store:
     """Synchronous; call it from one thread (AsyncStore does)."""
 
@@ -153,8 +133,8 @@ class Store:
         self._attribution_binds: dict[Attribution, Any] = {}
 
     def create_schema(self) -> None:
-        """Create or upgrade the tables with the Alembic migrations in `streams/migrations`."""
-        from streams.migrate import upgrade
+        """Create or upgrade the tables with the Alembic migrations in `history/migrations`."""
+        from history.migrate import upgrade
 
         upgrade(self.engine)
 

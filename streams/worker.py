@@ -12,9 +12,10 @@ import gc
 import logging
 import sys
 
+from models.topics import topology
 from streams.settings import WorkerSettings
 from streams.store import Store
-from streams.topics import ensure_topics, topology
+from streams.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Real Kafka and PostgreSQL for the tests, one of each per test session.
+"""Real Kafka and PostgreSQL for the tests, one of each per test session (the kube-apiserver: ``tests.kube``).
 
 Fixtures
 --------
@@ -17,7 +17,8 @@ Fixtures
     CREATEDB privilege on an external server).
 
 A test that uses a Kafka fixture gets the ``kafka`` marker, one that uses a PostgreSQL fixture the
-``postgres`` marker, so ``-m "not kafka"`` deselects them.
+``postgres`` marker, one that uses the kube-apiserver of ``tests.kube`` the ``k8s`` marker, so
+``-m "not kafka"`` deselects them.
 
 When a service cannot be started (no java, no jars, no initdb, a broker that does not come up),
 its tests are skipped with the reason, except under ``CI=true``, where they fail: CI must never
@@ -43,6 +44,7 @@ KAFKA_ENV = "XIDPIPE_TEST_KAFKA"
 DATABASE_ENV = "XIDPIPE_TEST_DATABASE_URL"
 KAFKA_FIXTURES = frozenset({"kafka_bootstrap", "kafka_topic_factory"})
 POSTGRES_FIXTURES = frozenset({"postgres_url", "postgres_database"})
+KUBE_FIXTURES = frozenset({"control_plane"})  # every fixture of tests.kube depends on it
 
 # Start-up times of this session's services, printed in the terminal summary.
 _timings: dict[str, str] = {}
@@ -66,6 +68,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.kafka)
         if names & POSTGRES_FIXTURES:
             item.add_marker(pytest.mark.postgres)
+        if names & KUBE_FIXTURES:
+            item.add_marker(pytest.mark.k8s)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

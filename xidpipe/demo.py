@@ -25,19 +25,19 @@ import sqlalchemy as sa
 from pydantic import SecretStr
 from sqlalchemy.orm import Session
 
+from history.ledger_store import rebuild_ledger
+from history.tables import GpuCard
 from models.node_records import NodeRecord, decode_node_record
-from models.tables import GpuCard
-from streams.ledger_store import rebuild_ledger
+from models.topics import topology
+from respond.cordon.runtime import build_executor
+from respond.cordon.settings import ActionSettings
+from respond.responder import Responder, RespondSettings, build_responder, run_responder
+from respond.sinks.build import build_sinks
+from respond.sinks.settings import SinkSettings
 from streams.runner import WorkerProcess, consumer_lag, group_lag, produce, wait_caught_up
 from streams.settings import WorkerSettings
-from streams.sinks.build import build_sinks
-from streams.sinks.settings import SinkSettings
 from streams.store import Store
-from streams.topics import topology
 from streams.worker import prepare
-from xidpipe.actions.runtime import build_executor
-from xidpipe.actions.settings import ActionSettings
-from xidpipe.respond.responder import Responder, RespondSettings, build_responder, run_responder
 
 VAR = Path("var")
 DB = VAR / "xidpipe.db"

@@ -88,9 +88,9 @@ def test_a_missing_history_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_an_older_schema_says_to_upgrade_and_the_upgrade_mends_it(db: str, tmp_path: Path) -> None:
-    from streams.migrate import head_revision
-    from streams.store import make_engine
-    from tests.db.test_migrations import downgrade
+    from history.engine import make_engine
+    from history.migrate import head_revision
+    from tests.history.test_migrations import downgrade
 
     engine = make_engine(db)
     downgrade(engine, "0002")  # before incident_codes: an Xid filter would be an SQL error

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
+from history.queries import heatmap
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
 from streams.ingest import Ingest
 from streams.store import Store
 from tests.streams.records import T0, Kmsg, inventory, pods, s, serial, uuid
 from xidpipe.cli import main
-from xidpipe.history.queries import heatmap
 
 MODEL = "NVIDIA H100 80GB HBM3"
 
@@ -154,7 +154,7 @@ def test_stats_by_gpu_model_and_heatmap(db: str, capsys: pytest.CaptureFixture[s
     assert data["mean_time_between_faults_s_by_model"] == {MODEL: 60.0}
     assert data["mean_time_between_faults_s"] == 60.0
     assert "by gpu model:" in cli(capsys, "stats", "--database-url", db)
-    from streams.store import make_engine
+    from history.engine import make_engine
 
     engine = make_engine(db)
     with Session(engine) as s_:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 from kubernetes import client
 
-from tests.k8s.conftest import *  # noqa: F403  (the control plane and client fixtures)
-from tests.k8s.support import unique
-from xidpipe.respond.cluster_evidence import capture
+from respond.cluster_evidence import capture
+from tests.kube import unique
 
-pytestmark = pytest.mark.k8s
 SECRET = "s3cr3t-value-7781"
 
 
@@ -70,9 +67,9 @@ def test_the_responders_dossier_carries_the_cluster_evidence_and_owner(
 
     from sqlalchemy.orm import Session
 
-    from models.tables import Base, FaultEvent, Incident
-    from streams.store import make_engine
-    from xidpipe.respond.responder import Responder
+    from history.engine import make_engine
+    from history.tables import Base, FaultEvent, Incident
+    from respond.responder import Responder
 
     pod = unique("bert")
     admin_core.patch_namespace(namespace, {"metadata": {"annotations": {"xidpipe.io/slack-channel": "#team-nlp"}}})

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from models.tables import FaultEvent
-from xidpipe.respond.dossier_builder import _attribution
+from history.tables import FaultEvent
+from respond.dossier_builder import _attribution
 
 
 def event(pod: str | None, process: str | None, pid: int | None) -> FaultEvent:

@@ -11,16 +11,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from models.tables import Incident, IncidentTransition
-from streams.sinks.build import build_sinks
-from streams.sinks.settings import SinkSettings
+from history.queries import incident_transitions
+from history.tables import Incident, IncidentTransition
+from respond.cordon.action_log import JsonlActionStore
+from respond.cordon.executor import ActionResult
+from respond.cordon.runtime import build_executor
+from respond.cordon.settings import ActionSettings
+from respond.responder import Responder
+from respond.sinks.build import build_sinks
+from respond.sinks.settings import SinkSettings
 from streams.store import Store
-from xidpipe.actions.executor import ActionResult
-from xidpipe.actions.runtime import build_executor
-from xidpipe.actions.settings import ActionSettings
-from xidpipe.actions.store import JsonlActionStore
-from xidpipe.history.queries import incident_transitions
-from xidpipe.respond.responder import Responder
 
 T = datetime(2026, 11, 25, 15, 26, 51, tzinfo=UTC)
 

@@ -17,16 +17,16 @@ from kafka import KafkaConsumer, KafkaProducer
 from pydantic import SecretStr
 from sqlalchemy.orm import Session
 
-from models.tables import Incident
+from history.tables import Incident
+from models.topics import topology
+from respond.cordon.runtime import build_executor
+from respond.cordon.settings import ActionSettings
+from respond.responder import RespondSettings, build_responder, run_responder
+from respond.sinks.build import build_sinks
+from respond.sinks.settings import SinkSettings
 from streams.settings import WorkerSettings
-from streams.sinks.build import build_sinks
-from streams.sinks.settings import SinkSettings
 from streams.store import Store
-from streams.topics import topology
 from streams.worker import prepare
-from xidpipe.actions.runtime import build_executor
-from xidpipe.actions.settings import ActionSettings
-from xidpipe.respond.responder import RespondSettings, build_responder, run_responder
 
 T = datetime(2026, 11, 25, 15, 26, 51, tzinfo=UTC)
 

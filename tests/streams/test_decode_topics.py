@@ -8,8 +8,8 @@ import json
 import pytest
 
 from models.node_records import KERNEL_TOPIC, STATE_TOPIC, encode_node_record
+from models.topics import topology
 from streams.decode import DeadLetter, decode_message
-from streams.topics import topology
 from tests.streams.records import T0, Kmsg, inventory
 
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from history.tables import OutboxMessage
 from models.node_records import encode_node_record
 from models.stream_policy import PipelinePolicy
-from models.tables import OutboxMessage
+from models.topics import topology
 from streams.app import _Batches
 from streams.store import AsyncStore, Intake, Message, Store
-from streams.topics import topology
 from tests.streams.records import T0, Kmsg, s
 
 TOPO = topology("t.", 2)

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from models.node_records import NodeRecord
+from models.topics import topology
 from streams.runner import WorkerProcess, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
-from streams.topics import topology
 from streams.worker import prepare
 from tests.streams.records import T0, Kmsg, inventory, nvml_xid, pods, processes, s, serial, uuid
 

@@ -219,7 +219,7 @@ def test_evidence_links_to_its_fault(store: Store) -> None:
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
-    from models.tables import EvidenceRecord, FaultEvent
+    from history.tables import EvidenceRecord, FaultEvent
 
     with Session(store.engine) as sess:
         row = sess.scalars(select(EvidenceRecord)).one()
@@ -260,7 +260,7 @@ def test_migrations_build_exactly_the_declared_tables(store: Store) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from models.tables import POSTGRESQL_ONLY_INDEXES, metadata
+    from history.tables import POSTGRESQL_ONLY_INDEXES, metadata
 
     def ours(name: str | None, type_: str, _parent: object) -> bool:
         if type_ == "index":
@@ -278,8 +278,8 @@ def test_evidence_that_arrives_before_its_fault_is_linked_later(store: Store) ->
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
+    from history.tables import EvidenceRecord, FaultEvent
     from models.node_records import Evidence
-    from models.tables import EvidenceRecord, FaultEvent
 
     line = Kmsg("n11").xid(0, 79, T0)
     ev = Evidence(node="n11", record_id="ev-early", trigger_record_id=line.record_id, xid=79)

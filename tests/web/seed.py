@@ -9,11 +9,11 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from history.ledger_store import apply_inventory, rebuild_ledger
+from history.tables import Incident
 from models.ledger import GpuSighting
 from models.stream_policy import PipelinePolicy
-from models.tables import Incident
 from streams.ingest import Ingest
-from streams.ledger_store import apply_inventory, rebuild_ledger
 from streams.store import Store
 from tests.streams.records import T0, Kmsg, inventory, pci, pods, s, serial, uuid
 

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from aiohttp.test_utils import TestClient
 
-from models.tables import Incident, IncidentTransition
+from history.tables import Incident, IncidentTransition
 from tests.web.conftest import OPERATOR, OPERATOR_TOKEN, READ, READ_TOKEN, auth
 from tests.web.seed import Seeded
 

@@ -12,7 +12,7 @@ import getpass
 import json
 from typing import Any
 
-from xidpipe.actions.cliopts import add_store_options, settings_from_args
+from xidpipe.commands.cluster_options import add_store_options, settings_from_args
 
 
 def register(sub: Any) -> None:
@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from xidpipe.actions.runtime import store_from
+    from respond.cordon.runtime import store_from
 
     store = store_from(settings_from_args(args))
     state = store.breaker()
@@ -44,8 +44,8 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_reset(args: argparse.Namespace) -> int:
     from models.cordon_policy import CordonPolicy
-    from xidpipe.actions.executor import CordonExecutor
-    from xidpipe.actions.runtime import store_from
+    from respond.cordon.executor import CordonExecutor
+    from respond.cordon.runtime import store_from
 
     executor = CordonExecutor(CordonPolicy(), store_from(settings_from_args(args)), None)
     was = executor.breaker_status()

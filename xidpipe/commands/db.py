@@ -1,4 +1,4 @@
-"""`xidpipe db upgrade|current`: the stream pipeline's schema (Alembic migrations in `streams/migrations`).
+"""`xidpipe db upgrade|current`: the stream pipeline's schema (Alembic migrations in `history/migrations`).
 
 The database is `--database-url`, else `$XIDPIPE_DATABASE_URL`, else the SQLite file `make demo`
 writes. The worker upgrades its database when it starts; this command does it ahead of a rollout,
@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from xidpipe.history.database import DEFAULT_DB, database_url, shown
+from history.database import DEFAULT_DB, database_url, shown
 
 
 def register(sub: Any) -> None:
@@ -46,7 +46,7 @@ def _url(args: argparse.Namespace) -> str:
 
 def revisions(engine: Any) -> tuple[str | None, str | None]:
     """(the database's revision or None, the newest revision of the migrations)."""
-    from streams.migrate import current_revision, head_revision
+    from history.migrate import current_revision, head_revision
 
     return current_revision(engine), head_revision()
 
@@ -65,8 +65,8 @@ def _report(args: argparse.Namespace, url: str, current: str | None, head: str |
 def run_upgrade(args: argparse.Namespace) -> int:
     from alembic.util.exc import CommandError
 
-    from streams.migrate import upgrade
-    from streams.store import make_engine
+    from history.engine import make_engine
+    from history.migrate import upgrade
 
     url = _url(args)
     engine = make_engine(url)
@@ -87,7 +87,7 @@ def run_upgrade(args: argparse.Namespace) -> int:
 
 
 def run_current(args: argparse.Namespace) -> int:
-    from streams.store import make_engine
+    from history.engine import make_engine
 
     url = _url(args)
     if url.startswith("sqlite:///") and not os.path.exists(url.removeprefix("sqlite:///")):

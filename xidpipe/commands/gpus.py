@@ -48,7 +48,7 @@ def register(sub: Any) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from xidpipe.history.queries import GpuFilter, list_gpus
+    from history.queries import GpuFilter, list_gpus
 
     with history_session(args) as s:
         rows, total = list_gpus(s, GpuFilter(node=args.node, model=args.model, state=args.state), limit=args.limit,
@@ -73,13 +73,13 @@ def run_list(args: argparse.Namespace) -> int:
 def _has_inventories(s: Any) -> bool:
     import sqlalchemy as sa
 
-    from models.tables import NodeState
+    from history.tables import NodeState
 
     return s.scalar(sa.select(NodeState.id).where(NodeState.kind == "inventory").limit(1)) is not None
 
 
 def run_history(args: argparse.Namespace) -> int:
-    from xidpipe.history.queries import gpu_history
+    from history.queries import gpu_history
 
     with history_session(args) as s:
         data = gpu_history(s, args.ident)
@@ -115,8 +115,8 @@ def run_history(args: argparse.Namespace) -> int:
 def run_rebuild(args: argparse.Namespace) -> int:
     import sqlalchemy as sa
 
-    from models.tables import GpuCard, GpuLedgerEvent
-    from streams.ledger_store import rebuild_ledger
+    from history.ledger_store import rebuild_ledger
+    from history.tables import GpuCard, GpuLedgerEvent
 
     with history_session(args) as s:
         applied = rebuild_ledger(s, reset=args.reset)

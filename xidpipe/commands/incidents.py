@@ -13,8 +13,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from history.database import DEFAULT_DB
 from models.lifecycle import BY_PEOPLE, STATES
-from xidpipe.history.database import DEFAULT_DB
 
 
 def add_database_options(p: argparse.ArgumentParser) -> None:
@@ -84,7 +84,7 @@ def register(sub: Any) -> None:
 def history_session(args: argparse.Namespace) -> Any:
     from sqlalchemy.orm import Session
 
-    from xidpipe.history.database import HistoryUnavailable, database_url, open_history
+    from history.database import HistoryUnavailable, database_url, open_history
 
     try:
         return Session(open_history(database_url(args.database_url)))
@@ -99,7 +99,7 @@ def _row(i: Any) -> dict[str, Any]:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from xidpipe.history.queries import IncidentFilter, list_incidents
+    from history.queries import IncidentFilter, list_incidents
 
     f = IncidentFilter(node=args.node, gpu=args.gpu, xid=args.xid, category=args.category, status=args.status,
                        since=args.since, until=args.until, namespace=args.namespace, owner=args.owner,
@@ -130,10 +130,10 @@ def print_table(header: list[str], table: list[list[str]]) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from history.activity import actions, incident_activity
+    from history.queries import find_incident, incident_transitions, timeline
     from models.dossier import render_json, render_markdown
-    from xidpipe.history.activity import actions, incident_activity
-    from xidpipe.history.queries import find_incident, incident_transitions, timeline
-    from xidpipe.respond.dossier_builder import action_items, build_dossier
+    from respond.dossier_builder import action_items, build_dossier
 
     with history_session(args) as s:
         row = find_incident(s, args.id)
@@ -183,7 +183,7 @@ def run_show(args: argparse.Namespace) -> int:
 def run_transition(args: argparse.Namespace) -> int:
     import getpass
 
-    from xidpipe.history.queries import TransitionError, transition_incident
+    from history.queries import TransitionError, transition_incident
 
     actor = args.actor or os.environ.get("USER") or getpass.getuser()
     with history_session(args) as s:
@@ -206,7 +206,7 @@ def run_transition(args: argparse.Namespace) -> int:
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    from xidpipe.history.queries import stats
+    from history.queries import stats
 
     with history_session(args) as s:
         data = stats(s, args.since, args.top)

@@ -11,7 +11,7 @@ import getpass
 import sys
 from typing import Any
 
-from xidpipe.actions.cliopts import add_cluster_options, settings_from_args
+from xidpipe.commands.cluster_options import add_cluster_options, settings_from_args
 
 EXIT_OK, EXIT_REFUSED, EXIT_FAILED = 0, 1, 2
 
@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
 
 def run_release(args: argparse.Namespace) -> int:
     from models.cordon_policy import PolicyError
-    from xidpipe.actions.runtime import build_executor
+    from respond.cordon.runtime import build_executor
 
     settings = settings_from_args(args)
     try:

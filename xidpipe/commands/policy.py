@@ -57,7 +57,7 @@ def register(sub: Any) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     from models.cordon_policy import PolicyError
-    from xidpipe.actions.policy_file import load_policy
+    from respond.cordon.policy_file import load_policy
 
     try:
         policy = load_policy(args.file)
@@ -117,7 +117,7 @@ def run_test(args: argparse.Namespace) -> int:
         pool_of,
     )
     from models.cordon_policy import PolicyError
-    from xidpipe.actions.policy_file import load_policy
+    from respond.cordon.policy_file import load_policy
 
     try:
         policy = load_policy(args.policy_file)

@@ -24,11 +24,11 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streams.sinks.build import build_sinks
-    from streams.sinks.settings import SinkSettings
-    from xidpipe.actions.runtime import api_client, build_executor
-    from xidpipe.actions.settings import ActionSettings
-    from xidpipe.respond.responder import RespondSettings, build_responder, run_responder
+    from respond.cordon.runtime import api_client, build_executor
+    from respond.cordon.settings import ActionSettings
+    from respond.responder import RespondSettings, build_responder, run_responder
+    from respond.sinks.build import build_sinks
+    from respond.sinks.settings import SinkSettings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -32,7 +32,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from xidpipe.history.database import HistoryUnavailable, database_url
+    from history.database import HistoryUnavailable, database_url
     from xidpipe.web.db import Database
     from xidpipe.web.tokens import TOKENS_FILE_ENV, TokenFileError, ensure_default_tokens, load_tokens
 

@@ -67,7 +67,7 @@ def register(sub: Any) -> None:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from streams.sinks.store import SinkStore, make_engine
+    from respond.sinks.sink_store import SinkStore, make_engine
 
     url = args.database_url or os.environ.get("XIDPIPE_SINKS_DATABASE_URL") or DEFAULT_DATABASE_URL
     return SinkStore(make_engine(url))

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from xidpipe.history.queries import GpuFilter, IncidentFilter
+from history.queries import GpuFilter, IncidentFilter
 from xidpipe.web import data
 from xidpipe.web.db import Database
 from xidpipe.web.keys import DB_KEY, PRINCIPAL_KEY

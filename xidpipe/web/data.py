@@ -1,7 +1,7 @@
 """What the API and the pages show, as JSON-ready values, read in one session each.
 
 These functions run on the SQL threads (`Database.read` / `Database.write`) and call the history
-queries in `xidpipe.history.queries`; they only shape rows into the documented objects.
+queries in `history.queries`; they only shape rows into the documented objects.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from history import queries as q
+from history.tables import FaultEvent, Incident
 from models.dossier import ActionItem, render_json
-from models.tables import FaultEvent, Incident
-from xidpipe.history import queries as q
-from xidpipe.respond.dossier_builder import build_dossier
+from respond.dossier_builder import build_dossier
 
 ACTIONS_LIMIT = 200  # recorded cluster actions shown on one incident
 
@@ -51,8 +51,8 @@ def list_incidents(s: Session, f: q.IncidentFilter, sort: q.SortKey, limit: int,
 
 def _actions(s: Session, incident_id: str) -> list[ActionItem]:
     """The cluster actions the responder recorded for this incident (its `actions` table, if any)."""
-    from xidpipe.actions.store import actions_table
-    from xidpipe.respond.dossier_builder import action_items
+    from respond.cordon.action_log import actions_table
+    from respond.dossier_builder import action_items
 
     bind = s.get_bind()
     if not sa.inspect(bind).has_table("actions"):

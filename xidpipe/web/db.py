@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
-from xidpipe.history.database import open_history
+from history.database import open_history
 
 T = TypeVar("T")
 SQL_THREADS = 4  # concurrent queries; SQLite serialises writers anyway

@@ -12,7 +12,7 @@ from urllib.parse import quote, urlencode
 from aiohttp import web
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from xidpipe.history.queries import GpuFilter
+from history.queries import GpuFilter
 from xidpipe.web import api, data, svg
 from xidpipe.web.keys import DB_KEY, SESSIONS_KEY, TOKENS_KEY
 from xidpipe.web.params import parse_query

@@ -1,0 +1,161 @@
+"""The GPU asset ledger in SQL: apply one node's inventory with `models.ledger` and write what changed.
+
+`apply_inventory` loads only what one inventory can touch (the node's open placements, the open
+and last closed placements of the cards it lists, their card rows), runs the pure
+`GpuLedger.observe()` on it, and writes the closed and opened placements, the ledger events and
+the card rows, in the caller's transaction. An inventory at or before the latest one applied for
+its node (a redelivery, or one that arrived late) changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from history.tables import GpuCard, GpuLedgerEvent, GpuLedgerNode, GpuPlacement, NodeState
+from models.ledger import GpuLedger, GpuSighting, LedgerEvent, Placement, sighting, sightings
+
+log = logging.getLogger(__name__)
+
+_ARRIVALS = frozenset({"placed", "moved", "replaced", "returned"})  # the card's place changed
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _placement(row: GpuPlacement) -> Placement:
+    return Placement(card=row.card, node=row.node, pci_slot=row.pci_slot, uuid=row.uuid, serial=row.serial,
+                     name=row.model, mig_layout=tuple(row.mig_layout or ()), vbios=row.vbios, driver=row.driver,
+                     valid_from=_utc(row.valid_from), valid_to=_utc(row.valid_to) if row.valid_to else None)
+
+
+def apply_inventory(session: Session, node: str, at: datetime, gpus: Iterable[GpuSighting | Mapping[str, Any]],
+                    *, driver: str | None = None) -> list[LedgerEvent]:
+    """Apply one complete inventory of `node` taken at `at`; returns the ledger events it caused.
+
+    `gpus`: `GpuSighting`s, or the GPUs of an inventory record as the agent publishes them (its
+    `gpus` list, `models.node_records.GpuInfo` as JSON), then with the node's `driver` version."""
+    s = session
+    at = _utc(at)
+    mark = s.get(GpuLedgerNode, node)
+    if mark is not None and _utc(mark.inventory_at) >= at:
+        return []
+    if mark is None:
+        s.add(GpuLedgerNode(node=node, inventory_at=at))
+    else:
+        mark.inventory_at = at
+    seen = [g for g in (x if isinstance(x, GpuSighting) else sighting(x, driver) for x in gpus) if g is not None]
+    seen_cards = sorted({g.card for g in seen})
+
+    # What the pure ledger needs: open placements of this node and of the listed cards, the last
+    # closed placement of listed cards that are nowhere now, and the state of those cards.
+    where_open = [GpuPlacement.node == node]
+    if seen_cards:
+        where_open.append(GpuPlacement.card.in_(seen_cards))
+    open_rows = list(s.scalars(sa.select(GpuPlacement).where(GpuPlacement.valid_to.is_(None), sa.or_(*where_open))
+                               .order_by(GpuPlacement.valid_from, GpuPlacement.id)))
+    ledger = GpuLedger()
+    loaded: dict[str, tuple[Placement, GpuPlacement]] = {}
+    for row in open_rows:
+        p = _placement(row)
+        ledger.current[row.card] = p
+        loaded[row.card] = (p, row)
+    elsewhere = [c for c in seen_cards if c not in ledger.current]
+    if elsewhere:
+        last: dict[str, GpuPlacement] = {}
+        for row in s.scalars(sa.select(GpuPlacement).where(GpuPlacement.card.in_(elsewhere),
+                                                           GpuPlacement.valid_to.is_not(None))):
+            if row.card not in last or _utc(row.valid_from) > _utc(last[row.card].valid_from):
+                last[row.card] = row
+        ledger.history.extend(_placement(r) for r in last.values())
+    involved = sorted(set(seen_cards) | set(ledger.current))
+    cards = {c.card: c for c in s.scalars(sa.select(GpuCard).where(GpuCard.card.in_(involved)))} if involved else {}
+    for c in cards.values():
+        if c.state == "retired":
+            ledger.retired.add(c.card)
+        elif c.state == "missing":
+            ledger.missing[c.card] = _utc(c.missing_since or c.last_seen)
+    known_history = len(ledger.history)
+
+    events = ledger.observe(node, at, seen)
+
+    # Placements: close the loaded ones the ledger closed, insert the ones it opened.
+    closed = {(p.card, p.valid_from): p for p in ledger.history[known_history:]}
+    for card, (p, row) in loaded.items():
+        if ledger.current.get(card) is not p:
+            ended = closed.get((card, p.valid_from))
+            row.valid_to = ended.valid_to if ended is not None and ended.valid_to else at
+    mine = {id(p) for p, _ in loaded.values()}
+    for p in ledger.current.values():
+        if id(p) not in mine:
+            s.add(GpuPlacement(card=p.card, node=p.node, pci_slot=p.pci_slot, uuid=p.uuid, serial=p.serial,
+                               model=p.name, mig_layout=list(p.mig_layout), vbios=p.vbios, driver=p.driver,
+                               valid_from=p.valid_from, valid_to=None))
+    for e in events:
+        s.add(GpuLedgerEvent(kind=e.kind, at=e.at, card=e.card, node=e.node, pci_slot=e.pci_slot, reason=e.reason,
+                             previous_node=e.previous_node, previous_slot=e.previous_slot,
+                             previous_card=e.previous_card))
+        log.info("GPU ledger: %s", e.reason, extra={"node": e.node, "card": e.card, "ledger_event": e.kind})
+
+    # Card rows: where each involved card is now (or was last) and its state.
+    arrived = {e.card for e in events if e.kind in _ARRIVALS}
+    listed = {g.card for g in seen}
+    for card in sorted(set(involved) | {e.previous_card for e in events if e.previous_card}):
+        now = ledger.current.get(card)
+        crow = cards.get(card)
+        if now is None:
+            if crow is not None:  # its slot holds another card now
+                crow.state, crow.missing_since = "retired", None
+            continue
+        if crow is None:
+            crow = GpuCard(card=card, serial=now.serial, uuid=now.uuid, model=now.name, state="in_service",
+                           node=now.node, pci_slot=now.pci_slot, since=at, first_seen=at, last_seen=at,
+                           missing_since=None)
+            s.add(crow)
+            cards[card] = crow
+        elif card in arrived:
+            crow.since = at
+        crow.node, crow.pci_slot, crow.uuid = now.node, now.pci_slot, now.uuid
+        crow.serial = now.serial or crow.serial
+        crow.model = now.name or crow.model
+        if card in listed:
+            crow.last_seen = at
+        if card in ledger.missing:
+            crow.state, crow.missing_since = "missing", ledger.missing[card]
+        else:
+            crow.state, crow.missing_since = "in_service", None
+    s.flush()
+    return events
+
+
+def apply_inventory_payload(session: Session, node: str, at: datetime, payload: Mapping[str, Any]) -> list[LedgerEvent]:
+    """`apply_inventory` for an inventory record as the stream stores it (`node_state.payload`)."""
+    return apply_inventory(session, node, at, sightings(payload))
+
+
+def rebuild_ledger(session: Session, *, reset: bool = False) -> int:
+    """Apply the stored inventories (`node_state` rows of kind `inventory`) in time order; with
+    `reset`, from an empty ledger, else only those newer than the node's latest applied one.
+    Returns how many were applied. Flushes, never commits."""
+    s = session
+    if reset:
+        for table in (GpuLedgerEvent, GpuPlacement, GpuCard, GpuLedgerNode):
+            s.execute(sa.delete(table))
+    applied = 0
+    q = (sa.select(NodeState.node, NodeState.valid_from, NodeState.payload).where(NodeState.kind == "inventory")
+         .order_by(NodeState.valid_from, NodeState.id))
+    marks = {n.node: _utc(n.inventory_at) for n in s.scalars(sa.select(GpuLedgerNode))}
+    for node, valid_from, payload in s.execute(q).all():
+        at = _utc(valid_from)
+        if node in marks and marks[node] >= at:
+            continue
+        apply_inventory_payload(s, node, at, payload)
+        marks[node] = at
+        applied += 1
+    return applied

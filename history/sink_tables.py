@@ -1,0 +1,110 @@
+"""SQL tables of the ticket and chat sinks (SQLAlchemy declarative; no engine or session here).
+
+- `tickets`: the incident → Jira key map (the source of truth; Jira's label search only recovers
+  a lost row) and what the ticket already tells: occurrences, category, attachments, last comment.
+- `ticket_queue`: work for the ticket sink, one row per incident holding its latest snapshot:
+  `pending` until Jira accepted it (a retry loop drains it with backoff), `done`, or `failed` with
+  Jira's error message when Jira refused it for good.
+- `chat_alerts`: the incidents the notifier knows, grouped by their group key.
+- `notification_log`: what was sent where (channel, root ts, content hash, time); written only
+  after a successful send. `chat_failures`: the last failed send of a group, for operators.
+- `silences`: Alertmanager-style silences (matchers, start, end, author, comment).
+
+All times are UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from history.tables import UtcDateTime
+
+
+class SinkBase(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UtcDateTime(), dict[str, Any]: sa.JSON(), list[Any]: sa.JSON(), list[str]: sa.JSON(),
+    }
+
+
+class TicketRow(SinkBase):
+    __tablename__ = "tickets"
+
+    incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(sa.String(64), index=True)
+    ticket_key: Mapped[str] = mapped_column(sa.String(64), index=True)
+    tracker: Mapped[str] = mapped_column(sa.String(16))  # jira, outbox
+    category: Mapped[str] = mapped_column(sa.String(32))
+    count: Mapped[int]
+    attached: Mapped[list[str]]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    last_comment_at: Mapped[datetime | None]
+    recovered: Mapped[bool] = mapped_column(default=False)  # found by label search, not created by this map
+
+
+class TicketJobRow(SinkBase):
+    __tablename__ = "ticket_queue"
+
+    incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    payload: Mapped[dict[str, Any]]  # the latest snapshot: respond.sinks.model.IncidentNotice as JSON
+    status: Mapped[str] = mapped_column(sa.String(16), index=True)  # pending, done, failed
+    attempts: Mapped[int] = mapped_column(default=0)
+    next_attempt_at: Mapped[datetime]
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    last_decision: Mapped[str | None] = mapped_column(sa.Text)
+    updated_at: Mapped[datetime]
+
+
+class ChatAlertRow(SinkBase):
+    __tablename__ = "chat_alerts"
+
+    fingerprint: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    group_key: Mapped[str] = mapped_column(sa.String(512), index=True)
+    channel: Mapped[str] = mapped_column(sa.String(128))
+    incident_id: Mapped[str] = mapped_column(sa.String(128))
+    labels: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(sa.String(16))  # firing, resolved
+    starts_at: Mapped[datetime]
+    payload: Mapped[dict[str, Any]]  # the latest IncidentNotice as JSON, for rendering
+    updated_at: Mapped[datetime]
+
+
+class NotificationLogRow(SinkBase):
+    __tablename__ = "notification_log"
+
+    group_key: Mapped[str] = mapped_column(sa.String(512), primary_key=True)
+    channel: Mapped[str] = mapped_column(sa.String(128))
+    thread_ts: Mapped[str | None] = mapped_column(sa.String(64))  # the root message (None for webhooks)
+    last_ts: Mapped[str | None] = mapped_column(sa.String(64))
+    content_hash: Mapped[str] = mapped_column(sa.String(64))
+    sent_at: Mapped[datetime]
+    messages: Mapped[int] = mapped_column(default=1)
+    transport: Mapped[str] = mapped_column(sa.String(16))  # web, webhook, outbox
+
+
+class ChatFailureRow(SinkBase):
+    __tablename__ = "chat_failures"
+
+    group_key: Mapped[str] = mapped_column(sa.String(512), primary_key=True)
+    channel: Mapped[str] = mapped_column(sa.String(128))
+    attempts: Mapped[int]
+    next_attempt_at: Mapped[datetime]
+    last_error: Mapped[str] = mapped_column(sa.Text)
+    permanent: Mapped[bool] = mapped_column(default=False)
+    updated_at: Mapped[datetime]
+
+
+class SilenceRow(SinkBase):
+    __tablename__ = "silences"
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    matchers: Mapped[list[str]]  # Matcher strings: node="gpu-node-03"
+    starts_at: Mapped[datetime]
+    ends_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(sa.String(128))
+    comment: Mapped[str] = mapped_column(sa.Text)
+    created_at: Mapped[datetime]

@@ -1,0 +1,39 @@
+"""Build the cordon executor from settings (the composition root of the cluster actions)."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from models.cordon_policy import CordonPolicy
+from respond.cordon.action_log import ActionStore, open_store
+from respond.cordon.executor import CordonExecutor
+from respond.cordon.kube_nodes import KubeNodes, api_client_from_kubeconfig, api_client_in_cluster
+from respond.cordon.policy_file import load_policy
+from respond.cordon.retry import Backoff
+from respond.cordon.settings import ActionSettings
+
+
+def api_client(settings: ActionSettings) -> client.ApiClient | None:
+    if settings.cluster == "kubeconfig":
+        return api_client_from_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None, settings.context)
+    if settings.cluster == "in-cluster":
+        return api_client_in_cluster()
+    return None
+
+
+def store_from(settings: ActionSettings) -> ActionStore:
+    url = settings.database_url.get_secret_value() if settings.database_url else None
+    return open_store(url, settings.action_log)
+
+
+def build_executor(settings: ActionSettings, policy: CordonPolicy | None = None,
+                   api: client.ApiClient | None = None) -> CordonExecutor:
+    """The executor for these settings; the policy file is loaded and validated here (PolicyError if bad)."""
+    policy = policy or load_policy(settings.policy_file)
+    api = api or api_client(settings)
+    nodes = None
+    if api is not None:
+        nodes = KubeNodes(api, reporting_instance=settings.reporting_instance,
+                          backoff=Backoff(deadline_s=settings.api_deadline_s))
+    return CordonExecutor(policy, store_from(settings), nodes, dry_run=settings.dry_run,
+                          conflict_retries=settings.conflict_retries)

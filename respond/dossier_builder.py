@@ -1,0 +1,134 @@
+"""Build an incident's fault dossier from what the stream pipeline and the actions recorded in SQL."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from history.tables import EvidenceRecord, FaultEvent, Incident, NodeState
+from models.catalog import load_catalog
+from models.dossier import ActionItem, Attribution, CodeInfo, Dossier, EvidenceItem, GpuInfo, HistoryItem
+
+HISTORY_LIMIT = 20
+
+
+def _xid_of(code: str) -> int | None:
+    parts = code.split()
+    if len(parts) == 2 and parts[0] == "Xid" and parts[1].isdigit():
+        return int(parts[1])
+    return None
+
+
+def _codes(events: Sequence[FaultEvent], incident: Incident) -> list[CodeInfo]:
+    counts = Counter(e.code for e in events)
+    catalog = load_catalog()
+    out: list[CodeInfo] = []
+    for code in list(dict.fromkeys([*(incident.codes or []), *counts])):
+        xid = _xid_of(str(code))
+        info = catalog.xid(xid) if xid is not None else None
+        out.append(CodeInfo(
+            code=str(code), count=counts.get(code, 0),
+            mnemonic=info.mnemonic if info else None, description=info.description if info else None,
+            immediate_action=info.immediate_action if info else None,
+            investigatory_action=info.investigatory_action if info else None,
+        ))
+    return out
+
+
+def _attribution(events: Sequence[FaultEvent]) -> Attribution:
+    """The workload at the latest fault that names one, and the latest process a fault names."""
+    pod = next((e for e in reversed(events) if e.pod), None)
+    proc = next((e for e in reversed(events) if e.process or e.pid is not None), None)
+    owner = None
+    if pod is not None and isinstance(pod.attribution, dict):
+        owner = pod.attribution.get("owner")
+    return Attribution(
+        pod=pod.pod if pod else None, namespace=pod.namespace if pod else None,
+        container=pod.container if pod else None, owner=str(owner) if owner else None,
+        process=proc.process if proc else None, pid=proc.pid if proc else None,
+    )
+
+
+def _gpu(s: Session, incident: Incident) -> tuple[GpuInfo, str | None]:
+    row = s.scalars(
+        sa.select(NodeState).where(NodeState.node == incident.node, NodeState.kind == "inventory")
+        .order_by(NodeState.valid_from.desc()).limit(1)
+    ).first()
+    model = numa = driver = None
+    if row is not None:
+        payload: dict[str, Any] = row.payload or {}
+        driver = payload.get("driver_version")
+        for g in payload.get("gpus", []):
+            if (incident.gpu_uuid and g.get("uuid") == incident.gpu_uuid) or (
+                incident.pci and str(g.get("pci_bus_id", "")).lower().endswith(incident.pci[-7:])
+            ):
+                model, numa = g.get("name"), g.get("numa_node")
+                break
+    return GpuInfo(model=model, uuid=incident.gpu_uuid, serial=incident.serial, pci=incident.pci,
+                   numa_node=numa), driver
+
+
+def _evidence(s: Session, events: Sequence[FaultEvent]) -> list[EvidenceItem]:
+    ids = [e.id for e in events]
+    if not ids:
+        return []
+    out: list[EvidenceItem] = []
+    for rec in s.scalars(sa.select(EvidenceRecord).where(EvidenceRecord.fault_event_id.in_(ids))):
+        for item in rec.items or []:
+            try:
+                text = gzip.decompress(base64.b64decode(item.get("data", ""))).decode("utf-8", "replace")
+            except (ValueError, OSError):
+                text = ""
+            out.append(EvidenceItem(name=str(item.get("name", "evidence")), source="node",
+                                    captured_at=rec.captured_at, status=str(item.get("status", "ok")),
+                                    content=text))
+    return out
+
+
+def _history(rows: Sequence[Incident]) -> list[HistoryItem]:
+    return [HistoryItem(incident_id=r.incident_id, node=r.node, gpu_uuid=r.gpu_uuid, family=r.family,
+                        category=r.category, first_seen=r.first_seen, status=r.status) for r in rows]
+
+
+def build_dossier(s: Session, incident: Incident, actions: Sequence[ActionItem] = (),
+                  cluster: str | None = None) -> Dossier:
+    """The dossier of `incident` as the database knows it now."""
+    events = list(s.scalars(
+        sa.select(FaultEvent).where(FaultEvent.incident_id == incident.incident_id).order_by(FaultEvent.occurred_at)
+    ))
+    gpu, driver = _gpu(s, incident)
+    others = sa.select(Incident).where(Incident.incident_id != incident.incident_id)
+    gpu_history: list[Incident] = []
+    if incident.serial:
+        gpu_history = list(s.scalars(others.where(Incident.serial == incident.serial)
+                                     .order_by(Incident.first_seen.desc()).limit(HISTORY_LIMIT)))
+    node_history = list(s.scalars(others.where(Incident.node == incident.node)
+                                  .order_by(Incident.first_seen.desc()).limit(HISTORY_LIMIT)))
+    return Dossier(
+        incident_id=incident.incident_id, fingerprint=incident.fingerprint, cluster=cluster, node=incident.node,
+        family=incident.family, category=incident.category, reason=incident.reason, status=incident.status,
+        count=incident.count, first_seen=incident.first_seen, last_seen=incident.last_seen,
+        codes=_codes(events, incident), catalog_version=load_catalog().version, driver_version=driver,
+        gpu=gpu, attribution=_attribution(events), evidence=_evidence(s, events),
+        gpu_history=_history(gpu_history), node_history=_history(node_history), actions=list(actions),
+    )
+
+
+def action_items(records: Sequence[Any], incident_id: str) -> list[ActionItem]:
+    """The recorded cluster actions of one incident, as dossier lines."""
+    out: list[ActionItem] = []
+    for r in records:
+        if getattr(r, "incident_id", None) != incident_id:
+            continue
+        at: datetime = r.at
+        outcome = "dry-run" if r.dry_run else str(r.outcome)
+        out.append(ActionItem(at=at, action=str(r.action), outcome=outcome, actor=r.actor,
+                              detail=f"{r.decision or ''}: {r.reason}".strip(": ")))
+    return out

@@ -1,0 +1,227 @@
+"""The chat notifier: Alertmanager's chain (silence → wait → dedup → send → record) over a
+`ChatTransport`.
+
+Each incident is an alert; alerts are grouped by `GroupPolicy.group_by` within their channel
+(`models.chat_message.route`). `models.notify.decide` says whether a group is sent now, updated,
+held back (group_wait, group_interval) or suppressed (silenced, already notified, repeat interval
+not over). The first message of a group is its thread root; later changes edit the root
+(`chat.update`) and add a reply in its thread, instead of new top-level messages. Transports
+without threads (incoming webhooks) post a new message per change.
+
+The notification log (channel, root ts, content hash, time) is written only after the send
+succeeded; a failed send is recorded in `chat_failures` with the next attempt time, and `flush()`
+(run in a loop by `run()`) tries again: nothing is lost. A timeout leaves it unknown whether
+Slack posted the message, so before posting again the channel is searched for the message's key.
+Sends to one channel are paced (`channel_interval_s`, Slack allows about one message per second
+per channel). Groups whose alerts are all resolved, and told so, are forgotten after `retention_s`
+(their log entry stays: a later alert in the same group continues the same thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from models.chat_message import Routing, render_message, route
+from models.notify import Alert, Decision, GroupPolicy, SentRecord, content_hash, decide, group_key
+from models.redact import redact
+from respond.sinks.errors import AmbiguousError, PermanentError, SinkError
+from respond.sinks.model import IncidentNotice
+from respond.sinks.ports import ChatTransport, Posted
+from respond.sinks.tickets import utcnow
+
+log = logging.getLogger(__name__)
+_SECTION_CAP = 2900  # Slack's section text limit is 3000 characters
+
+
+@dataclass(frozen=True, slots=True)
+class ChatOutcome:
+    group_key: str
+    action: str  # send, update, wait, suppress, failed
+    reason: str
+    channel: str | None = None
+    ts: str | None = None
+    error: str | None = None
+
+
+def render_group(notices: Sequence[IncidentNotice], ticket_url: Callable[[str], str | None]) -> dict[str, Any]:
+    """The message of a group: the latest incident in full, and a list when there are several."""
+    latest = max(notices, key=lambda n: (n.dossier.last_seen, n.incident_id))
+    message = render_message(latest.dossier, ticket_url(latest.incident_id))
+    firing = [n for n in notices if n.alert_status == "firing"]
+    if len(notices) > 1 or not firing:
+        head = f"*{len(firing)} firing, {len(notices) - len(firing)} resolved*"
+        lines = []
+        for n in sorted(notices, key=lambda n: n.incident_id):
+            d = n.dossier
+            icon = ":white_check_mark:" if n.alert_status == "resolved" else ":red_circle:"
+            codes = ", ".join(f"{c.code}×{c.count}" for c in d.codes)
+            lines.append(f"{icon} {d.node} GPU {d.gpu.pci or d.gpu.uuid or 'unknown'}: {codes} ({n.alert_status})")
+        text = redact(head + "\n" + "\n".join(lines))[:_SECTION_CAP]
+        message["blocks"].insert(2, {"type": "section", "text": {"type": "mrkdwn", "text": text}})
+        message["text"] = redact(f"{len(firing)} firing, {len(notices) - len(firing)} resolved. ") + message["text"]
+    return message
+
+
+def render_reply(decision: Decision, notices: Sequence[IncidentNotice]) -> dict[str, Any]:
+    """The thread reply that tells what changed."""
+    firing = sum(1 for n in notices if n.alert_status == "firing")
+    parts = [f"{n.dossier.node}: " + ", ".join(f"{c.code}×{c.count}" for c in n.dossier.codes)
+             + f" ({n.alert_status}, {n.dossier.count} in all)" for n in notices]
+    text = redact(f"Update: {decision.reason}. {firing} firing, {len(notices) - firing} resolved. " + "; ".join(parts))
+    return {"text": text[:_SECTION_CAP],
+            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text[:_SECTION_CAP]}}]}
+
+
+def _slug(group: str) -> str:
+    return hashlib.sha256(group.encode()).hexdigest()[:12]
+
+
+class ChatNotifier:
+    def __init__(self, transport: ChatTransport, store: Any, routing: Routing | None = None,
+                 policy: GroupPolicy | None = None, *, channel_interval_s: float = 1.0, retry_base_s: float = 30.0,
+                 retry_max_s: float = 900.0, ticket_url: Callable[[str], str | None] = lambda _: None,
+                 clock: Callable[[], datetime] = utcnow, sleep: Callable[[float], None] = time.sleep,
+                 retention_s: float = 86400.0) -> None:
+        self.transport = transport
+        self.store = store
+        self.routing = routing or Routing()
+        self.policy = policy or GroupPolicy()
+        self.channel_interval_s = channel_interval_s
+        self.retry_base_s = retry_base_s
+        self.retry_max_s = retry_max_s
+        self.ticket_url = ticket_url
+        self.clock = clock
+        self.sleep = sleep
+        self.retention = timedelta(seconds=retention_s)
+        self._last_send: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    # --- entry points ------------------------------------------------------------------------------
+    def submit(self, notice: IncidentNotice) -> ChatOutcome:
+        d = notice.dossier
+        channel, why = route(d.category, d.attribution.namespace, notice.namespace_meta, self.routing)
+        labels = notice.alert_labels()
+        gk = f"{channel}:{group_key(labels, self.policy.group_by)}"
+        log.debug("incident %s routed to %s: %s", notice.incident_id, channel, why,
+                  extra={"incident": notice.incident_id, "node": d.node, "channel": channel})
+        self.store.upsert_alert(fingerprint=notice.incident_id, group_key=gk, channel=channel,
+                                incident_id=notice.incident_id, labels=labels, status=notice.alert_status,
+                                starts_at=d.first_seen, payload=notice.to_json(), now=self.clock())
+        return self.flush_group(gk)
+
+    def flush(self) -> list[ChatOutcome]:
+        """Decide again for every group: group_wait and group_interval ends, retries, repeats."""
+        outcomes = [self.flush_group(gk) for gk in self.store.group_keys()]
+        self.store.prune_alerts(self.clock() - self.retention)
+        return outcomes
+
+    async def submit_async(self, notice: IncidentNotice) -> ChatOutcome:
+        return await asyncio.to_thread(self.submit, notice)
+
+    async def run(self, stop: asyncio.Event, interval_s: float = 5.0) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(self.flush)
+            except Exception:
+                log.exception("notification flush failed; retrying in %.0f s", interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)
+
+    # --- one group ---------------------------------------------------------------------------------
+    def flush_group(self, gk: str) -> ChatOutcome:
+        with self._lock:
+            return self._flush_group(gk)
+
+    def _flush_group(self, gk: str) -> ChatOutcome:
+        now = self.clock()
+        rows = self.store.alerts(gk)
+        if not rows:
+            return ChatOutcome(gk, "suppress", "no alerts in the group")
+        channel = rows[-1].channel
+        failure = self.store.failure(gk)
+        if failure is not None and now < failure.next_attempt_at:
+            return ChatOutcome(gk, "wait", f"retrying after {failure.next_attempt_at.isoformat()}: "
+                                           f"{failure.last_error}", channel)
+        entry = self.store.sent(gk)
+        sent = SentRecord(gk, entry.sent_at, entry.content_hash, entry.thread_ts) if entry else None
+        alerts = [Alert(r.fingerprint, r.labels, r.status, r.starts_at) for r in rows]
+        decision = decide(alerts, now, self.policy, sent, self.store.silences(now))
+        ctx = {"group": gk, "channel": channel, "action": decision.action}
+        if decision.action in ("wait", "suppress"):
+            log.info("notification %s for %s: %s", decision.action, gk, decision.reason, extra=ctx)
+            return ChatOutcome(gk, decision.action, decision.reason, channel)
+        chosen = {a.fingerprint for a in decision.alerts}
+        notices = [IncidentNotice.model_validate(r.payload) for r in rows if r.fingerprint in chosen]
+        digest = content_hash(decision.alerts)
+        key = f"xidpipe-{_slug(gk)}-{digest}"
+        retrying = failure is not None
+        try:
+            if entry is None or entry.thread_ts is None or not self.transport.threads:
+                message = render_group(notices, self.ticket_url)
+                posted = self._post(channel if entry is None else entry.channel, message, key, None, retrying,
+                                    channel)
+                root = posted.ts if entry is None else entry.thread_ts
+            else:
+                self._pace(channel)
+                try:
+                    self.transport.update(entry.channel, entry.thread_ts, render_group(notices, self.ticket_url), key)
+                except PermanentError as exc:
+                    if exc.status != 404 and "message_not_found" not in exc.message:
+                        raise
+                    # Someone deleted the thread's root: the group starts a new thread.
+                    log.warning("root message of %s is gone (%s): starting a new thread", gk, exc.message, extra=ctx)
+                    posted = self._post(entry.channel, render_group(notices, self.ticket_url), f"{key}-new", None,
+                                        retrying, channel)
+                    root = posted.ts
+                else:
+                    posted = self._post(entry.channel, render_reply(decision, notices), f"{key}-reply",
+                                        entry.thread_ts, retrying, channel)
+                    root = entry.thread_ts
+        except SinkError as exc:
+            permanent = isinstance(exc, PermanentError)
+            attempts = (failure.attempts if failure else 0) + 1
+            delay = min(self.retry_max_s, self.retry_base_s * 2 ** (attempts - 1))
+            delay = self.retry_max_s if permanent else max(delay, exc.retry_after or 0.0)
+            at = now + timedelta(seconds=delay)
+            self.store.record_failure(gk, channel, exc.message, at, now, permanent)
+            log.warning("notification for %s failed (%s): %s; next attempt at %s", gk,
+                        "permanent" if permanent else "transient", exc.message, at.isoformat(), extra=ctx)
+            return ChatOutcome(gk, "failed", decision.reason, channel, error=exc.message)
+        self.store.log_sent(group_key=gk, channel=posted.channel, thread_ts=root, last_ts=posted.ts,
+                            content_hash=digest, sent_at=now, transport=self.transport.name)
+        log.info("notification %s for %s in %s: %s", decision.action, gk, posted.channel, decision.reason, extra=ctx)
+        return ChatOutcome(gk, decision.action, decision.reason, posted.channel, posted.ts)
+
+    def _post(self, channel: str, message: dict[str, Any], key: str, thread_ts: str | None, check_first: bool,
+              pace_key: str) -> Posted:
+        if check_first:
+            found = self.transport.find(channel, key, thread_ts)
+            if found is not None:
+                log.info("message %s was posted before the last failure: not posting it again", key)
+                return found
+        self._pace(pace_key)
+        try:
+            return self.transport.post(channel, message, key, thread_ts)
+        except AmbiguousError:
+            found = self.transport.find(channel, key, thread_ts)
+            if found is not None:
+                return found
+            raise
+
+    def _pace(self, channel: str) -> None:
+        """At most one message per `channel_interval_s` per channel."""
+        last = self._last_send.get(channel)
+        if last is not None:
+            wait = last + self.channel_interval_s - time.monotonic()
+            if wait > 0:
+                self.sleep(wait)
+        self._last_send[channel] = time.monotonic()

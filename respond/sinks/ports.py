@@ -1,0 +1,78 @@
+"""The two ports of the sinks. Each has a real adapter and an outbox one, and one contract suite
+(`tests/respond/sinks/test_tracker_contract.py`, `tests/respond/sinks/test_chat_contract.py`) runs against both.
+
+Every method raises `errors.TransientError` (try again later) or `errors.PermanentError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from models.ticket_policy import TicketFields
+
+
+@dataclass(frozen=True, slots=True)
+class TicketInfo:
+    key: str
+    url: str
+    resolved: bool
+    labels: frozenset[str]
+    attachments: frozenset[str]
+
+
+class TicketTracker(Protocol):
+    name: str
+
+    def find_by_label(self, label: str) -> list[TicketInfo]:
+        """Tickets carrying `label`, oldest first (recovery of a lost map)."""
+        ...
+
+    def get(self, key: str) -> TicketInfo | None:
+        ...
+
+    def create(self, fields: TicketFields, summary: str, description: str) -> TicketInfo:
+        ...
+
+    def add_labels(self, key: str, labels: tuple[str, ...]) -> None:
+        ...
+
+    def comment(self, key: str, body: str, marker: str) -> bool:
+        """Add a comment unless one carrying `marker` is already there; True when written now."""
+        ...
+
+    def attach(self, key: str, files: Mapping[str, bytes]) -> list[str]:
+        """Attach the files whose names the ticket does not carry yet; the names attached now."""
+        ...
+
+    def reopen(self, key: str, transition: str) -> None:
+        ...
+
+    def link(self, key: str, other_key: str, link_type: str) -> None:
+        ...
+
+    def url(self, key: str) -> str:
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Posted:
+    channel: str  # as the transport names it (a Slack channel id)
+    ts: str | None  # None where the transport gives none (incoming webhooks)
+
+
+class ChatTransport(Protocol):
+    name: str
+    threads: bool  # can reply in a thread and edit a message
+
+    def post(self, channel: str, message: dict[str, Any], key: str, thread_ts: str | None = None) -> Posted:
+        """Post `message` (`{"text", "blocks"}`); `key` identifies it for `find`."""
+        ...
+
+    def update(self, channel: str, ts: str, message: dict[str, Any], key: str) -> None:
+        ...
+
+    def find(self, channel: str, key: str, thread_ts: str | None = None) -> Posted | None:
+        """A message posted earlier with `key` (after a timeout left it unknown whether it was)."""
+        ...

@@ -1,0 +1,110 @@
+"""The manifests in deploy/ run real xidpipe commands with the identities and files they need."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from xidpipe.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+
+
+def _entrypoint() -> list[str]:
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        m = re.match(r"\s*ENTRYPOINT\s+(\[.*\])\s*$", line)
+        if m:
+            return list(json.loads(m.group(1)))
+    return []
+
+
+def _docs() -> list[tuple[Path, dict[str, Any]]]:
+    out = []
+    for path in sorted(DEPLOY.rglob("*.yaml")):
+        if "testcluster" in path.parts:
+            continue
+        out += [(path, d) for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+    return out
+
+
+def _containers() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    found = []
+    for path, doc in _docs():
+        spec = doc.get("spec", {}).get("template", {}).get("spec")
+        if spec:
+            for c in spec.get("containers", []):
+                found.append((f"{path.relative_to(ROOT)}:{doc['metadata']['name']}/{c['name']}", c, spec))
+    return found
+
+
+CONTAINERS = _containers()
+
+
+def test_the_image_entrypoint_is_xidpipe() -> None:
+    assert _entrypoint() == ["xidpipe"]
+
+
+def test_there_are_workloads() -> None:
+    names = {w.split(":")[1].split("/")[0] for w, _, _ in CONTAINERS}
+    assert {"xidpipe-agent", "xidpipe-worker", "xidpipe-respond", "xidpipe-web"} <= names
+
+
+@pytest.mark.parametrize(("where", "container", "spec"), CONTAINERS, ids=[w for w, _, _ in CONTAINERS])
+def test_containers_run_real_xidpipe_commands(where: str, container: dict[str, Any], spec: dict[str, Any]) -> None:
+    argv = [*(container.get("command") or _entrypoint()), *(container.get("args") or [])]
+    assert argv[:1] == ["xidpipe"], f"{where}: runs {argv}"
+    try:
+        args = build_parser().parse_args(argv[1:])
+    except SystemExit as exc:
+        pytest.fail(f"{where}: `{' '.join(argv)}` is not a valid xidpipe command ({exc.code})")
+    assert callable(getattr(args, "func", None))
+    sc = container.get("securityContext", {})
+    assert sc.get("privileged") is not True and sc.get("allowPrivilegeEscalation") is False, where
+    assert container.get("resources", {}).get("limits"), f"{where}: no resource limits"
+
+
+def test_the_responder_acts_with_the_rbac_identity_and_the_worker_without_one() -> None:
+    by_name = {w.split(":")[1].split("/")[0]: spec for w, _, spec in CONTAINERS}
+    sa = yaml.safe_load((DEPLOY / "rbac" / "worker-serviceaccount.yaml").read_text())["metadata"]["name"]
+    assert by_name["xidpipe-respond"]["serviceAccountName"] == sa
+    assert by_name["xidpipe-worker"].get("automountServiceAccountToken") is False
+
+
+def test_the_web_server_reads_its_tokens_from_a_secret_and_listens_where_probed() -> None:
+    (spec,) = [spec for w, _, spec in CONTAINERS if w.split(":")[1].startswith("xidpipe-web/")]
+    (c,) = spec["containers"]
+    args = build_parser().parse_args(c["args"])
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert str(args.tokens_file).startswith(mounts["tokens"] + "/") and "secret" in volumes["tokens"]
+    assert args.host == "0.0.0.0" and c["ports"][0]["containerPort"] == args.port
+    assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert spec.get("automountServiceAccountToken") is False
+
+
+def test_environment_names_are_settings_that_exist() -> None:
+    """Every XIDPIPE_* variable the manifests set is a field of the settings object its prefix selects."""
+    from agents.settings import AgentSettings
+    from respond.cordon.settings import ActionSettings
+    from respond.responder import RespondSettings
+    from respond.sinks.settings import SinkSettings
+    from streams.settings import WorkerSettings
+
+    prefixes = [("XIDPIPE_AGENT_", AgentSettings), ("XIDPIPE_RESPOND_", RespondSettings),
+                ("XIDPIPE_ACTIONS_", ActionSettings), ("XIDPIPE_SINKS_", SinkSettings), ("XIDPIPE_", WorkerSettings)]
+    names: set[str] = set()
+    for _, doc in _docs():
+        if doc.get("kind") == "ConfigMap":
+            names |= set((doc.get("data") or {}).keys())
+    for _, c, _ in CONTAINERS:
+        names |= {e["name"] for e in c.get("env", [])}
+    for name in sorted(n for n in names if n.startswith("XIDPIPE_")):
+        prefix, model = next((p, m) for p, m in prefixes if name.startswith(p))
+        field = name[len(prefix):].lower()
+        assert field in model.model_fields, f"{name}: {model.__name__} has no field {field!r}"

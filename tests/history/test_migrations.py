@@ -1,0 +1,146 @@
+"""The Alembic migrations, up and down, on SQLite and the real PostgreSQL; the migrated schema is
+exactly `history.tables` (autogenerate finds nothing to change); `xidpipe db upgrade|current`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from history.engine import make_engine
+from history.migrate import VERSION_TABLE, alembic_config, current_revision, head_revision, upgrade
+from history.tables import POSTGRESQL_ONLY_INDEXES, metadata
+from xidpipe.cli import main
+
+T = datetime(2026, 11, 29, 12, tzinfo=UTC)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'm.db'}"
+    else:
+        yield request.getfixturevalue("postgres_database")
+
+
+def _ours(name: str | None, type_: str, _parent: object) -> bool:
+    if type_ == "index":
+        return name not in POSTGRESQL_ONLY_INDEXES
+    return type_ != "table" or name in metadata.tables
+
+
+def diff(engine: sa.Engine) -> list[Any]:
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True, "include_name": _ours,
+                                                     "version_table": VERSION_TABLE})
+        return list(compare_metadata(ctx, metadata))
+
+
+def downgrade(engine: sa.Engine, revision: str) -> None:
+    cfg = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.connect() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
+
+
+def tables(engine: sa.Engine) -> set[str]:
+    return set(sa.inspect(engine).get_table_names()) - {VERSION_TABLE}
+
+
+def test_up_down_and_the_schema_matches_the_models(url: str) -> None:
+    engine = make_engine(url)
+    try:
+        upgrade(engine)
+        assert current_revision(engine) == head_revision() == "0003"
+        assert diff(engine) == []
+        assert tables(engine) == set(metadata.tables)
+        if engine.dialect.name == "postgresql":  # the local server has pg_trgm
+            assert "ix_incidents_workloads_trgm" in {i["name"] for i in sa.inspect(engine).get_indexes("incidents")}
+        downgrade(engine, "0001")
+        assert current_revision(engine) == "0001"
+        assert "lifecycle" not in {c["name"] for c in sa.inspect(engine).get_columns("incidents")}
+        assert "gpu_cards" not in tables(engine)
+        upgrade(engine)  # 0002 and 0003 again over 0001's tables as the downgrade left them
+        assert diff(engine) == []
+        downgrade(engine, "base")
+        assert current_revision(engine) is None and tables(engine) == set()
+        upgrade(engine)
+        assert diff(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_existing_incidents_start_open(url: str) -> None:
+    engine = make_engine(url)
+    try:
+        upgrade(engine, "0001")
+        with engine.begin() as conn:
+            conn.execute(sa.text(
+                "INSERT INTO incidents (incident_id, fingerprint, node, gpu, family, status, category, reason, count, "
+                "first_seen, last_seen, opened_at, updated_at, codes, pods, processes, workloads, cordon_requested, "
+                "version) VALUES ('i1', 'fp', 'n1', '0000:18:00.0', 'gpu_lost', 'open', 'hardware', 'r', 1, :t, :t, "
+                ":t, :t, '[]', '[]', '[]', '[]', false, 1)"), {"t": T.replace(tzinfo=None)})
+        upgrade(engine)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT lifecycle FROM incidents")).scalar_one() == "open"
+    finally:
+        engine.dispose()
+
+
+def test_incident_codes_are_filled_from_existing_incidents(url: str) -> None:
+    engine = make_engine(url)
+    try:
+        upgrade(engine, "0002")
+        with engine.begin() as conn:
+            for n, codes in enumerate((["Xid 13", "Xid 31", "Xid 13"], ["SXid 12028"], [])):
+                conn.execute(sa.text(
+                    "INSERT INTO incidents (incident_id, fingerprint, node, gpu, family, status, category, reason, "
+                    "count, first_seen, last_seen, opened_at, updated_at, codes, pods, processes, workloads, "
+                    "cordon_requested, version, lifecycle) VALUES (:id, 'fp', 'n1', '0000:18:00.0', 'application', "
+                    "'resolved', 'application', 'r', 1, :t, :t, :t, :t, :codes, '[]', '[]', '[]', false, 1, 'open')"),
+                    {"id": f"i{n}", "t": T.replace(tzinfo=None), "codes": json.dumps(codes)})
+        upgrade(engine)
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT incident_id, code, xid FROM incident_codes "
+                                        "ORDER BY incident_id, code")).all()
+        assert [tuple(r) for r in rows] == [("i0", "Xid 13", 13), ("i0", "Xid 31", 31), ("i1", "SXid 12028", None)]
+        downgrade(engine, "0002")
+        assert "incident_codes" not in tables(engine)
+    finally:
+        engine.dispose()
+
+
+def test_db_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["db", "current", "--database-url", url]) == 1
+    assert "no database" in capsys.readouterr().err
+    engine = make_engine(url)
+    upgrade(engine, "0001")
+    engine.dispose()
+    assert main(["db", "current", "--database-url", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["revision"] == "0001"
+    assert main(["db", "upgrade", "--database-url", url]) == 0
+    out = capsys.readouterr().out
+    assert "migrated from 0001 to 0003" in out and "revision 0003 (up to date)" in out
+    assert main(["db", "upgrade", "--database-url", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"database": url, "revision": "0003", "head": "0003",
+                                                   "previous": "0003"}
+
+
+def test_db_upgrade_hides_the_password(capsys: pytest.CaptureFixture[str], postgres_url: str) -> None:
+    url = sa.make_url(postgres_url).set(password="s3cret-pw")
+    # A wrong password must fail without printing it (the server may trust local connections: then it works).
+    try:
+        main(["db", "current", "--database-url", url.render_as_string(hide_password=False)])
+    except sa.exc.OperationalError as exc:
+        assert "s3cret-pw" not in str(exc)
+    captured = capsys.readouterr()
+    assert "s3cret-pw" not in captured.out + captured.err

@@ -1,0 +1,232 @@
+"""A real kube-apiserver (with etcd) for the tests, with our RBAC applied; helpers for them.
+
+One control plane per test session, started by ``deploy/testcluster/controlplane.py`` from the
+binaries ``make testcluster`` builds. Clients are offered for three identities: ``admin``
+(system:masters), ``worker`` (the xidpipe-worker service account, bound only by ``deploy/rbac/``)
+and ``nobody`` (no rights).
+
+Under ``CI=true`` a missing binary or a control plane that does not start fails the tests;
+elsewhere the tests are skipped with the reason.
+
+A test that uses any of these fixtures gets the ``k8s`` marker (see ``tests.services``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import create_from_yaml
+
+from tests.services import service_unavailable
+
+REPO = Path(__file__).resolve().parents[1]
+RBAC_DIR = REPO / "deploy" / "rbac"
+CONTROLPLANE_PY = REPO / "deploy" / "testcluster" / "controlplane.py"
+
+PodFactory = Callable[..., client.V1Pod]
+
+
+def load_controlplane() -> ModuleType:
+    """deploy/testcluster/controlplane.py as a module (deploy/ is not a Python package)."""
+    name = "xidpipe_testcluster_controlplane"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, CONTROLPLANE_PY)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def status_of(call: Callable[[], object]) -> int:
+    """The HTTP status a client call ends with (200 when it succeeds)."""
+    try:
+        call()
+    except ApiException as exc:
+        return int(exc.status)
+    return 200
+
+
+def make_configuration(plane: Any, identity: str) -> client.Configuration:
+    """A client Configuration that authenticates as one of the control plane's token identities."""
+    return client.Configuration(
+        host=plane.server,
+        api_key={"BearerToken": plane.token(identity)},
+        api_key_prefix={"BearerToken": "Bearer"},
+        ssl_ca_cert=str(plane.ca_file),
+    )
+
+
+
+
+
+
+controlplane = load_controlplane()
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[Any]:
+    """A running etcd + kube-apiserver on loopback, stopped (and checked stopped) at session end."""
+    try:
+        plane = controlplane.start()
+    except controlplane.ControlPlaneError as exc:
+        service_unavailable("Kubernetes test control plane", str(exc))
+    try:
+        yield plane
+    finally:
+        pids = dict(plane.pids)
+        plane.stop()
+        # Nothing may be left running: neither by PID nor anything still using the work directory.
+        leftover = {name: pid for name, pid in pids.items() if _pid_running(pid)}
+        pgrep = subprocess.run(["pgrep", "-f", str(plane.workdir)], capture_output=True, text=True, check=False)
+        assert not leftover and pgrep.returncode == 1, (
+            f"control plane processes left running: {leftover} {pgrep.stdout.split()}"
+        )
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def rbac_manifests() -> list[Path]:
+    """deploy/rbac/ manifests in the order its kustomization.yaml lists them."""
+    kustomization = yaml.safe_load((RBAC_DIR / "kustomization.yaml").read_text())
+    return [RBAC_DIR / name for name in kustomization["resources"]]
+
+
+@pytest.fixture(scope="session")
+def admin_configuration(control_plane: Any) -> client.Configuration:
+    return make_configuration(control_plane, "admin")
+
+
+@pytest.fixture(scope="session")
+def worker_configuration(control_plane: Any) -> client.Configuration:
+    return make_configuration(control_plane, "worker")
+
+
+@pytest.fixture(scope="session")
+def nobody_configuration(control_plane: Any) -> client.Configuration:
+    return make_configuration(control_plane, "nobody")
+
+
+@pytest.fixture(scope="session")
+def admin_client(admin_configuration: client.Configuration) -> Iterator[client.ApiClient]:
+    with client.ApiClient(admin_configuration) as api_client:
+        yield api_client
+
+
+@pytest.fixture(scope="session")
+def rbac_applied(admin_client: client.ApiClient) -> list[Path]:
+    """Apply deploy/rbac/ to the API server as admin, once per session."""
+    manifests = rbac_manifests()
+    for manifest in manifests:
+        create_from_yaml(admin_client, str(manifest))
+    return manifests
+
+
+@pytest.fixture(scope="session")
+def worker_client(worker_configuration: client.Configuration, rbac_applied: list[Path]) -> Iterator[client.ApiClient]:
+    with client.ApiClient(worker_configuration) as api_client:
+        yield api_client
+
+
+@pytest.fixture(scope="session")
+def nobody_client(nobody_configuration: client.Configuration, rbac_applied: list[Path]) -> Iterator[client.ApiClient]:
+    with client.ApiClient(nobody_configuration) as api_client:
+        yield api_client
+
+
+@pytest.fixture
+def admin_core(admin_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(admin_client)
+
+
+@pytest.fixture
+def worker_core(worker_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(worker_client)
+
+
+@pytest.fixture
+def nobody_core(nobody_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(nobody_client)
+
+
+@pytest.fixture
+def node(admin_core: client.CoreV1Api) -> Iterator[client.V1Node]:
+    """A GPU node created by admin (no kubelet runs, so nothing else creates nodes)."""
+    name = unique("gpu-node")
+    created = admin_core.create_node(
+        client.V1Node(
+            metadata=client.V1ObjectMeta(name=name, labels={"nvidia.com/gpu.present": "true"}),
+            spec=client.V1NodeSpec(taints=[client.V1Taint(key="example.com/other-owner", effect="NoSchedule")]),
+        )
+    )
+    yield created
+    try:
+        admin_core.delete_node(name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+@pytest.fixture
+def namespace(admin_core: client.CoreV1Api) -> Iterator[str]:
+    """A namespace with its ``default`` service account (the ServiceAccount admission plugin wants
+    it, and no controller-manager runs to create it)."""
+    name = unique("workload")
+    admin_core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    admin_core.create_namespaced_service_account(
+        name, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default"))
+    )
+    yield name
+    # Without a namespace controller the namespace stays Terminating; it is throwaway anyway.
+    admin_core.delete_namespace(name)
+
+
+@pytest.fixture
+def make_pod(admin_core: client.CoreV1Api, namespace: str) -> PodFactory:
+    """Create a pod bound to a node (no scheduler runs); optionally mark it Running and Ready."""
+
+    def factory(node_name: str, *, labels: dict[str, str] | None = None, running: bool = False) -> client.V1Pod:
+        pod = admin_core.create_namespaced_pod(
+            namespace,
+            client.V1Pod(
+                metadata=client.V1ObjectMeta(name=unique("trainer"), labels=labels or {"app": "trainer"}),
+                spec=client.V1PodSpec(
+                    node_name=node_name,
+                    automount_service_account_token=False,
+                    containers=[client.V1Container(name="main", image="registry.example/trainer:1")],
+                ),
+            ),
+        )
+        if running:
+            # Play the kubelet: eviction only consults disruption budgets for running pods.
+            pod = admin_core.patch_namespaced_pod_status(
+                pod.metadata.name,
+                namespace,
+                {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+            )
+        return pod
+
+    return factory

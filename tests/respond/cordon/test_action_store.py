@@ -1,0 +1,70 @@
+"""The action record and the breaker state: JSON Lines, SQLite and PostgreSQL behave the same."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from models.cordon import BreakerState
+from respond.cordon.action_log import ActionRecord, ActionStore, JsonlActionStore, SqlActionStore
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+StoreFactory = Callable[[], ActionStore]
+
+
+@pytest.fixture(params=["jsonl", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    """A callable opening the store again (a restarted worker sees what the last one wrote)."""
+    opened: list[SqlActionStore] = []
+    if request.param == "jsonl":
+        yield lambda: JsonlActionStore(tmp_path / "actions.jsonl")
+        return
+    url = f"sqlite:///{tmp_path / 'actions.db'}" if request.param == "sqlite" \
+        else request.getfixturevalue("postgres_database")
+
+    def open_sql() -> SqlActionStore:
+        store = SqlActionStore(url)
+        opened.append(store)
+        return store
+
+    yield open_sql
+    for store in opened:
+        store.close()
+
+
+def test_records_round_trip_and_recent_cordons_are_counted(store_factory: StoreFactory) -> None:
+    store = store_factory()
+    rows = [
+        ActionRecord(at=T0 - timedelta(minutes=90), action="cordon", outcome="done", node="a", incident_id="i1"),
+        ActionRecord(at=T0 - timedelta(minutes=30), action="cordon", outcome="done", node="b", incident_id="i2",
+                     reason="rule gpu-lost", details={"changes": ["taint", "event"]}),
+        ActionRecord(at=T0 - timedelta(minutes=20), action="cordon", outcome="skipped", node="c"),
+        ActionRecord(at=T0 - timedelta(minutes=10), action="release", outcome="done", node="b", actor="alice"),
+        ActionRecord(at=T0 - timedelta(minutes=5), action="cordon", outcome="dry_run", node="d", dry_run=True),
+    ]
+    for row in rows:
+        store.record(row)
+
+    again = store_factory()
+    assert again.cordons_since(T0 - timedelta(hours=1)) == 1
+    assert again.cordons_since(T0 - timedelta(hours=2)) == 2
+    assert again.recent(10) == rows
+    assert again.recent(2) == rows[-2:]
+
+
+def test_breaker_state_survives_a_restart(store_factory: StoreFactory) -> None:
+    store = store_factory()
+    assert store.breaker() == BreakerState()
+    tripped = BreakerState(tripped=True, tripped_at=T0, reason="pool 'a' has 2 of 10 nodes cordoned", pool="a")
+
+    store.set_breaker(tripped)
+    assert store_factory().breaker() == tripped
+
+    reset = BreakerState(reset_at=T0 + timedelta(hours=1), reset_by="ops", reset_reason="driver rolled back")
+    store.set_breaker(reset)
+    assert store_factory().breaker() == reset

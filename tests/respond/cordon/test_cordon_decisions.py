@@ -1,0 +1,284 @@
+"""The pure cordon and release decisions, table-driven."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from models.cordon import (
+    ANN_CORDONED_AT,
+    ANN_INCIDENT,
+    ANN_OCCURRENCES,
+    TAINT_KEY,
+    BreakerState,
+    CordonRequest,
+    FleetView,
+    NodeView,
+    PodRef,
+    cordon_request_for,
+    decide_cordon,
+    decide_release,
+    occurrences_in_window,
+    pool_allowance,
+    with_our_taint,
+    without_our_taint,
+)
+from models.cordon_policy import Breaker, CordonPolicy, Scope
+from respond.cordon.drain import skip_reason
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+XID = {  # family, category, NVIDIA immediate action (as the catalog and the stream give them)
+    13: ("application", "application", "RESTART_APP"),
+    31: ("application", "application", "RESTART_APP"),
+    48: ("memory", "hardware", "WORKFLOW_XID_48"),
+    63: ("memory", "hardware", "IGNORE"),
+    64: ("memory", "hardware", "RESET_GPU"),
+    74: ("nvlink", "interconnect", "WORKFLOW_NVLINK_ERR"),
+    79: ("gpu_lost", "hardware", "RESTART_BM"),
+    94: ("memory", "hardware", "RESTART_APP"),
+    95: ("memory", "hardware", "RESET_GPU"),
+    119: ("gsp", "hardware", "RESET_GPU"),
+}
+
+
+def req(xid: int, *, count: int = 1, span_s: float = 0, category: str | None = None, incident: str = "inc-1",
+        **kw: Any) -> CordonRequest:
+    family, cat, action = XID[xid]
+    return CordonRequest(node="n1", incident_id=incident, family=family, xids=(xid,), category=category or cat,
+                         immediate_actions=(action,), count=count, first_seen=T0 - timedelta(seconds=span_s),
+                         last_seen=T0, **kw)
+
+
+def node(**kw: Any) -> NodeView:
+    return NodeView(name="n1", **kw)
+
+
+OURS = {ANN_CORDONED_AT: T0.isoformat(), ANN_INCIDENT: "inc-1", ANN_OCCURRENCES: "1"}
+POLICY = CordonPolicy()
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected", "rule"),
+    [
+        (req(79), "cordon", "gpu-lost"),
+        (req(95), "cordon", "uncontained-ecc"),
+        (req(64), "cordon", "row-remap-failure"),
+        (req(119), "cordon", "nvidia-reset-or-reboot"),
+        (req(13), "not_needed", "application"),
+        (req(13, count=50), "not_needed", "application"),
+        (req(31, count=2, category="suspected_hardware"), "not_needed", "suspected-hardware"),
+        (req(31, count=3, category="suspected_hardware"), "cordon", "suspected-hardware"),
+        (req(74, count=2), "not_needed", "nvlink-repeats"),
+        (req(74, count=3, span_s=3000), "cordon", "nvlink-repeats"),
+        (req(74, count=3, span_s=3 * 3600), "not_needed", "nvlink-repeats"),  # about 1 per hour
+        (req(74, count=9, span_s=3 * 3600), "cordon", "nvlink-repeats"),
+        (req(94), "not_needed", "contained-ecc-repeats"),
+        (req(94, count=2, span_s=600), "cordon", "contained-ecc-repeats"),
+        (req(63, count=100), "not_needed", None),  # no rule: default never
+        (req(48), "not_needed", None),
+    ],
+    ids=lambda v: v.codes + f" x{v.count}" if isinstance(v, CordonRequest) else str(v),
+)
+def test_default_policy(request_: CordonRequest, expected: str, rule: str | None) -> None:
+    decision = decide_cordon(request_, node(), FleetView(pool_nodes=100), BreakerState(), POLICY)
+
+    assert (decision.outcome, decision.rule) == (expected, rule), decision.reason
+    if rule:
+        assert f"rule {rule}" in decision.reason
+
+
+def test_occurrence_times_decide_the_window_when_given() -> None:
+    times = (T0 - timedelta(hours=5), T0 - timedelta(minutes=50), T0 - timedelta(minutes=10), T0)
+    request_ = req(74, count=4, span_s=5 * 3600, occurrences=times)
+
+    assert occurrences_in_window(request_, 3600)[0] == 3
+    assert occurrences_in_window(request_, 1200)[0] == 2
+    assert decide_cordon(request_, node(), FleetView(pool_nodes=100), BreakerState(), POLICY).outcome == "cordon"
+
+
+TRIPPED = BreakerState(tripped=True, tripped_at=T0, reason="pool 'a' has 10 of 100 nodes cordoned")
+
+
+@pytest.mark.parametrize(
+    ("view", "fleet", "breaker", "policy", "expected", "reason_part"),
+    [
+        (node(exists=False), FleetView(), BreakerState(), POLICY, "node_missing", "does not exist"),
+        (node(annotations=OURS, unschedulable=True), FleetView(), BreakerState(), POLICY, "already_cordoned",
+         "for this incident"),
+        (node(annotations={**OURS, ANN_INCIDENT: "inc-0"}, unschedulable=True), FleetView(), BreakerState(), POLICY,
+         "already_cordoned", "incident inc-0"),
+        (node(unschedulable=True), FleetView(), BreakerState(), POLICY, "foreign_cordon", "someone else"),
+        (node(labels={"xidpipe.io/cordon-opt-out": "true"}), FleetView(), BreakerState(), POLICY, "opted_out",
+         "cordon-opt-out=true"),
+        (node(labels={"xidpipe.io/pool": "cpu"}), FleetView(), BreakerState(),
+         CordonPolicy(scope=Scope(pools=("train-a", "train-b"))), "out_of_scope", "pool 'cpu'"),
+        (node(labels={"nvidia.com/gpu.product": "NVIDIA-A100"}), FleetView(), BreakerState(),
+         CordonPolicy(scope=Scope(gpu_models=("NVIDIA-H200",))), "out_of_scope", "GPU model 'NVIDIA-A100'"),
+        (node(labels={"env": "dev"}), FleetView(), BreakerState(),
+         CordonPolicy(scope=Scope(node_selector={"env": "prod"})), "out_of_scope", "env=prod"),
+        (node(labels={"xidpipe.io/pool": "train-a"}), FleetView(pool="train-a", pool_nodes=10), BreakerState(),
+         CordonPolicy(scope=Scope(pools=("train-a",))), "cordon", "rule gpu-lost"),
+        (node(), FleetView(pool_nodes=100), TRIPPED, POLICY, "breaker_open", "an operator must reset it"),
+        (node(), FleetView(pool="a", pool_nodes=100, pool_cordoned_by_xidpipe=9), BreakerState(), POLICY, "cordon",
+         "rule gpu-lost"),
+        (node(), FleetView(pool="a", pool_nodes=100, pool_cordoned_by_xidpipe=10), BreakerState(), POLICY,
+         "trip_breaker", "pool 'a' has 10 of 100 nodes"),
+        (node(), FleetView(pool="a", pool_nodes=5), BreakerState(), POLICY, "cordon", "rule gpu-lost"),  # min 1
+        (node(), FleetView(pool="a", pool_nodes=5, pool_cordoned_by_xidpipe=1), BreakerState(), POLICY,
+         "trip_breaker", "limit of 1"),
+        (node(), FleetView(pool_nodes=1000, cordons_last_hour=10), BreakerState(), POLICY, "trip_breaker",
+         "10 cordons by xidpipe in the last hour"),
+        (node(), FleetView(pool_nodes=1000, cordons_last_hour=9), BreakerState(), POLICY, "cordon", "rule gpu-lost"),
+    ],
+)
+def test_node_fleet_and_breaker(view: NodeView, fleet: FleetView, breaker: BreakerState, policy: CordonPolicy,
+                                expected: str, reason_part: str) -> None:
+    decision = decide_cordon(req(79), view, fleet, breaker, policy)
+
+    assert decision.outcome == expected, decision.reason
+    assert reason_part in decision.reason
+
+
+def test_a_repeat_of_the_cordoned_incident_updates_and_its_redelivery_does_not() -> None:
+    cordoned = node(annotations={**OURS, ANN_OCCURRENCES: "3"}, unschedulable=True)
+
+    assert decide_cordon(req(79, count=4), cordoned, FleetView(), BreakerState(), POLICY).outcome == "repeat"
+    assert decide_cordon(req(79, count=3), cordoned, FleetView(), BreakerState(), POLICY).outcome == "already_cordoned"
+
+
+def test_an_application_fault_is_never_cordoned_whatever_the_node_or_breaker() -> None:
+    decision = decide_cordon(req(13, count=1000), node(), FleetView(pool_nodes=1), TRIPPED, POLICY)
+
+    assert decision.outcome == "not_needed"
+
+
+def test_dry_run_is_carried_by_the_decision() -> None:
+    assert decide_cordon(req(79), node(), FleetView(), BreakerState(), CordonPolicy(dry_run=True)).dry_run
+    assert decide_cordon(req(79), node(), FleetView(), BreakerState(), POLICY, dry_run=True).dry_run
+    assert not decide_cordon(req(79), node(), FleetView(), BreakerState(), POLICY).dry_run
+
+
+@pytest.mark.parametrize(("share", "min_nodes", "pool", "allowed"), [
+    (0.10, 1, 100, 10), (0.10, 1, 5, 1), (0.10, 0, 5, 0), (0.29, 1, 100, 29), (0.5, 1, 3, 1), (1.0, 1, 7, 7),
+])
+def test_pool_allowance(share: float, min_nodes: int, pool: int, allowed: int) -> None:
+    policy = CordonPolicy(breaker=Breaker(max_pool_share=share, min_nodes=min_nodes))
+
+    assert pool_allowance(policy, pool) == allowed
+
+
+@pytest.mark.parametrize(
+    ("view", "incident", "expected", "reason_part"),
+    [
+        (node(annotations=OURS, unschedulable=True), None, "release", "incident inc-1"),
+        (node(annotations=OURS, unschedulable=True), "inc-1", "release", "incident inc-1"),
+        (node(annotations=OURS, unschedulable=True), "inc-2", "refuse", "not inc-2"),
+        (node(unschedulable=True), None, "refuse", "not by xidpipe"),
+        (node(), None, "refuse", "carries no cordon by xidpipe"),
+        (node(exists=False), None, "node_missing", "does not exist"),
+    ],
+)
+def test_release(view: NodeView, incident: str | None, expected: str, reason_part: str) -> None:
+    decision = decide_release(view, incident)
+
+    assert decision.outcome == expected and reason_part in decision.reason
+
+
+OTHER = {"key": "example.com/other-owner", "effect": "NoSchedule"}
+NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule", "timeAdded": "2026-11-29T12:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("current", "expected"),
+    [
+        ([], [{"key": TAINT_KEY, "value": "gpu_lost", "effect": "NoSchedule"}]),
+        ([OTHER, NOT_READY], [OTHER, NOT_READY, {"key": TAINT_KEY, "value": "gpu_lost", "effect": "NoSchedule"}]),
+        ([OTHER, {"key": TAINT_KEY, "value": "gpu_lost", "effect": "NoSchedule"}], None),
+        ([{"key": TAINT_KEY, "value": "memory", "effect": "NoSchedule"}, OTHER],
+         [OTHER, {"key": TAINT_KEY, "value": "gpu_lost", "effect": "NoSchedule"}]),
+    ],
+)
+def test_with_our_taint_keeps_every_other_taint(current: list[dict[str, Any]],
+                                                expected: list[dict[str, Any]] | None) -> None:
+    assert with_our_taint(current, "gpu_lost") == expected
+
+
+def test_without_our_taint() -> None:
+    ours = {"key": TAINT_KEY, "value": "gpu_lost", "effect": "NoSchedule"}
+
+    assert without_our_taint([OTHER, ours, NOT_READY]) == [OTHER, NOT_READY]
+    assert without_our_taint([OTHER]) is None
+
+
+def _pod(node_name: str, annotations: dict[str, str] | None = None, owner: str | None = None) -> client.V1Pod:
+    refs = [client.V1OwnerReference(api_version="apps/v1", kind=owner, name="x", uid="u")] if owner else None
+    return client.V1Pod(metadata=client.V1ObjectMeta(name="p", namespace="ns", annotations=annotations,
+                                                     owner_references=refs),
+                        spec=client.V1PodSpec(node_name=node_name, containers=[]))
+
+
+@pytest.mark.parametrize(("pod", "reason"), [
+    (_pod("n1"), None),
+    (_pod("n1", owner="ReplicaSet"), None),
+    (_pod("n1", owner="DaemonSet"), "DaemonSet pod"),
+    (_pod("n1", annotations={"kubernetes.io/config.mirror": "abc"}), "mirror (static) pod"),
+    (_pod("n2"), "not on node n1"),
+])
+def test_drain_skips(pod: client.V1Pod, reason: str | None) -> None:
+    assert skip_reason(pod, "n1") == reason
+
+
+def test_a_request_from_the_streams_incident() -> None:
+    from dataclasses import replace
+
+    from models.incidents import apply_fault
+    from models.stream_policy import PipelinePolicy
+
+    opened = apply_fault(None, node="n1", gpu="GPU-5d8c", family="gpu_lost", code="Xid 79", at=T0,
+                         policy=PipelinePolicy()).incident
+    incident = replace(opened, category="hardware", reason="GPU fell off the bus")
+
+    request_ = cordon_request_for(incident, pods=(PodRef(namespace="ml", name="trainer-0"),))
+
+    assert (request_.node, request_.incident_id, request_.fingerprint) == ("n1", opened.incident_id,
+                                                                           opened.fingerprint)
+    assert (request_.xids, request_.immediate_actions, request_.family) == ((79,), ("RESTART_BM",), "gpu_lost")
+    assert request_.pods[0].name == "trainer-0"
+    assert decide_cordon(request_, node(), FleetView(pool_nodes=100), BreakerState(), POLICY).outcome == "cordon"
+
+
+def test_a_request_names_a_known_family() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="unknown fault family 'gpu gone'"):
+        req(79).model_validate({**req(79).model_dump(), "family": "gpu gone"})
+
+
+def test_event_names_are_stable_and_valid_for_long_node_names() -> None:
+    from respond.cordon.kube_nodes import event_name
+
+    long_node = "gpu-" + "a" * 249
+
+    assert event_name("n1", "inc-1") == event_name("n1", "inc-1") != event_name("n1", "inc-2")
+    assert len(event_name(long_node, "inc-1")) <= 253
+    assert event_name("n1", "inc-1", "release") != event_name("n1", "inc-1")
+
+
+def test_without_a_cluster_every_decision_is_a_recorded_dry_run(tmp_path: Path) -> None:
+    from respond.cordon.action_log import JsonlActionStore
+    from respond.cordon.executor import CordonExecutor
+
+    store = JsonlActionStore(tmp_path / "a.jsonl")
+    executor = CordonExecutor(POLICY, store, None)
+
+    cordon = executor.handle(req(79))
+    never = executor.handle(req(13))
+
+    assert (cordon.outcome, cordon.decision, cordon.dry_run) == ("dry_run", "cordon", True)
+    assert (never.outcome, never.decision) == ("skipped", "not_needed")
+    assert [(r.action, r.outcome) for r in store.recent()] == [("cordon", "dry_run"), ("cordon", "skipped")]
+    assert store.cordons_since(T0 - timedelta(days=1)) == 0  # dry runs do not count towards the breaker
