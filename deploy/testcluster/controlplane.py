@@ -10,7 +10,7 @@ As a script:
     python deploy/testcluster/controlplane.py stop DIR                # stops both processes by PID
     python deploy/testcluster/controlplane.py run                     # foreground until Ctrl-C
 
-Imported (see tests/k8s/conftest.py): ``plane = start(); ...; plane.stop()``.
+Imported (see tests/kube.py): ``plane = start(); ...; plane.stop()``.
 
 Binaries come from ``build.sh --print-bin-dir`` (``make testcluster`` builds them), or from
 ``KUBE_APISERVER_BIN`` and ``ETCD_BIN`` when both are set. The identities in the token file:
