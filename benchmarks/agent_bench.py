@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -66,6 +67,95 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
 
 
+def _start_agent(work: Path, log_file: Path, bootstrap: str) -> tuple[subprocess.Popen[bytes], Any]:
+    agent_log = open(work / "agent.log", "wb")  # noqa: SIM115
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "xidpipe.cli", "agent", "--source", "file", "--log-file", str(log_file),
+         "--node", "bench-node", "--bootstrap-servers", bootstrap, "--state-dir", str(work / "state"),
+         "--no-nvml", "--no-podresources", "--metrics-port", str(_free_port())],
+        stdout=agent_log, stderr=agent_log,
+    )
+    return agent, agent_log
+
+
+def _warm_up(consumer: Any, log_file: Path, work: Path) -> None:
+    """One GPU line through to Kafka before measuring."""
+    with open(log_file, "a") as fh:
+        fh.write(GPU.format(ns=0) + "\n")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(consumer.poll(timeout_ms=200).values()):
+            return
+    raise SystemExit("the agent did not publish within 60 s; see " + str(work / "agent.log"))
+
+
+def _write_load(log_file: Path, seconds: float, rate: int, gpu_share: float) -> tuple[int, int]:
+    """Append `rate` lines a second for `seconds`, every 1/gpu_share-th a GPU line; returns (lines, GPU lines)."""
+    every = max(1, round(1 / gpu_share)) if gpu_share > 0 else 0
+    tick = 0.01
+    written = gpu_written = 0
+    t0 = time.monotonic()
+    with open(log_file, "a", buffering=1) as fh:
+        next_tick = t0
+        while time.monotonic() - t0 < seconds:
+            target = int((time.monotonic() - t0 + tick) * rate)
+            chunk = []
+            while written < target:
+                written += 1
+                if every and written % every == 0:
+                    gpu_written += 1
+                    chunk.append(GPU.format(ns=time.time_ns()))
+                else:
+                    chunk.append(NOISE[written % len(NOISE)] + f" #{written}")
+            if chunk:
+                fh.write("\n".join(chunk) + "\n")
+                fh.flush()
+            next_tick += tick
+            time.sleep(max(0.0, next_tick - time.monotonic()))
+    return written, gpu_written
+
+
+def _latencies(consumer: Any, expected: int) -> list[float]:
+    """Broker append time minus the time stamped in each GPU line, in ms."""
+    latencies: list[float] = []
+    deadline = time.monotonic() + 60
+    while len(latencies) < expected and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=500).values():
+            for rec in batch:
+                m = STAMP.search(json.loads(rec.value).get("message", ""))
+                if m and int(m.group(1)):
+                    latencies.append(rec.timestamp - int(m.group(1)) / 1e6)
+    return latencies
+
+
+def _measure(args: argparse.Namespace, work: Path, log_file: Path, bootstrap: str) -> dict[str, Any]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    agent, agent_log = _start_agent(work, log_file, bootstrap)
+    try:
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+        tp = TopicPartition(KERNEL_TOPIC, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        _warm_up(consumer, log_file, work)
+        cpu0, t0 = _cpu_seconds(agent.pid), time.monotonic()
+        written, gpu_written = _write_load(log_file, args.seconds, args.rate, args.gpu_share)
+        wall = time.monotonic() - t0
+        cpu = _cpu_seconds(agent.pid) - cpu0
+        latencies = _latencies(consumer, gpu_written)
+        consumer.close()
+        rss = _peak_rss_mb(agent.pid)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        try:
+            agent.wait(20)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+        agent_log.close()
+    return {"wall": wall, "cpu": cpu, "rss": rss, "written": written, "gpu_written": gpu_written,
+            "latencies": latencies}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -73,7 +163,7 @@ def main() -> int:
     ap.add_argument("--gpu-share", type=float, default=0.01, help="share of GPU lines")
     args = ap.parse_args()
 
-    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+    from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
     work = Path(tempfile.mkdtemp(prefix="xidpipe-agent-bench-"))
@@ -83,86 +173,24 @@ def main() -> int:
         admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
         admin.create_topics([NewTopic(KERNEL_TOPIC, 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
         admin.close()
-        port = _free_port()
-        agent_log = open(work / "agent.log", "wb")  # noqa: SIM115
-        agent = subprocess.Popen(
-            [sys.executable, "-m", "xidpipe.cli", "agent", "--source", "file", "--log-file", str(log_file),
-             "--node", "bench-node", "--bootstrap-servers", kafka.bootstrap, "--state-dir", str(work / "state"),
-             "--no-nvml", "--no-podresources", "--metrics-port", str(port)],
-            stdout=agent_log, stderr=agent_log,
-        )
-        try:
-            # Warm up: one GPU line through to Kafka before measuring.
-            consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=None, enable_auto_commit=False)
-            tp = TopicPartition(KERNEL_TOPIC, 0)
-            consumer.assign([tp])
-            consumer.seek_to_beginning(tp)
-            with open(log_file, "a") as fh:
-                fh.write(GPU.format(ns=0) + "\n")
-            deadline = time.monotonic() + 60
-            warm = False
-            while not warm and time.monotonic() < deadline:
-                warm = any(consumer.poll(timeout_ms=200).values())
-            if not warm:
-                raise SystemExit("the agent did not publish within 60 s; see " + str(work / "agent.log"))
+        m = _measure(args, work, log_file, kafka.bootstrap)
 
-            every = max(1, round(1 / args.gpu_share)) if args.gpu_share > 0 else 0
-            tick = 0.01
-            written = gpu_written = 0
-            cpu0, t0 = _cpu_seconds(agent.pid), time.monotonic()
-            with open(log_file, "a", buffering=1) as fh:
-                next_tick = t0
-                while time.monotonic() - t0 < args.seconds:
-                    target = int((time.monotonic() - t0 + tick) * args.rate)
-                    chunk = []
-                    while written < target:
-                        written += 1
-                        if every and written % every == 0:
-                            gpu_written += 1
-                            chunk.append(GPU.format(ns=time.time_ns()))
-                        else:
-                            chunk.append(NOISE[written % len(NOISE)] + f" #{written}")
-                    if chunk:
-                        fh.write("\n".join(chunk) + "\n")
-                        fh.flush()
-                    next_tick += tick
-                    time.sleep(max(0.0, next_tick - time.monotonic()))
-            wall = time.monotonic() - t0
-            cpu = _cpu_seconds(agent.pid) - cpu0
-
-            latencies: list[float] = []
-            deadline = time.monotonic() + 60
-            while len(latencies) < gpu_written and time.monotonic() < deadline:
-                for batch in consumer.poll(timeout_ms=500).values():
-                    for rec in batch:
-                        m = STAMP.search(json.loads(rec.value).get("message", ""))
-                        if m and int(m.group(1)):
-                            latencies.append(rec.timestamp - int(m.group(1)) / 1e6)
-            consumer.close()
-            rss = _peak_rss_mb(agent.pid)
-        finally:
-            agent.send_signal(signal.SIGTERM)
-            try:
-                agent.wait(20)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-            agent_log.close()
-
-    cpu_pct = 100 * cpu / wall
+    latencies, wall, rss = m["latencies"], m["wall"], m["rss"]
+    cpu_pct = 100 * m["cpu"] / wall
     p99 = _percentile(latencies, 0.99)
     result = {
         "benchmark": "agent",
         "seconds": round(wall, 1),
         "lines_per_s": args.rate,
-        "lines_written": written,
-        "gpu_lines_written": gpu_written,
+        "lines_written": m["written"],
+        "gpu_lines_written": m["gpu_written"],
         "gpu_lines_received": len(latencies),
         "cpu_percent_of_one_core": round(cpu_pct, 2),
         "peak_rss_mb": round(rss, 1),
         "latency_ms": {"p50": round(_percentile(latencies, 0.5), 1), "p99": round(p99, 1),
                        "max": round(max(latencies, default=float("nan")), 1)},
         "targets": {"cpu_percent_of_one_core": 5, "peak_rss_mb": 80, "latency_p99_ms": 50},
-        "ok": cpu_pct <= 5 and rss <= 80 and p99 <= 50 and len(latencies) == gpu_written,
+        "ok": cpu_pct <= 5 and rss <= 80 and p99 <= 50 and len(latencies) == m["gpu_written"],
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
     }
