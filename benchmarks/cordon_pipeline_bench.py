@@ -40,7 +40,7 @@ from models.topics import topology
 from respond.cordon.action_log import JsonlActionStore
 from respond.cordon.executor import CordonExecutor
 from respond.cordon.kube_nodes import KubeNodes, NodeRead
-from respond.responder import RespondSettings, build_responder, run_responder
+from respond.responder import Responder, RespondSettings, build_responder, run_responder
 from respond.sinks.build import build_sinks
 from respond.sinks.settings import SinkSettings
 from streams.runner import WorkerProcess
@@ -76,6 +76,55 @@ def xid_line(node: str, n: int) -> KernelLine:
                       boot_id="bench", seq=n, observed_at=datetime.now(UTC))
 
 
+def _create_nodes(admin: client.ApiClient, count: int) -> list[str]:
+    """Apply deploy/rbac/ and create `count` GPU nodes in one pool; returns their names."""
+    for name in yaml.safe_load((RBAC_DIR / "kustomization.yaml").read_text())["resources"]:
+        create_from_yaml(admin, str(RBAC_DIR / name))
+    names = [f"pipe-gpu-{i:03d}" for i in range(count)]
+    core = client.CoreV1Api(admin)
+    for name in names:
+        core.create_node(client.V1Node(metadata=client.V1ObjectMeta(
+            name=name, labels={"xidpipe.io/pool": "bench", "nvidia.com/gpu.present": "true"})))
+    return names
+
+
+def _run_responder(respond: RespondSettings, responder: Responder, stop: threading.Event) -> None:
+    """The responder on an event loop of this thread, until `stop` is set."""
+    async def go() -> None:
+        ev = asyncio.Event()
+        task = asyncio.create_task(run_responder(respond, responder, ev))
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        ev.set()
+        await task
+    asyncio.run(go())
+
+
+def _cordon_latencies(bootstrap: str, kernel_topic: str, names: list[str], nodes: TimedNodes,
+                      worker: WorkerProcess, timeout: float) -> list[float]:
+    """One Xid line per node after a warm-up node; ms from the send to the node's cordon."""
+    latencies: list[float] = []
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    # Warm-up: the worker's first rebalance and the responder's first fetch.
+    warm = names[0]
+    producer.send(kernel_topic, key=warm.encode(), value=encode_node_record(xid_line(warm, 0))).get(30)
+    deadline = time.monotonic() + 90
+    while warm not in nodes.cordoned_at and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert warm in nodes.cordoned_at, "warm-up cordon never happened:\n" + worker.log_tail()
+    for n, name in enumerate(names[1:], 1):
+        t0 = time.perf_counter()
+        producer.send(kernel_topic, key=name.encode(), value=encode_node_record(xid_line(name, n)))
+        producer.flush()
+        deadline = time.monotonic() + timeout
+        while name not in nodes.cordoned_at and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert name in nodes.cordoned_at, f"{name} not cordoned in {timeout} s"
+        latencies.append((nodes.cordoned_at[name] - t0) * 1000)
+    producer.close()
+    return latencies
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=30, help="nodes, one measured cordon each")
@@ -92,13 +141,8 @@ def main() -> int:
         try:
             with client.ApiClient(make_configuration(plane, "admin")) as admin, \
                     client.ApiClient(make_configuration(plane, "worker")) as as_worker:
-                for name in yaml.safe_load((RBAC_DIR / "kustomization.yaml").read_text())["resources"]:
-                    create_from_yaml(admin, str(RBAC_DIR / name))
-                names = [f"pipe-gpu-{i:03d}" for i in range(args.nodes)]
+                names = _create_nodes(admin, args.nodes)
                 core = client.CoreV1Api(admin)
-                for name in names:
-                    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(
-                        name=name, labels={"xidpipe.io/pool": "bench", "nvidia.com/gpu.present": "true"})))
                 db = f"sqlite:///{tmp}/xidpipe.db"
                 settings = WorkerSettings(
                     bootstrap_servers=kafka.bootstrap, database_url=db, app_id=f"bench-{run}", partitions=2,
@@ -114,37 +158,9 @@ def main() -> int:
                                           database_url=db, group_id=f"bench-responder-{run}")
                 responder = build_responder(respond, executor, sinks)
 
-                def responder_thread() -> None:
-                    async def go() -> None:
-                        ev = asyncio.Event()
-                        task = asyncio.create_task(run_responder(respond, responder, ev))
-                        while not stop.is_set():
-                            await asyncio.sleep(0.05)
-                        ev.set()
-                        await task
-                    asyncio.run(go())
-
-                thread = threading.Thread(target=responder_thread, daemon=True)
-                thread.start()
-                producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all", linger_ms=0)
+                threading.Thread(target=_run_responder, args=(respond, responder, stop), daemon=True).start()
                 kernel_topic = topology(settings.topic_prefix, settings.partitions).kernel.name
-                # Warm-up: the worker's first rebalance and the responder's first fetch.
-                warm = names[0]
-                producer.send(kernel_topic, key=warm.encode(), value=encode_node_record(xid_line(warm, 0))).get(30)
-                deadline = time.monotonic() + 90
-                while warm not in nodes.cordoned_at and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                assert warm in nodes.cordoned_at, "warm-up cordon never happened:\n" + worker.log_tail()
-                for n, name in enumerate(names[1:], 1):
-                    t0 = time.perf_counter()
-                    producer.send(kernel_topic, key=name.encode(), value=encode_node_record(xid_line(name, n)))
-                    producer.flush()
-                    deadline = time.monotonic() + args.timeout
-                    while name not in nodes.cordoned_at and time.monotonic() < deadline:
-                        time.sleep(0.002)
-                    assert name in nodes.cordoned_at, f"{name} not cordoned in {args.timeout} s"
-                    latencies.append((nodes.cordoned_at[name] - t0) * 1000)
-                producer.close()
+                latencies = _cordon_latencies(kafka.bootstrap, kernel_topic, names, nodes, worker, args.timeout)
                 unschedulable = sum(1 for n in core.list_node().items if n.spec.unschedulable)
                 version = client.VersionApi(admin).get_code().git_version
         finally:
