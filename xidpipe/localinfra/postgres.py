@@ -122,11 +122,6 @@ class LocalPostgres:
         return f"postgresql+psycopg://{ROLE}@{LOOPBACK}:{self._started_port()}/{DATABASE}"
 
     @property
-    def dsn(self) -> str:
-        """libpq URI of the same database, for psycopg or psql."""
-        return f"postgresql://{ROLE}@{LOOPBACK}:{self._started_port()}/{DATABASE}"
-
-    @property
     def work_dir(self) -> Path:
         if self._work_dir is None:
             raise LocalInfraError("the PostgreSQL cluster is not started")

@@ -146,13 +146,6 @@ def write_pid_file(path: Path, pid: int) -> None:
     tmp.replace(path)
 
 
-def read_pid_file(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
     """What `xidpipe dev <service> start` leaves in the state directory so that `stop` and
