@@ -1,4 +1,4 @@
-"""Fixtures for the cluster-action tests: the real kube-apiserver of tests/k8s (re-exported), nodes
+"""Fixtures for the cluster-action tests: the real kube-apiserver of tests/kube.py, nodes
 in pools of their own, and executors that act as the worker's RBAC identity."""
 
 from __future__ import annotations
