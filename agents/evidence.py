@@ -26,22 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.kernlog.prefilter import normalize_bdf
 from agents.metrics import Metrics
+from models.kernlog.messages import XID
 from models.node_records import Evidence, EvidenceItem, GpuInfo, NodeRecord, NvmlEvent
+from models.pci import normalize_pci
 from models.redact import redact as redact_text
 from models.redact import redact_argv
 
 log = logging.getLogger(__name__)
 
-_XID = re.compile(
-    r"\bXid \(PCI:(?P<bus>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, pid=(?P<pid>'?<unknown>'?|\d+))?"
-)
+# "GPU at PCI:0000:5e:00", "GPU 0000:3b:00.0": a driver line about one GPU, not an Xid.
 _GPU_AT = re.compile(r"GPU (?:at PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)")
-def full_bdf(bus: str) -> str:
-    """`0000:3b:00` (as Xid lines print it) → `0000:3b:00.0`."""
-    bdf = normalize_bdf(bus if "." in bus.rsplit(":", 1)[-1] else f"{bus}.0")
-    return bdf
 
 
 @dataclass(frozen=True)
@@ -55,13 +50,13 @@ class FaultContext:
 
 def parse_fault_line(message: str) -> tuple[str | None, int | None, int | None]:
     """(PCI address, Xid, pid) from an NVRM fault line, where present."""
-    m = _XID.search(message)
+    m = XID.search(message)
     if m:
-        pid = m.group("pid")
-        return full_bdf(m.group("bus")), int(m.group("xid")), int(pid) if pid and pid.isdigit() else None
+        pid = (m["pid"] or "").strip()
+        return normalize_pci(m["pci"]), int(m["xid"]), int(pid) if pid.isdigit() else None
     g = _GPU_AT.search(message)
     if g:
-        return full_bdf(g.group("bus")), None, None
+        return normalize_pci(g["bus"]), None, None
     return None, None, None
 
 
@@ -124,7 +119,7 @@ class EvidenceCollector:
         self._trigger(FaultContext(record_id, bus, gpu.uuid if gpu else None, xid, pid))
 
     def on_nvml_fault(self, event: NvmlEvent) -> None:
-        bus = full_bdf(event.pci_bus_id) if event.pci_bus_id else None
+        bus = normalize_pci(event.pci_bus_id)
         self._trigger(FaultContext(event.record_id, bus, event.gpu_uuid, event.xid, None))
 
     def _trigger(self, ctx: FaultContext) -> None:

@@ -22,33 +22,9 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from models.node_records import DeviceAssignment, GpuInfo, GpuProcess
+from models.pci import normalize_pci
 
 UNKNOWN = "unknown"
-
-
-def normalize_pci(pci: str | None) -> str | None:
-    """Canonical PCI address `dddd:bb:dd.f`, lower case.
-
-    The kernel writes `0000:3b:00` (no function) or `0000:3b:00.0`; NVML writes `00000000:3B:00.0`.
-    """
-    if not pci:
-        return None
-    text = pci.strip().lower()
-    if text.startswith("pci:"):
-        text = text[4:]
-    parts = text.split(":")
-    if len(parts) == 2:
-        parts = ["0000", *parts]
-    if len(parts) != 3:
-        return text
-    domain, bus, devfn = parts
-    if "." not in devfn:
-        devfn = f"{devfn}.0"
-    try:
-        domain = f"{int(domain, 16):04x}"
-    except ValueError:
-        return text
-    return f"{domain}:{bus}:{devfn}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from models.correlate import normalize_pci
+from models.pci import normalize_pci
 
 EventKind = Literal["placed", "moved", "replaced", "returned", "changed", "missing"]
 

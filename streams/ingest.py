@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from models.correlate import normalize_pci
 from models.incidents import (
     FaultObservation,
     observation_from_kernel,
@@ -36,6 +35,7 @@ from models.node_records import (
     PodAssignments,
     SpoolDrops,
 )
+from models.pci import normalize_pci
 
 log = logging.getLogger(__name__)
 

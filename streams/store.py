@@ -47,7 +47,6 @@ from models.correlate import (
     PodSnapshot,
     ProcessSnapshot,
     correlate,
-    normalize_pci,
     workload_name,
 )
 from models.fingerprint import incident_fingerprint
@@ -67,6 +66,7 @@ from models.incidents import (
     same_fault,
 )
 from models.node_records import DeviceAssignment, GpuInfo, GpuProcess
+from models.pci import normalize_pci
 from models.stream_policy import PipelinePolicy
 from streams.decode import DeadLetter, decode_message
 from streams.ingest import EvidenceItem, FaultItem, Ingest, Item, StateItem

@@ -7,6 +7,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from models.pci import BDF, normalize_pci
+
 # Patterns are tried one by one with re.search; one that starts with a literal is found by a fast
 # substring scan (about 0.2 µs on a typical line), one that starts with \b or a group is not (>2 µs),
 # and this runs for every kernel line.
@@ -28,7 +30,7 @@ DEFAULT_FAULT_PATTERNS: tuple[str, ...] = (
 # AER and PCIe Bus Error lines are kept when they name a GPU or a GPU's root port (or any device
 # while the GPU addresses are not known yet).
 _AER = (re.compile(r"AER:"), re.compile(r"PCIe Bus Error"))
-_BDF = re.compile(r"\b([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\b")
+_BDF = re.compile(rf"\b({BDF})\b")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +55,7 @@ class PreFilter:
     def set_gpu_pci_addresses(self, addresses: Iterable[str]) -> None:
         """GPU and root-port addresses (`0000:3b:00.0`); AER lines for other devices are then dropped."""
         with self._lock:
-            self._pci = frozenset(normalize_bdf(a) for a in addresses)
+            self._pci = frozenset(filter(None, map(normalize_pci, addresses)))
 
     def may_match(self, block: str) -> bool:
         """False when no line of `block` (lines joined by newlines) can be kept."""
@@ -68,14 +70,7 @@ class PreFilter:
                 return _DROP
             with self._lock:
                 pci = self._pci
-            if pci is not None and not any(normalize_bdf(b) in pci for b in _BDF.findall(message)):
+            if pci is not None and not any(normalize_pci(b) in pci for b in _BDF.findall(message)):
                 return _DROP
         return Verdict(True, bool(self._fault and self._fault.search(message)))
 
-
-def normalize_bdf(address: str) -> str:
-    """`00000000:3B:00.0` or `0000:3b:00.0` → `0000:3b:00.0`."""
-    address = address.strip().lower()
-    domain, _, rest = address.rpartition(":")
-    domain, _, bus = domain.rpartition(":")
-    return f"{int(domain or '0', 16):04x}:{bus}:{rest}"

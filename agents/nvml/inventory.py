@@ -10,6 +10,7 @@ from typing import Any
 
 from agents.nvml.calls import NvmlCaller, NvmlCallTimeout
 from models.node_records import EccCounts, GpuInfo, MigDevice, RemappedRows
+from models.pci import normalize_pci
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +164,9 @@ def pci_upstream(bus_id: str, sysfs_root: Any) -> list[str]:
     """The GPU's address and its upstream bridges (root port, switches) from sysfs."""
     from pathlib import Path
 
-    from agents.kernlog.prefilter import normalize_bdf
-
-    bdf = normalize_bdf(bus_id)
+    bdf = normalize_pci(bus_id)
+    if bdf is None:
+        return []
     out = [bdf]
     try:
         real = (Path(sysfs_root) / "bus" / "pci" / "devices" / bdf).resolve(strict=True)
@@ -173,7 +174,7 @@ def pci_upstream(bus_id: str, sysfs_root: Any) -> list[str]:
         return out
     for part in real.parts:
         if part.count(":") == 2 and "." in part:
-            norm = normalize_bdf(part)
-            if norm not in out:
+            norm = normalize_pci(part)
+            if norm and norm not in out:
                 out.append(norm)
     return out

@@ -29,6 +29,7 @@ from models.node_records import (
     NvmlEvent,
     NvmlEventType,
 )
+from models.pci import normalize_pci
 
 log = logging.getLogger(__name__)
 
@@ -157,11 +158,11 @@ class NvmlWatcher:
 
     def gpu_for_bus(self, bus_id: str) -> GpuInfo | None:
         """The GPU at a PCI address (any spelling), from the last inventory."""
-        from agents.kernlog.prefilter import normalize_bdf
-
-        want = normalize_bdf(bus_id)
+        want = normalize_pci(bus_id)
+        if want is None:
+            return None
         for gpu in self._snapshot.gpus if self._snapshot else []:
-            if normalize_bdf(gpu.pci_bus_id) == want:
+            if normalize_pci(gpu.pci_bus_id) == want:
                 return gpu
         return None
 

@@ -11,8 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-_BDF = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
-_PCI_PARTS = re.compile(r"^(?:PCI:)?(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.([0-7]))?$")
+from models.pci import BDF, normalize_pci
 
 # pid=<n|'<unknown>'>[, name=<comm>][, <message>]; a comm may hold spaces (not commas).
 XID = re.compile(
@@ -24,17 +23,17 @@ SXID = re.compile(
 )
 IDENTITY = re.compile(r"NVRM: GPU at (?P<pci>PCI:[0-9a-fA-F:.]+): (?P<uuid>GPU-[0-9a-fA-F-]{36})\b")
 SERIAL = re.compile(r"NVRM: GPU Board Serial Number: (?P<serial>\S+)")
-FALLEN_START = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>" + _BDF + r")")
+FALLEN_START = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>" + BDF + r")")
 FALLEN_ONE = re.compile(
     r"NVRM: GPU (?:at )?(?P<pci>(?:PCI:)?[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):?\s.*"
     r"fallen off the bus"
 )
 NVRM = re.compile(r"NVRM: (?P<text>.*)$")
 _NVRM_GPU = re.compile(r"^GPU (?:at )?(?P<pci>(?:PCI:)?[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):")
-DEVICE_LINE = re.compile(r"(?P<drv>[\w.-]+) (?P<bdf>" + _BDF + r"): (?P<text>.*)$")
+DEVICE_LINE = re.compile(r"(?P<drv>[\w.-]+) (?P<bdf>" + BDF + r"): (?P<text>.*)$")
 _AER_RECEIVED = re.compile(
     r"(?:AER: )?(?P<what>(?:Multiple )?(?:Corrected|Correctable|Uncorrected|Uncorrectable)"
-    r"(?: \((?P<sev>Non-Fatal|Fatal)\))? error(?: message)?) received(?::| from) (?P<src>" + _BDF + r")"
+    r"(?: \((?P<sev>Non-Fatal|Fatal)\))? error(?: message)?) received(?::| from) (?P<src>" + BDF + r")"
 )
 _AER_HEADER = re.compile(
     r"(?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]+), type=(?P<type>[^,]+), \((?P<agent>[^)]*)\)"
@@ -77,26 +76,6 @@ _DRIVER_ERRORS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("probe_failed", re.compile(r"The NVIDIA probe routine failed", re.IGNORECASE)),
 )
 CRASH_DUMP_TAIL = re.compile(r"nvidia-bug-report\.sh|kernel module is unloaded")
-
-
-_PCI_CACHE: dict[str, str | None] = {}
-
-
-def canonical_pci(text: str | None) -> str | None:
-    """`PCI:0000:3B:00` → `0000:3b:00.0`; None when absent or redacted."""
-    if not text:
-        return None
-    got = _PCI_CACHE.get(text, "")
-    if got != "":
-        return got
-    m = _PCI_PARTS.match(text.strip())
-    result = None
-    if m:
-        domain, bus, dev, fn = m.groups()
-        result = f"{(domain or '0000').lower()}:{bus.lower()}:{dev.lower()}.{fn or '0'}"
-    if len(_PCI_CACHE) < 65536:
-        _PCI_CACHE[text] = result
-    return result
 
 
 @dataclass(slots=True)
@@ -180,7 +159,7 @@ def _match_xid(line: str) -> Match | None:
         kind="xid",
         start=m.start(),
         message=msg,
-        pci=canonical_pci(pci_text),
+        pci=normalize_pci(pci_text),
         xid=xid,
         pid=pid,
         process=process,
@@ -202,7 +181,7 @@ def _match_sxid(line: str) -> Match | None:
     links = re.search(r"\bLink (\d+)", rest)
     if links:
         d["nvlink_links"] = [int(links[1])]
-    return Match(kind="sxid", start=m.start(), message=rest, pci=canonical_pci(m["pci"]), sxid=int(m["sxid"]),
+    return Match(kind="sxid", start=m.start(), message=rest, pci=normalize_pci(m["pci"]), sxid=int(m["sxid"]),
                  details=d)
 
 
@@ -211,12 +190,12 @@ def _match_device_line(line: str) -> Match | None:
     m = DEVICE_LINE.search(line)
     if not m:
         return None
-    drv, bdf, text = m["drv"], m["bdf"].lower(), m["text"]
+    drv, bdf, text = m["drv"], normalize_pci(m["bdf"]), m["text"]
     rcv = _AER_RECEIVED.search(text)
     if rcv:
         return Match(kind="pcie_aer", start=m.start(), message=f"{drv} {bdf}: {text}", pci=bdf,
-                     source_pci=rcv["src"].lower(), details={"severity": _severity(rcv["what"], rcv["sev"]),
-                                                              "errors": []},
+                     source_pci=normalize_pci(rcv["src"]),
+                     details={"severity": _severity(rcv["what"], rcv["sev"]), "errors": []},
                      expects="aer", driver=drv)
     hdr = _AER_HEADER.search(text)
     if hdr:
@@ -261,21 +240,21 @@ def _match_nvrm(line: str) -> Match | None:
     start = m.start()
     ident = IDENTITY.search(line)
     if ident:
-        return Match(kind="gpu_identity", start=start, message=text, pci=canonical_pci(ident["pci"]),
+        return Match(kind="gpu_identity", start=start, message=text, pci=normalize_pci(ident["pci"]),
                      gpu_uuid=ident["uuid"].lower().replace("gpu-", "GPU-", 1), expects="serial")
     ser = SERIAL.search(line)
     if ser:
         return Match(kind="gpu_identity", start=start, message=text, serial=ser["serial"])
     fs = FALLEN_START.search(line)
     if fs and "fallen off the bus" not in text:
-        return Match(kind="gpu_fallen_off_bus", start=start, message=text, pci=canonical_pci(fs["pci"]),
+        return Match(kind="gpu_fallen_off_bus", start=start, message=text, pci=normalize_pci(fs["pci"]),
                      expects="fallen")
     if "fallen off the bus" in text:
         fo = FALLEN_ONE.search(line) or fs
         return Match(kind="gpu_fallen_off_bus", start=start, message=text,
-                     pci=canonical_pci(fo["pci"]) if fo else None)
+                     pci=normalize_pci(fo["pci"]) if fo else None)
     gpu = _NVRM_GPU.match(text)
-    pci = canonical_pci(gpu["pci"]) if gpu else None
+    pci = normalize_pci(gpu["pci"]) if gpu else None
     for name, pattern in _DRIVER_ERRORS:
         if pattern.search(text):
             return Match(kind="driver_error", start=start, message=text, pci=pci, details={"error": name},

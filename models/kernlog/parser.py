@@ -19,6 +19,7 @@ from models.catalog import Catalog, load_catalog
 from models.kernlog.messages import CRASH_DUMP_TAIL, NVRM, SERIAL, Match, aer_continuation, recognise
 from models.kernlog.prefix import Prefix, parse_prefix
 from models.kernlog.record import FaultRecord
+from models.pci import normalize_pci
 
 # Every line that starts a record carries one of these (NVRM: the driver's messages; SXid: NVSwitch
 # errors; AER: PCIe error reports for a GPU or its root port); continuation lines are read while a
@@ -319,7 +320,7 @@ class KernelLogParser:
         key, _, value = line.strip().partition("=")
         rec.details.setdefault("kmsg_dict", {})[key] = value
         if key == "DEVICE" and value.startswith("+pci:") and rec.pci is None:
-            rec.pci = value[5:].lower()
+            rec.pci = normalize_pci(value[5:])
 
     def _aer_continuation(self, opened: _Open, line: str, n: int) -> bool:
         match = recognise(line)

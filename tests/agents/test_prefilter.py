@@ -1,6 +1,6 @@
 import pytest
 
-from agents.kernlog.prefilter import DEFAULT_FAULT_PATTERNS, DEFAULT_KEEP_PATTERNS, PreFilter, normalize_bdf
+from agents.kernlog.prefilter import DEFAULT_FAULT_PATTERNS, DEFAULT_KEEP_PATTERNS, PreFilter
 
 CASES = [
     # (line, keep, fault)
@@ -41,10 +41,3 @@ def test_patterns_are_configurable() -> None:
     assert f("mlx5_core 0000:5e:00.0: fatal error").fault
     assert not f("NVRM: Xid (PCI:0000:3b:00): 79").keep
 
-
-@pytest.mark.parametrize(
-    ("raw", "norm"),
-    [("00000000:3B:00.0", "0000:3b:00.0"), ("0000:3b:00.0", "0000:3b:00.0"), ("3b:00.0", "0000:3b:00.0")],
-)
-def test_normalize_bdf(raw: str, norm: str) -> None:
-    assert normalize_bdf(raw) == norm

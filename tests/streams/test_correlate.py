@@ -13,10 +13,10 @@ from models.correlate import (
     PodSnapshot,
     ProcessSnapshot,
     correlate,
-    normalize_pci,
     valid_at,
     workload_name,
 )
+from models.pci import normalize_pci
 from tests.streams.records import T0, inventory, pci, pods, processes, s, serial, uuid
 
 NODE = "gpu-a"
