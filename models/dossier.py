@@ -26,7 +26,9 @@ class CodeInfo(BaseModel):
     investigatory_action: str | None = None
 
 
-class GpuInfo(BaseModel):
+class DossierGpu(BaseModel):
+    """The incident's GPU as the dossier names it."""
+
     model: str | None = None
     uuid: str | None = None
     serial: str | None = None
@@ -84,7 +86,7 @@ class Dossier(BaseModel):
     codes: list[CodeInfo]
     catalog_version: str
     driver_version: str | None = None
-    gpu: GpuInfo = Field(default_factory=GpuInfo)
+    gpu: DossierGpu = Field(default_factory=DossierGpu)
     attribution: Attribution = Field(default_factory=Attribution)
     evidence: list[EvidenceItem] = Field(default_factory=list)
     gpu_history: list[HistoryItem] = Field(default_factory=list)  # this card's incidents, by serial

@@ -38,7 +38,7 @@ NEXT: dict[str, frozenset[str]] = {
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class TransitionDecision:
     """`allowed`: take the step. Otherwise `reason` says why not; `already` is true when the
     incident is at or past the target already (a repeated request: nothing to do, no error)."""
 
@@ -51,22 +51,23 @@ def _order(state: str) -> int:
     return STATES.index(state)
 
 
-def check_transition(current: str, to: str, actor: Actor) -> Verdict:
+def check_transition(current: str, to: str, actor: Actor) -> TransitionDecision:
     """May `actor` move an incident in lifecycle state `current` to `to`?"""
     if to not in STATES:
-        return Verdict(False, f"unknown lifecycle state {to!r}: one of {', '.join(STATES)}")
+        return TransitionDecision(False, f"unknown lifecycle state {to!r}: one of {', '.join(STATES)}")
     if current not in STATES:
-        return Verdict(False, f"the incident is in an unknown lifecycle state {current!r}")
+        return TransitionDecision(False, f"the incident is in an unknown lifecycle state {current!r}")
     if actor == "person" and to not in BY_PEOPLE:
-        return Verdict(False, f"{to!r} is recorded by the responder (when it cordons or a ticket exists); "
-                              f"people move incidents to {', '.join(BY_PEOPLE)}")
+        return TransitionDecision(False, f"{to!r} is recorded by the responder (when it cordons or a ticket "
+                                         f"exists); people move incidents to {', '.join(BY_PEOPLE)}")
     if actor == "responder" and to not in BY_RESPONDER:
-        return Verdict(False, f"the responder records only {', '.join(sorted(BY_RESPONDER))}, not {to!r}")
+        return TransitionDecision(False, f"the responder records only {', '.join(sorted(BY_RESPONDER))}, not {to!r}")
     if current == to:
-        return Verdict(False, f"the incident is {to} already", already=True)
+        return TransitionDecision(False, f"the incident is {to} already", already=True)
     if to in NEXT[current]:
-        return Verdict(True, f"{current} → {to}")
+        return TransitionDecision(True, f"{current} → {to}")
     allowed = sorted(NEXT[current], key=_order)
     after = ", ".join(allowed) if allowed else "nothing (closed is final)"
-    return Verdict(False, f"{current} → {to} is not allowed: from {current} an incident may move to {after}",
-                   already=_order(to) < _order(current) or current == "closed")
+    return TransitionDecision(False,
+                              f"{current} → {to} is not allowed: from {current} an incident may move to {after}",
+                              already=_order(to) < _order(current) or current == "closed")

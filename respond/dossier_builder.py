@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from history.tables import EvidenceRecord, FaultEvent, Incident, NodeState
 from models.catalog import load_catalog
-from models.dossier import ActionItem, Attribution, CodeInfo, Dossier, EvidenceItem, GpuInfo, HistoryItem
+from models.dossier import ActionItem, Attribution, CodeInfo, Dossier, DossierGpu, EvidenceItem, HistoryItem
 
 HISTORY_LIMIT = 20
 
@@ -56,7 +56,7 @@ def _attribution(events: Sequence[FaultEvent]) -> Attribution:
     )
 
 
-def _gpu(s: Session, incident: Incident) -> tuple[GpuInfo, str | None]:
+def _gpu(s: Session, incident: Incident) -> tuple[DossierGpu, str | None]:
     row = s.scalars(
         sa.select(NodeState).where(NodeState.node == incident.node, NodeState.kind == "inventory")
         .order_by(NodeState.valid_from.desc()).limit(1)
@@ -71,8 +71,8 @@ def _gpu(s: Session, incident: Incident) -> tuple[GpuInfo, str | None]:
             ):
                 model, numa = g.get("name"), g.get("numa_node")
                 break
-    return GpuInfo(model=model, uuid=incident.gpu_uuid, serial=incident.serial, pci=incident.pci,
-                   numa_node=numa), driver
+    return DossierGpu(model=model, uuid=incident.gpu_uuid, serial=incident.serial, pci=incident.pci,
+                      numa_node=numa), driver
 
 
 def _evidence(s: Session, events: Sequence[FaultEvent]) -> list[EvidenceItem]:

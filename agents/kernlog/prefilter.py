@@ -34,12 +34,14 @@ _BDF = re.compile(rf"\b({BDF})\b")
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class LineDecision:
+    """`keep`: the line concerns a GPU; `fault`: it reports a fault."""
+
     keep: bool
     fault: bool
 
 
-_DROP = Verdict(False, False)
+_DROP = LineDecision(False, False)
 
 
 class PreFilter:
@@ -61,7 +63,7 @@ class PreFilter:
         """False when no line of `block` (lines joined by newlines) can be kept."""
         return any(p.search(block) for p in self._block)
 
-    def __call__(self, message: str) -> Verdict:
+    def __call__(self, message: str) -> LineDecision:
         for pattern in self._keep:
             if pattern.search(message):
                 break
@@ -72,5 +74,5 @@ class PreFilter:
                 pci = self._pci
             if pci is not None and not any(normalize_pci(b) in pci for b in _BDF.findall(message)):
                 return _DROP
-        return Verdict(True, bool(self._fault and self._fault.search(message)))
+        return LineDecision(True, bool(self._fault and self._fault.search(message)))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from models.dossier import Attribution, CodeInfo, Dossier, EvidenceItem, GpuInfo
+from models.dossier import Attribution, CodeInfo, Dossier, DossierGpu, EvidenceItem
 from respond.sinks.jira_tracker import JiraTracker
 from respond.sinks.model import IncidentNotice
 from respond.sinks.sink_store import SinkStore, make_engine
@@ -50,7 +50,7 @@ def make_notice(node: str = "gpu-node-03", *, count: int = 1, category: str = "h
         reason="GPU has fallen off the bus", status=status, count=count, first_seen=T0,
         last_seen=last_seen or T0 + timedelta(seconds=count), catalog_version="r570",
         codes=[CodeInfo(code=c, count=count, mnemonic="GPU_LOST") for c in codes], driver_version="570.124.06",
-        gpu=GpuInfo(model="NVIDIA H100 80GB HBM3", uuid="GPU-6a1e", serial="1654922001234", pci="0000:3b:00.0"),
+        gpu=DossierGpu(model="NVIDIA H100 80GB HBM3", uuid="GPU-6a1e", serial="1654922001234", pci="0000:3b:00.0"),
         attribution=Attribution(pod="trainer-0", namespace=namespace, process="python", pid=4242),
         evidence=items,
     )
