@@ -6,7 +6,7 @@ before each attempt so that a repeated request never writes twice (a create is p
 search on the fingerprint label, a comment by a look for its marker, an attachment by a look at
 the ticket's attachment names).
 
-Errors: 429 and 5xx, connection failures and timeouts → `TransientError` (with Retry-After);
+Errors: 429 and 5xx, connection failures and timeouts → `TemporaryError` (with Retry-After);
 other 4xx → `PermanentError` carrying Jira's `errorMessages`/`errors`. `str(JIRAError)` includes
 the request headers (the Authorization header among them), so it is never used: messages are
 built from the status and Jira's error text, and scrubbed of the token.
@@ -24,7 +24,7 @@ from jira import JIRA, JIRAError
 from pydantic import SecretStr
 
 from models.ticket_policy import TicketFields
-from respond.sinks.errors import AmbiguousError, PermanentError, TransientError, scrub
+from respond.errors import AmbiguousError, PermanentError, TemporaryError, scrub
 from respond.sinks.ports import TicketInfo
 
 log = logging.getLogger(__name__)
@@ -70,11 +70,11 @@ class JiraTracker:
         except requests.exceptions.ReadTimeout:
             raise AmbiguousError(f"Jira did not answer {what} within {self._timeout:g} s") from None
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-            raise TransientError(f"Jira unreachable during {what}: {type(exc).__name__}") from None
+            raise TemporaryError(f"Jira unreachable during {what}: {type(exc).__name__}") from None
         except requests.exceptions.RequestException as exc:
-            raise TransientError(f"Jira request failed during {what}: {type(exc).__name__}") from None
+            raise TemporaryError(f"Jira request failed during {what}: {type(exc).__name__}") from None
 
-    def _from_jira_error(self, what: str, exc: JIRAError) -> TransientError | PermanentError:
+    def _from_jira_error(self, what: str, exc: JIRAError) -> TemporaryError | PermanentError:
         status = exc.status_code
         detail = self._scrub(str(exc.text or "").strip()) or "no error message"
         message = f"Jira answered HTTP {status} to {what}: {detail}"
@@ -87,7 +87,7 @@ class JiraTracker:
                 retry_after = float(str(headers["Retry-After"])) if headers.get("Retry-After") else None
             except ValueError:
                 retry_after = None
-            return TransientError(message, status, retry_after)
+            return TemporaryError(message, status, retry_after)
         try:
             body = exc.response.json() if exc.response is not None else {}
         except ValueError:

@@ -33,7 +33,7 @@ from typing import Any
 from models.chat_message import Routing, render_message, route
 from models.notify import Alert, Decision, GroupPolicy, SentRecord, content_hash, decide, group_key
 from models.redact import redact
-from respond.sinks.errors import AmbiguousError, PermanentError, SinkError
+from respond.errors import ActionError, AmbiguousError, PermanentError
 from respond.sinks.model import IncidentNotice
 from respond.sinks.ports import ChatTransport, Posted
 from respond.sinks.tickets import utcnow
@@ -186,7 +186,7 @@ class ChatNotifier:
                     posted = self._post(entry.channel, render_reply(decision, notices), f"{key}-reply",
                                         entry.thread_ts, retrying, channel)
                     root = entry.thread_ts
-        except SinkError as exc:
+        except ActionError as exc:
             permanent = isinstance(exc, PermanentError)
             attempts = (failure.attempts if failure else 0) + 1
             delay = min(self.retry_max_s, self.retry_base_s * 2 ** (attempts - 1))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from models.ticket_policy import INCIDENT_LABEL_PREFIX, TicketFields
-from respond.sinks.errors import PermanentError
+from respond.errors import PermanentError
 from respond.sinks.ports import Posted, TicketInfo
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

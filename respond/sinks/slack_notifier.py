@@ -9,7 +9,7 @@
 Retries inside slack-sdk: `RateLimitErrorRetryHandler` (429, honouring Retry-After),
 `ServerErrorRetryHandler` (5xx) and `ConnectionErrorRetryHandler` (connection refused or reset,
 never a read timeout: the request may have been carried out). What is still failing after that
-is raised as `TransientError` / `AmbiguousError` / `PermanentError` for the notifier to record.
+is raised as `TemporaryError` / `AmbiguousError` / `PermanentError` for the notifier to record.
 The bot token and webhook URLs are secrets: they never appear in errors or logs.
 """
 
@@ -31,7 +31,7 @@ from slack_sdk.http_retry.builtin_handlers import (
 )
 from slack_sdk.http_retry.handler import RetryHandler
 
-from respond.sinks.errors import AmbiguousError, PermanentError, SinkError, TransientError, scrub
+from respond.errors import ActionError, AmbiguousError, PermanentError, TemporaryError, scrub
 from respond.sinks.ports import Posted
 
 log = logging.getLogger(__name__)
@@ -87,12 +87,12 @@ class SlackWebTransport:
             error = str(exc.response.get("error") or "") if isinstance(exc.response.data, dict) else ""
             message = scrub(f"Slack answered HTTP {status} to {what}: {error or 'no error code'}", secrets)
             if status == 429 or status >= 500 or error in _TRANSIENT_ERRORS:
-                raise TransientError(message, status, _retry_after(exc.response.headers)) from None
+                raise TemporaryError(message, status, _retry_after(exc.response.headers)) from None
             raise PermanentError(message, status) from None
         except TimeoutError:
             raise AmbiguousError(f"Slack did not answer {what} within {self._timeout} s") from None
         except (URLError, HTTPException, ConnectionError, SlackRequestError) as exc:
-            raise TransientError(scrub(f"Slack unreachable during {what}: {type(exc).__name__}", secrets)) from None
+            raise TemporaryError(scrub(f"Slack unreachable during {what}: {type(exc).__name__}", secrets)) from None
 
     def post(self, channel: str, message: dict[str, Any], key: str, thread_ts: str | None = None) -> Posted:
         meta = {"event_type": METADATA_EVENT, "event_payload": {"key": key}}
@@ -146,17 +146,17 @@ class SlackWebhookTransport:
         except TimeoutError:
             raise AmbiguousError(f"the webhook of {channel} did not answer within {self._timeout} s") from None
         except (URLError, HTTPException, ConnectionError) as exc:
-            raise TransientError(f"the webhook of {channel} is unreachable: {type(exc).__name__}") from None
+            raise TemporaryError(f"the webhook of {channel} is unreachable: {type(exc).__name__}") from None
         if resp.status_code == 200:
             return Posted(channel, None)
         body = scrub(str(resp.body or "")[:200], (secret,))
         message_text = f"the webhook of {channel} answered HTTP {resp.status_code}: {body or 'no body'}"
         if resp.status_code == 429 or resp.status_code >= 500:
-            raise TransientError(message_text, resp.status_code, _retry_after(resp.headers))
+            raise TemporaryError(message_text, resp.status_code, _retry_after(resp.headers))
         raise PermanentError(message_text, resp.status_code)
 
     def update(self, channel: str, ts: str, message: dict[str, Any], key: str) -> None:
-        raise SinkError("incoming webhooks cannot edit a message")
+        raise ActionError("incoming webhooks cannot edit a message")
 
     def find(self, channel: str, key: str, thread_ts: str | None = None) -> Posted | None:
         return None  # a webhook cannot read the channel

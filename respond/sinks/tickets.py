@@ -38,7 +38,7 @@ from models.ticket_policy import (
     incident_label,
     wants_ticket,
 )
-from respond.sinks.errors import AmbiguousError, PermanentError, TransientError
+from respond.errors import AmbiguousError, PermanentError, TemporaryError
 from respond.sinks.model import IncidentNotice
 from respond.sinks.ports import TicketInfo, TicketTracker
 from respond.sinks.sink_store import SinkStore
@@ -139,7 +139,7 @@ class TicketSink:
                 self.store.finish_job(incident_id, "failed", now, decision="failed", error=exc.message)
                 log.error("ticket for %s refused for good: %s", incident_id, exc.message, extra=ctx)
                 return TicketOutcome(incident_id, "failed", "permanent error", error=exc.message)
-            except TransientError as exc:
+            except TemporaryError as exc:
                 delay = max(self.retry.base_s * 2 ** (attempt - 1), exc.retry_after or 0.0)
                 if attempt < self.retry.attempts and delay <= self.retry.max_wait_s and not exc.defer:
                     log.warning("ticket for %s: %s; retry %d/%d in %.1f s", incident_id, exc.message, attempt,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from respond.sinks.errors import PermanentError
+from respond.errors import PermanentError
 from respond.sinks.outbox import OutboxChat
 from respond.sinks.ports import ChatTransport
 from respond.sinks.slack_notifier import SlackWebTransport

@@ -10,7 +10,7 @@ import pytest
 from pydantic import SecretStr
 
 from models.ticket_policy import TicketFields
-from respond.sinks.errors import PermanentError
+from respond.errors import PermanentError
 from respond.sinks.jira_tracker import JiraTracker
 from respond.sinks.outbox import OutboxTracker
 from respond.sinks.ports import TicketTracker
