@@ -1,5 +1,6 @@
-"""The node agent: kernel-log source → pre-filter → spool → Kafka, plus the NVML, PodResources and
-evidence side paths. Each path runs in its own thread; none of them can block the kernel path."""
+"""The node agent: kernel-log source → pre-filter → spool → Kafka, plus the evidence collector and
+the sensors of `agents.signals` (NVML, PodResources, ...) as side paths. Each path runs in its own
+thread; none of them can block the kernel path."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from models.node_records import (
     NodeRecord,
     SpoolDrops,
     encode_node_record,
+    record_kind,
     topic_for,
 )
 
@@ -101,7 +103,7 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self._kernel_thread: threading.Thread | None = None
         self._kernel_error: BaseException | None = None
-        self._side: list[Any] = []  # NVML, PodResources: objects with start(stop) / close()
+        self._side: list[Any] = []  # the sensors: objects with start(stop) / close()
         self.evidence: Any = None
         self.health_server: HealthServer | None = None
         self._last_drop_report = time.monotonic()
@@ -127,6 +129,11 @@ class Agent:
             cursor=cursor,
             stop=self.stop_event,
         )
+
+    def emit(self, record: NodeRecord) -> None:
+        """Publish a side path's record: a full spool may drop the snapshots of droppable kinds
+        (they are republished periodically), never anything else."""
+        self.publish(record, fault=not record_kind(record.kind).droppable)
 
     # --- kernel path ----------------------------------------------------------------------
     def resume_cursor(self) -> dict[str, Any] | None:

@@ -10,12 +10,17 @@ kernel lines it is derived from the line's position in its source:
 
 Records are keyed by node name on every topic, so one partition holds all of a node's records.
 Bump `SCHEMA_VERSION` for any change that is not purely additive.
+
+Each record kind is registered with its topic (`register_record`); decoding and `topic_for` read
+that registry, so a health signal's own record kind (`models.signals`) travels like these.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -42,19 +47,22 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class _Record(BaseModel):
+class NodeRecordBase(BaseModel):
+    """What every node record carries. A kind subclasses it with `kind: Literal["<kind>"] = "<kind>"`."""
+
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     schema_version: int = SCHEMA_VERSION
     node: str
     record_id: str
     emitted_at: datetime = Field(default_factory=_now)
+    kind: str
 
 
 # --- kernel topic -----------------------------------------------------------------------------
 
 
-class KernelLine(_Record):
+class KernelLine(NodeRecordBase):
     """One GPU-relevant kernel log record, as read (the stream parses `message`)."""
 
     kind: Literal["kernel_line"] = "kernel_line"
@@ -73,7 +81,7 @@ class KernelLine(_Record):
     observed_at: datetime = Field(default_factory=_now)
 
 
-class KernelGap(_Record):
+class KernelGap(NodeRecordBase):
     """Kernel log records were lost before the agent could read them."""
 
     kind: Literal["kernel_gap"] = "kernel_gap"
@@ -141,7 +149,7 @@ class GpuInfo(BaseModel):
     unsupported: tuple[str, ...] = ()
 
 
-class GpuInventory(_Record):
+class GpuInventory(NodeRecordBase):
     kind: Literal["inventory"] = "inventory"
     driver_version: str | None = None
     cuda_driver_version: int | None = None
@@ -160,7 +168,7 @@ class GpuProcess(BaseModel):
     pod_uid: str | None = None
 
 
-class GpuProcesses(_Record):
+class GpuProcesses(NodeRecordBase):
     kind: Literal["gpu_processes"] = "gpu_processes"
     processes: tuple[GpuProcess, ...] = ()
 
@@ -180,14 +188,14 @@ class DeviceAssignment(BaseModel):
     container: str
 
 
-class PodAssignments(_Record):
+class PodAssignments(NodeRecordBase):
     kind: Literal["pod_assignments"] = "pod_assignments"
     changed_at: datetime
     assignments: tuple[DeviceAssignment, ...] = ()
     allocatable: tuple[str, ...] = ()
 
 
-class SpoolDrops(_Record):
+class SpoolDrops(NodeRecordBase):
     """The agent's disk spool was full and dropped records (never fault lines)."""
 
     kind: Literal["spool_drops"] = "spool_drops"
@@ -208,7 +216,7 @@ NvmlEventType = Literal[
 ]
 
 
-class NvmlEvent(_Record):
+class NvmlEvent(NodeRecordBase):
     kind: Literal["nvml_event"] = "nvml_event"
     gpu_uuid: str | None = None
     pci_bus_id: str | None = None
@@ -221,7 +229,7 @@ class NvmlEvent(_Record):
     observed_at: datetime = Field(default_factory=_now)
 
 
-class GpuMissing(_Record):
+class GpuMissing(NodeRecordBase):
     kind: Literal["gpu_missing"] = "gpu_missing"
     reason: Literal["gpu_lost", "count_dropped"]
     gpu_uuid: str | None = None
@@ -247,7 +255,7 @@ class EvidenceItem(BaseModel):
     detail: str | None = None
 
 
-class Evidence(_Record):
+class Evidence(NodeRecordBase):
     kind: Literal["evidence"] = "evidence"
     trigger_record_id: str
     gpu_uuid: str | None = None
@@ -258,42 +266,107 @@ class Evidence(_Record):
     items: tuple[EvidenceItem, ...] = ()
 
 
-NodeRecord = Annotated[
-    KernelLine
-    | KernelGap
-    | GpuInventory
-    | GpuProcesses
-    | PodAssignments
-    | SpoolDrops
-    | NvmlEvent
-    | GpuMissing
-    | Evidence,
-    Field(discriminator="kind"),
-]
-
-_ADAPTER: TypeAdapter[NodeRecord] = TypeAdapter(NodeRecord)
-
-TOPIC_FOR_KIND: dict[str, str] = {
-    "kernel_line": KERNEL_TOPIC,
-    "kernel_gap": KERNEL_TOPIC,
-    "inventory": STATE_TOPIC,
-    "gpu_processes": STATE_TOPIC,
-    "pod_assignments": STATE_TOPIC,
-    "spool_drops": STATE_TOPIC,
-    "nvml_event": NVML_TOPIC,
-    "gpu_missing": NVML_TOPIC,
-    "evidence": EVIDENCE_TOPIC,
-}
+# Any registered node record; the kinds above and those of `models.signals`.
+NodeRecord = NodeRecordBase
 
 
-def topic_for(record: NodeRecord) -> str:
-    return TOPIC_FOR_KIND[record.kind]
+@dataclass(frozen=True, slots=True)
+class RecordKind:
+    """A record kind on the wire: its schema, its topic, and whether a full spool may drop it."""
+
+    record: type[NodeRecordBase]
+    topic: str
+    droppable: bool = False  # a snapshot republished periodically; events and faults never are
+
+    @property
+    def kind(self) -> str:
+        return kind_of(self.record)
 
 
-def decode_node_record(data: bytes | str) -> NodeRecord:
-    """Decode one record; raises pydantic.ValidationError for anything that is not a node record."""
-    return _ADAPTER.validate_json(data)
+_KINDS: dict[str, RecordKind] = {}
+TOPIC_FOR_KIND: dict[str, str] = {}  # kind → topic, kept in step with the registry
 
 
-def encode_node_record(record: NodeRecord) -> bytes:
+def kind_of(record: type[NodeRecordBase]) -> str:
+    """The `kind` a record class is tagged with (the default of its `kind` literal)."""
+    default = record.model_fields["kind"].default
+    if not isinstance(default, str):
+        raise TypeError(f"{record.__name__} needs a default for its `kind` literal")
+    return default
+
+
+def register_record(record: type[NodeRecordBase], topic: str, *, droppable: bool = False) -> RecordKind:
+    """Make a record kind decodable and publishable on `topic`, one of the node topics.
+
+    Registering the same kind again with the same schema and topic is a no-op; anything else is an error.
+    """
+    if topic not in NODE_TOPICS:
+        raise ValueError(f"{topic!r} is not a node topic ({', '.join(NODE_TOPICS)})")
+    entry = RecordKind(record, topic, droppable)
+    existing = _KINDS.get(entry.kind)
+    if existing is not None:
+        if existing == entry:
+            return existing
+        raise ValueError(f"record kind {entry.kind!r} is already registered ({existing.record.__name__})")
+    _KINDS[entry.kind] = entry
+    TOPIC_FOR_KIND[entry.kind] = topic
+    _adapter.cache_clear()
+    return entry
+
+
+def unregister_record(kind: str) -> None:
+    """Forget a record kind (tests that register a kind of their own)."""
+    if _KINDS.pop(kind, None) is not None:
+        del TOPIC_FOR_KIND[kind]
+        _adapter.cache_clear()
+
+
+def _load_signals() -> None:
+    """Register the record kinds of the health signals in `models.signals` (on first use)."""
+    import models.signals  # noqa: F401
+
+
+def record_kind(kind: str) -> RecordKind:
+    """The registration of a record kind; KeyError for a kind nobody registered."""
+    entry = _KINDS.get(kind)
+    if entry is None:
+        _load_signals()
+        entry = _KINDS[kind]
+    return entry
+
+
+@functools.cache
+def _adapter() -> TypeAdapter[Any]:
+    _load_signals()
+    union: Any = Union[tuple(entry.record for entry in _KINDS.values())]  # noqa: UP007
+    tagged: Any = Annotated[union, Field(discriminator="kind")]
+    return TypeAdapter(tagged)
+
+
+def topic_for(record: NodeRecordBase) -> str:
+    return record_kind(record.kind).topic
+
+
+def decode_node_record(data: bytes | str) -> NodeRecordBase:
+    """Decode one record of a registered kind; raises pydantic.ValidationError for anything else."""
+    record: NodeRecordBase = _adapter().validate_json(data)
+    return record
+
+
+def encode_node_record(record: NodeRecordBase) -> bytes:
     return record.model_dump_json().encode()
+
+
+# The kinds the agent publishes itself.
+for _record, _topic, _droppable in (
+    (KernelLine, KERNEL_TOPIC, False),
+    (KernelGap, KERNEL_TOPIC, False),
+    (GpuInventory, STATE_TOPIC, True),
+    (GpuProcesses, STATE_TOPIC, True),
+    (PodAssignments, STATE_TOPIC, True),
+    (SpoolDrops, STATE_TOPIC, False),
+    (NvmlEvent, NVML_TOPIC, False),
+    (GpuMissing, NVML_TOPIC, False),
+    (Evidence, EVIDENCE_TOPIC, False),
+):
+    register_record(_record, _topic, droppable=_droppable)

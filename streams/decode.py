@@ -1,4 +1,7 @@
-"""Decode the node records arriving on the input topics, or say why a message is a dead letter."""
+"""Decode the node records arriving on the input topics, or say why a message is a dead letter.
+
+Every registered record kind decodes (`models.node_records.register_record`; the kinds of the health
+signals in `models.signals` among them); a kind nobody registered is an invalid record."""
 
 from __future__ import annotations
 

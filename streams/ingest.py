@@ -3,6 +3,8 @@
 Kernel lines go through one `KernelLogParser` per node, so records that span lines (an identity
 line and its serial number, the three lines of "fallen off the bus", AER groups) are assembled as
 in `xidpipe parse`. A record still open when its node goes quiet is closed by `flush_idle`.
+Records of a health signal (`models.signals`: NVML events, missing GPUs, any signal registered
+there) become fault observations through the signal's own mapping.
 """
 
 from __future__ import annotations
@@ -14,28 +16,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from models.incidents import (
-    FaultObservation,
-    observation_from_kernel,
-    observation_from_missing,
-    observation_from_nvml,
-    parse_time,
-)
+from models.incidents import FaultObservation, observation_from_kernel, parse_time
 from models.kernlog.parser import KernelLogParser
 from models.kernlog.record import FaultRecord
 from models.node_records import (
     Evidence,
     GpuInventory,
-    GpuMissing,
     GpuProcesses,
     KernelGap,
     KernelLine,
     NodeRecord,
-    NvmlEvent,
     PodAssignments,
     SpoolDrops,
 )
 from models.pci import normalize_pci
+from models.signals import observations
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +92,6 @@ class Ingest:
         if isinstance(record, GpuProcesses):
             return [StateItem(record.node, record.record_id, topic, "processes", record.emitted_at,
                               record.model_dump(mode="json"))]
-        if isinstance(record, NvmlEvent):
-            obs = observation_from_nvml(record)
-            return [FaultItem(obs, topic)] if obs is not None else []
-        if isinstance(record, GpuMissing):
-            return [FaultItem(observation_from_missing(record), topic)]
         if isinstance(record, Evidence):
             return [EvidenceItem(record, topic)]
         if isinstance(record, KernelGap):
@@ -110,6 +100,12 @@ class Ingest:
         elif isinstance(record, SpoolDrops):
             log.warning("node agent on %s dropped %d spooled records", record.node, record.dropped_since_last,
                         extra={"node": record.node})
+        else:
+            faults = observations(record)
+            if faults is not None:
+                return [FaultItem(obs, topic) for obs in faults]
+            log.warning("no signal maps %s records (from %s)", record.kind, record.node,
+                        extra={"node": record.node, "kind": record.kind})
         return []
 
     def _kernel(self, line: KernelLine, topic: str) -> list[Item]:
