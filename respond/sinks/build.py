@@ -1,5 +1,6 @@
-"""Composition of the sinks from `SinkSettings`: Jira or the outbox, Slack (bot or webhooks) or the
-outbox, over one SQL store."""
+"""Composition of the sinks from `SinkSettings`: the ticket sink and the chat notifier over one SQL
+store, each acting through the first configured destination of its port (`registry`): Jira or the
+outbox, Slack (bot or webhooks) or the outbox, or a destination registered there."""
 
 from __future__ import annotations
 
@@ -7,14 +8,12 @@ import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
+from history.engine import make_engine
 from models.notify import GroupPolicy
-from respond.sinks.jira_tracker import JiraTracker
 from respond.sinks.notifications import ChatNotifier
-from respond.sinks.outbox import OutboxChat, OutboxTracker
-from respond.sinks.ports import ChatTransport, TicketTracker
+from respond.sinks.registry import open_port
 from respond.sinks.settings import SinkSettings
-from respond.sinks.sink_store import SinkStore, make_engine
-from respond.sinks.slack_notifier import SlackWebhookTransport, SlackWebTransport
+from respond.sinks.sink_store import SinkStore
 from respond.sinks.tickets import RetryPolicy, TicketSink
 
 log = logging.getLogger(__name__)
@@ -29,24 +28,8 @@ class Sinks:
 
 def build_sinks(settings: SinkSettings, store: SinkStore | None = None) -> Sinks:
     store = store or SinkStore(make_engine(settings.database_url))
-    tracker: TicketTracker
-    if settings.jira_url and settings.jira_user and settings.jira_api_token:
-        tracker = JiraTracker(settings.jira_url, settings.jira_user, settings.jira_api_token,
-                              timeout_s=settings.jira_timeout_s)
-    else:
-        tracker = OutboxTracker(settings.outbox_dir)
-    transport: ChatTransport
-    if settings.slack_bot_token:
-        transport = SlackWebTransport(settings.slack_bot_token, base_url=settings.slack_base_url,
-                                      timeout_s=settings.slack_timeout_s,
-                                      rate_limit_retries=settings.slack_rate_limit_retries,
-                                      server_error_retries=settings.slack_server_error_retries)
-    elif settings.slack_webhooks:
-        transport = SlackWebhookTransport(settings.slack_webhooks, timeout_s=settings.slack_timeout_s,
-                                          rate_limit_retries=settings.slack_rate_limit_retries,
-                                          server_error_retries=settings.slack_server_error_retries)
-    else:
-        transport = OutboxChat(settings.outbox_dir)
+    tracker = open_port("tickets", settings)
+    transport = open_port("chat", settings)
     log.info("sinks: tickets via %s, chat via %s", tracker.name, transport.name)
     tickets = TicketSink(tracker, store, settings.ticket_policy, RetryPolicy(
         attempts=settings.ticket_attempts, base_s=settings.ticket_retry_base_s,

@@ -1,14 +1,17 @@
-"""The two ports of the sinks. Each has a real adapter and an outbox one, and one contract suite
-(`tests/respond/sinks/test_tracker_contract.py`, `tests/respond/sinks/test_chat_contract.py`) runs against both.
+"""The two ports of the sinks, and what a destination is. Each port has a real adapter and an outbox
+one, and one contract suite (`tests/respond/sinks/test_tracker_contract.py`,
+`tests/respond/sinks/test_chat_contract.py`) runs against both.
 
-Every method raises `errors.TransientError` (try again later) or `errors.PermanentError`.
+Every method raises `respond.errors.TemporaryError` (try again later) or `respond.errors.PermanentError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from pydantic import BaseModel
 
 from models.ticket_policy import TicketFields
 
@@ -76,3 +79,24 @@ class ChatTransport(Protocol):
     def find(self, channel: str, key: str, thread_ts: str | None = None) -> Posted | None:
         """A message posted earlier with `key` (after a timeout left it unknown whether it was)."""
         ...
+
+
+Port = Literal["tickets", "chat"]
+P = TypeVar("P", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class Destination(Generic[P]):
+    """Where tickets or chat messages can go: one params class and one sink class filling a port.
+
+    `params` is validated from the sink settings: the fields `<prefix>_<param>` of `SinkSettings`
+    (prefix: `settings_prefix`, else `name`) and the entry `destinations.<name>`. `sink(params)` is
+    the port's adapter, or None when the params leave the destination unconfigured.
+    """
+
+    name: str
+    port: Port
+    params: type[P]
+    sink: Callable[[P], TicketTracker | ChatTransport | None]
+    settings_prefix: str | None = None
+    fallback: bool = False  # taken only when no other destination of its port is configured

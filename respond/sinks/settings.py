@@ -1,12 +1,16 @@
 """Settings of the sinks: one object, loaded once at the composition root (env prefix
 `XIDPIPE_SINKS_`, nested with `__`: `XIDPIPE_SINKS_TICKET_POLICY__PROJECT=OPS`).
 
-Neither Jira nor Slack configured: tickets and messages go to the file outbox.
+Neither Jira nor Slack configured: tickets and messages go to the file outbox. The fields
+`<destination>_<param>` (`jira_url`, `slack_bot_token`, `outbox_dir`, ...) are the params of the
+destinations in `respond.sinks.destinations`; a destination without fields here takes its params
+from `destinations` (`XIDPIPE_SINKS_DESTINATIONS__PAGERDUTY__ROUTING_KEY=...`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -56,3 +60,12 @@ class SinkSettings(BaseSettings):
     chat_retention_s: float = Field(default=86400.0, gt=0, description="a group all resolved and told so is "
                                     "forgotten after this long (a recurrence continues its thread)")
     chat_flush_interval_s: float = Field(default=5.0, gt=0, description="how often groups are decided again")
+    destinations: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, repr=False, description="params of registered destinations by name, validated by "
+        "the destination's params class (where secrets are SecretStr); not shown in the settings' repr")
+
+    def params_for(self, prefix: str, name: str) -> dict[str, Any]:
+        """A destination's params: the fields `<prefix>_<param>`, then its entry in `destinations`."""
+        cut = len(prefix) + 1
+        fields = {f[cut:]: getattr(self, f) for f in type(self).model_fields if f.startswith(f"{prefix}_")}
+        return {**fields, **self.destinations.get(name, {})}
