@@ -1,8 +1,9 @@
 """What was done about an incident: cluster actions, its ticket, chat notifications.
 
-These live in tables other components own (the action record of `respond.cordon.action_log`, the ticket
-map and notification log of `history.sink_tables`), in the same database in the default set-up. A
-table that does not exist (the responder never ran against this database) reads as nothing.
+These live in the tables the responder writes (the action record of `history.action_tables`, the
+ticket map and notification log of `history.sink_tables`), in the same database in the default
+set-up. A table that does not exist (a database the migrations have not brought to 0004) reads as
+nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from history.action_tables import actions_table
 from history.sink_tables import ChatAlertRow, NotificationLogRow, TicketRow
 
 ACTIONS_LIMIT = 200
@@ -44,8 +46,6 @@ def actions(s: Session, incident_id: str, limit: int = ACTIONS_LIMIT) -> list[An
     """The incident's rows of the action record (cordons, repeats, evictions, releases), oldest first."""
     if not has_table(s, "actions"):
         return []
-    from respond.cordon.action_log import actions_table
-
     return list(s.execute(sa.select(actions_table).where(actions_table.c.incident_id == incident_id)
                           .order_by(actions_table.c.at, actions_table.c.id).limit(limit)).all())
 

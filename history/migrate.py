@@ -1,4 +1,5 @@
-"""Bring a database's stream-pipeline tables to the current schema with Alembic."""
+"""Bring a database to the current schema with Alembic: every table of `history.schema` (the stream
+pipeline, incident history, GPU ledger, sink and action record tables)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from alembic import command
 from alembic.config import Config
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-VERSION_TABLE = "xidpipe_streams_version"  # other components may keep their own history in the same database
+VERSION_TABLE = "xidpipe_streams_version"  # other applications may keep their own history in the same database
 
 
 def alembic_config(url: str) -> Config:

@@ -10,27 +10,21 @@
   after a successful send. `chat_failures`: the last failed send of a group, for operators.
 - `silences`: Alertmanager-style silences (matchers, start, end, author, comment).
 
-All times are UTC.
+All times are UTC. The tables are on `history.tables.metadata`; migration 0004 creates them.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
-from history.tables import UtcDateTime
-
-
-class SinkBase(DeclarativeBase):
-    type_annotation_map: ClassVar[dict[Any, Any]] = {
-        datetime: UtcDateTime(), dict[str, Any]: sa.JSON(), list[Any]: sa.JSON(), list[str]: sa.JSON(),
-    }
+from history.tables import Base
 
 
-class TicketRow(SinkBase):
+class TicketRow(Base):
     __tablename__ = "tickets"
 
     incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
@@ -46,7 +40,7 @@ class TicketRow(SinkBase):
     recovered: Mapped[bool] = mapped_column(default=False)  # found by label search, not created by this map
 
 
-class TicketJobRow(SinkBase):
+class TicketJobRow(Base):
     __tablename__ = "ticket_queue"
 
     incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
@@ -59,7 +53,7 @@ class TicketJobRow(SinkBase):
     updated_at: Mapped[datetime]
 
 
-class ChatAlertRow(SinkBase):
+class ChatAlertRow(Base):
     __tablename__ = "chat_alerts"
 
     fingerprint: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
@@ -73,7 +67,7 @@ class ChatAlertRow(SinkBase):
     updated_at: Mapped[datetime]
 
 
-class NotificationLogRow(SinkBase):
+class NotificationLogRow(Base):
     __tablename__ = "notification_log"
 
     group_key: Mapped[str] = mapped_column(sa.String(512), primary_key=True)
@@ -86,7 +80,7 @@ class NotificationLogRow(SinkBase):
     transport: Mapped[str] = mapped_column(sa.String(16))  # web, webhook, outbox
 
 
-class ChatFailureRow(SinkBase):
+class ChatFailureRow(Base):
     __tablename__ = "chat_failures"
 
     group_key: Mapped[str] = mapped_column(sa.String(512), primary_key=True)
@@ -98,7 +92,7 @@ class ChatFailureRow(SinkBase):
     updated_at: Mapped[datetime]
 
 
-class SilenceRow(SinkBase):
+class SilenceRow(Base):
     __tablename__ = "silences"
 
     id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)

@@ -18,7 +18,8 @@
   with a validity interval), `gpu_ledger_events` (placed, moved, replaced, returned, changed,
   missing) and `gpu_ledger_nodes` (the latest inventory applied per node).
 
-All times are UTC.
+All times are UTC. The sink tables (`history.sink_tables`) and the action record's tables
+(`history.action_tables`) share this module's `metadata`; `history.schema` gathers all of them.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {
-        datetime: UtcDateTime(), dict[str, Any]: sa.JSON(), list[Any]: sa.JSON(),
+        datetime: UtcDateTime(), dict[str, Any]: sa.JSON(), list[Any]: sa.JSON(), list[str]: sa.JSON(),
     }
 
 

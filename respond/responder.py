@@ -21,6 +21,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.orm import Session
 
 from history.engine import make_engine
+from history.migrate import upgrade
 from history.tables import Incident
 from models.cordon import cordon_request_for
 from models.incidents import IncidentState
@@ -283,5 +284,10 @@ async def _ensure_topic(settings: RespondSettings, name: str) -> None:
 
 def build_responder(settings: RespondSettings, executor: CordonExecutor, sinks: Sinks,
                     cluster_api: Any = None) -> Responder:
-    return Responder(make_engine(settings.database_url), executor, sinks, cluster=settings.cluster,
-                     cluster_api=cluster_api)
+    """The responder over `settings.database_url`; that database, and the sinks' when it is another,
+    are migrated to head first (the schema of every table comes from `history.migrate`)."""
+    engine = make_engine(settings.database_url)
+    upgrade(engine)
+    if sinks.store.engine.url != engine.url:
+        upgrade(sinks.store.engine)
+    return Responder(engine, executor, sinks, cluster=settings.cluster, cluster_api=cluster_api)

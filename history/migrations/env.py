@@ -1,7 +1,8 @@
-"""Alembic environment for the stream pipeline's tables (`history/tables.py`).
+"""Alembic environment for every table of xidpipe's database (`history.schema.metadata`: the stream
+pipeline, incident history and GPU ledger, sink and action record tables).
 
-Its version table is `xidpipe_streams_version`, so other components can keep their own migration
-history in the same database.
+Its version table is `xidpipe_streams_version` (the name it has had since the first revision), so
+other applications can keep their own migration history in the same database.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import sqlalchemy as sa
 from alembic import context
 
 from history.migrate import VERSION_TABLE
-from history.tables import POSTGRESQL_ONLY_INDEXES, metadata
+from history.schema import POSTGRESQL_ONLY_INDEXES, metadata
 
 
 def run() -> None:
@@ -37,7 +38,7 @@ def _migrate(connection: sa.Connection) -> None:
 
 
 def _ours(name: str | None, type_: str, _parent: object) -> bool:
-    """Autogenerate looks at this pipeline's tables only: the database may hold other components' tables.
+    """Autogenerate looks at xidpipe's tables only: the database may hold other applications' tables.
     The PostgreSQL-only indexes the migrations make outside the metadata are not differences."""
     if type_ == "index":
         return name not in POSTGRESQL_ONLY_INDEXES

@@ -2,8 +2,9 @@
 
 Two stores with one interface:
 
-- `SqlActionStore(url)`: SQL tables `actions` (one row per action) and `cordon_breaker` (one row,
-  the breaker state), created if missing. Use it when several workers share one database.
+- `SqlActionStore(engine)`: SQL tables `actions` (one row per action) and `cordon_breaker` (one row,
+  the breaker state), declared in `history.action_tables` and created by the migrations. Use it
+  when several workers share one database.
 - `JsonlActionStore(path)`: one JSON object per line in `path`, the breaker state in
   `<path>.breaker.json` (replaced atomically). For one worker, or for the command line on a
   laptop. The cordon times are read once and kept in memory (read again when another process
@@ -23,6 +24,7 @@ from typing import Any, Literal, Protocol
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
 
+from history.action_tables import actions_table, breaker_table
 from models.cordon import BreakerState
 
 ActionKind = Literal["cordon", "repeat", "release", "evict", "breaker_trip", "breaker_reset"]
@@ -125,34 +127,6 @@ class JsonlActionStore:
 
 # --- SQL ------------------------------------------------------------------------------------------
 
-metadata = sa.MetaData()
-
-actions_table = sa.Table(
-    "actions",
-    metadata,
-    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
-    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("action", sa.String(32), nullable=False),
-    sa.Column("outcome", sa.String(16), nullable=False),
-    sa.Column("node", sa.String(253)),
-    sa.Column("incident_id", sa.String(512)),
-    sa.Column("decision", sa.String(32)),
-    sa.Column("reason", sa.Text, nullable=False, default=""),
-    sa.Column("dry_run", sa.Boolean, nullable=False, default=False),
-    sa.Column("actor", sa.String(253), nullable=False),
-    sa.Column("details", sa.JSON, nullable=False),
-    sa.Index("ix_actions_action_at", "action", "at"),
-    sa.Index("ix_actions_node_at", "node", "at"),
-)
-
-breaker_table = sa.Table(
-    "cordon_breaker",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True),  # always 1
-    sa.Column("state", sa.JSON, nullable=False),
-    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-)
-
 
 def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
@@ -164,10 +138,10 @@ def _naive_if_sqlite(engine: sa.Engine, value: datetime) -> datetime:
 
 
 class SqlActionStore:
-    def __init__(self, url: str, *, create: bool = True) -> None:
-        self.engine = sa.create_engine(url, future=True)
-        if create:
-            metadata.create_all(self.engine, checkfirst=True)
+    """The action record in the database behind `engine` (`history.engine.make_engine`), migrated to head."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
 
     def close(self) -> None:
         self.engine.dispose()
@@ -208,10 +182,3 @@ class SqlActionStore:
             updated = conn.execute(breaker_table.update().where(breaker_table.c.id == 1).values(**values))
             if updated.rowcount == 0:
                 conn.execute(breaker_table.insert().values(id=1, **values))
-
-
-def open_store(database_url: str | None, action_log: Path) -> ActionStore:
-    """The SQL store when a database URL is configured, else the JSON Lines log."""
-    if database_url:
-        return SqlActionStore(database_url)
-    return JsonlActionStore(action_log)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from kubernetes import client
 
+from history.engine import make_engine
+from history.migrate import upgrade
 from models.cordon_policy import CordonPolicy
-from respond.cordon.action_log import ActionStore, open_store
+from respond.cordon.action_log import ActionStore, JsonlActionStore, SqlActionStore
 from respond.cordon.executor import CordonExecutor
 from respond.cordon.kube_nodes import KubeNodes, api_client_from_kubeconfig, api_client_in_cluster
 from respond.cordon.policy_file import load_policy
@@ -22,8 +24,14 @@ def api_client(settings: ActionSettings) -> client.ApiClient | None:
 
 
 def store_from(settings: ActionSettings) -> ActionStore:
+    """The SQL action record when a database URL is configured (the database migrated to head first),
+    else the JSON Lines log."""
     url = settings.database_url.get_secret_value() if settings.database_url else None
-    return open_store(url, settings.action_log)
+    if not url:
+        return JsonlActionStore(settings.action_log)
+    engine = make_engine(url)
+    upgrade(engine)
+    return SqlActionStore(engine)
 
 
 def build_executor(settings: ActionSettings, policy: CordonPolicy | None = None,

@@ -1,7 +1,8 @@
 """SQL state of the sinks: the ticket map and queue, chat alerts, the notification log, silences.
 
-Tables are defined in `history.sink_tables`. One short transaction per call; rows come back
-detached (plain values), so callers never hold a session across a network call.
+Tables are defined in `history.sink_tables` and created by the migrations (`history.migrate.upgrade`);
+the store never creates them. One short transaction per call; rows come back detached (plain
+values), so callers never hold a session across a network call.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,21 +20,11 @@ from history.sink_tables import (
     ChatFailureRow,
     NotificationLogRow,
     SilenceRow,
-    SinkBase,
     TicketJobRow,
     TicketRow,
 )
 from models.notify import Alert, Matcher, Silence, content_hash
 from models.ticket_policy import TicketState
-
-
-def make_engine(url: str) -> sa.Engine:
-    """An engine for `url`, with the sink tables created (SQLite: the file's folder too)."""
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(url)
-    SinkBase.metadata.create_all(engine)
-    return engine
 
 
 def _newer(new: dict[str, Any], old: dict[str, Any]) -> bool:
@@ -47,9 +37,10 @@ def _newer(new: dict[str, Any], old: dict[str, Any]) -> bool:
 
 
 class SinkStore:
+    """The sinks' state in the database behind `engine` (`history.engine.make_engine`), migrated to head."""
+
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
-        SinkBase.metadata.create_all(engine)
         self._session = sessionmaker(engine, expire_on_commit=False)
 
     def session(self) -> Session:

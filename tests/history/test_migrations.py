@@ -1,5 +1,6 @@
 """The Alembic migrations, up and down, on SQLite and the real PostgreSQL; the migrated schema is
-exactly `history.tables` (autogenerate finds nothing to change); `xidpipe db upgrade|current`."""
+exactly every table of `history.schema` (autogenerate finds nothing to change); a database whose
+sink and action tables the stores made themselves upgrades cleanly; `xidpipe db upgrade|current`."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ from alembic.runtime.migration import MigrationContext
 
 from history.engine import make_engine
 from history.migrate import VERSION_TABLE, alembic_config, current_revision, head_revision, upgrade
-from history.tables import POSTGRESQL_ONLY_INDEXES, metadata
+from history.schema import POSTGRESQL_ONLY_INDEXES, metadata
 from xidpipe.cli import main
 
 T = datetime(2026, 11, 29, 12, tzinfo=UTC)
+# The tables migration 0004 brings under the migrations (before it, their stores created them).
+STORE_TABLES = frozenset({"tickets", "ticket_queue", "chat_alerts", "notification_log", "chat_failures", "silences",
+                          "actions", "cordon_breaker"})
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -59,16 +63,18 @@ def test_up_down_and_the_schema_matches_the_models(url: str) -> None:
     engine = make_engine(url)
     try:
         upgrade(engine)
-        assert current_revision(engine) == head_revision() == "0003"
+        assert current_revision(engine) == head_revision() == "0004"
         assert diff(engine) == []
-        assert tables(engine) == set(metadata.tables)
+        assert tables(engine) == set(metadata.tables) and tables(engine) > STORE_TABLES
         if engine.dialect.name == "postgresql":  # the local server has pg_trgm
             assert "ix_incidents_workloads_trgm" in {i["name"] for i in sa.inspect(engine).get_indexes("incidents")}
+        downgrade(engine, "0003")
+        assert tables(engine) == set(metadata.tables) - STORE_TABLES
         downgrade(engine, "0001")
         assert current_revision(engine) == "0001"
         assert "lifecycle" not in {c["name"] for c in sa.inspect(engine).get_columns("incidents")}
         assert "gpu_cards" not in tables(engine)
-        upgrade(engine)  # 0002 and 0003 again over 0001's tables as the downgrade left them
+        upgrade(engine)  # 0002 to 0004 again over 0001's tables as the downgrade left them
         assert diff(engine) == []
         downgrade(engine, "base")
         assert current_revision(engine) is None and tables(engine) == set()
@@ -118,6 +124,44 @@ def test_incident_codes_are_filled_from_existing_incidents(url: str) -> None:
         engine.dispose()
 
 
+def test_db_upgrade_builds_every_table_on_an_empty_database(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["db", "upgrade", "--database-url", url]) == 0
+    assert "migrated from (empty) to 0004" in capsys.readouterr().out
+    engine = make_engine(url)
+    try:
+        assert tables(engine) == set(metadata.tables)
+        assert diff(engine) == []
+        downgrade(engine, "base")
+        assert current_revision(engine) is None and tables(engine) == set()
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("revision", ["0003", None], ids=["with-the-stream-tables", "sink-database"])
+def test_tables_the_stores_made_upgrade_to_head(url: str, revision: str | None) -> None:
+    """Before 0004 the sink and action stores ran `create_all` on the database they opened: the
+    worker's (migrated to 0003), or a database of their own (never migrated)."""
+    engine = make_engine(url)
+    try:
+        if revision:
+            upgrade(engine, revision)
+        metadata.create_all(engine, tables=[metadata.tables[name] for name in sorted(STORE_TABLES)])
+        t = {"t": T.replace(tzinfo=None)}
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO silences (id, matchers, starts_at, ends_at, created_by, comment, "
+                                 "created_at) VALUES ('s1', '[]', :t, :t, 'ops', 'rma', :t)"), t)
+            conn.execute(sa.text("INSERT INTO cordon_breaker (id, state, updated_at) VALUES (1, '{}', :t)"), t)
+        upgrade(engine)
+        assert current_revision(engine) == "0004"
+        assert diff(engine) == []
+        assert tables(engine) == set(metadata.tables)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT created_by FROM silences")).scalar_one() == "ops"
+            assert conn.execute(sa.text("SELECT count(*) FROM cordon_breaker")).scalar_one() == 1
+    finally:
+        engine.dispose()
+
+
 def test_db_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     assert main(["db", "current", "--database-url", url]) == 1
@@ -129,10 +173,10 @@ def test_db_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert json.loads(capsys.readouterr().out)["revision"] == "0001"
     assert main(["db", "upgrade", "--database-url", url]) == 0
     out = capsys.readouterr().out
-    assert "migrated from 0001 to 0003" in out and "revision 0003 (up to date)" in out
+    assert "migrated from 0001 to 0004" in out and "revision 0004 (up to date)" in out
     assert main(["db", "upgrade", "--database-url", url, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"database": url, "revision": "0003", "head": "0003",
-                                                   "previous": "0003"}
+    assert json.loads(capsys.readouterr().out) == {"database": url, "revision": "0004", "head": "0004",
+                                                   "previous": "0004"}
 
 
 def test_db_upgrade_hides_the_password(capsys: pytest.CaptureFixture[str], postgres_url: str) -> None:

@@ -1,8 +1,12 @@
-"""`xidpipe db upgrade|current`: the stream pipeline's schema (Alembic migrations in `history/migrations`).
+"""`xidpipe db upgrade|current`: the database's schema (Alembic migrations in `history/migrations`).
+
+Every table is made by the migrations: the stream pipeline's, the incident history and GPU
+ledger, the sinks' (tickets, chat notifications, silences) and the action record's.
 
 The database is `--database-url`, else `$XIDPIPE_DATABASE_URL`, else the SQLite file `make demo`
-writes. The worker upgrades its database when it starts; this command does it ahead of a rollout,
-or for a database the CLI and the API read.
+writes. The worker, the responder and the commands that write to it (`silence`, and `node` and
+`breaker` with a database URL) upgrade their database when they start; this command does it ahead
+of a rollout, or for a database the CLI and the API read.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from history.database import DEFAULT_DB, database_url, shown
 
 def register(sub: Any) -> None:
     db: argparse.ArgumentParser = sub.add_parser("db", help="apply or show the database schema migrations",
-                                                 description="Apply or show the Alembic migrations of the "
-                                                 "incident history and GPU ledger tables.")
+                                                 description="Apply or show the Alembic migrations of every "
+                                                 "table: incident history, GPU ledger, sinks and "
+                                                 "action record.")
     dsub = db.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
     up: argparse.ArgumentParser = dsub.add_parser("upgrade", help="migrate to the newest schema (or --revision)",
                                                   description="Apply the migrations up to --revision (default "

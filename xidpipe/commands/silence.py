@@ -3,7 +3,8 @@
 A silence drops the notifications of every incident whose labels match all its matchers
 (`node="gpu-node-03"`, `family=~"gpu_.*"`, `namespace!=team-a`) from its start to its end.
 Silences live in SQL next to the notification log (`--database-url`, else
-`$XIDPIPE_SINKS_DATABASE_URL`, else SQLite `var/xidpipe.db`).
+`$XIDPIPE_SINKS_DATABASE_URL`, else SQLite `var/xidpipe.db`); the database is migrated to the
+newest schema first.
 """
 
 from __future__ import annotations
@@ -67,10 +68,14 @@ def register(sub: Any) -> None:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from respond.sinks.sink_store import SinkStore, make_engine
+    from history.engine import make_engine
+    from history.migrate import upgrade
+    from respond.sinks.sink_store import SinkStore
 
     url = args.database_url or os.environ.get("XIDPIPE_SINKS_DATABASE_URL") or DEFAULT_DATABASE_URL
-    return SinkStore(make_engine(url))
+    engine = make_engine(url)
+    upgrade(engine)
+    return SinkStore(engine)
 
 
 def _dict(s: Silence, now: datetime) -> dict[str, Any]:

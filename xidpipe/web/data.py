@@ -51,7 +51,7 @@ def list_incidents(s: Session, f: q.IncidentFilter, sort: q.SortKey, limit: int,
 
 def _actions(s: Session, incident_id: str) -> list[ActionItem]:
     """The cluster actions the responder recorded for this incident (its `actions` table, if any)."""
-    from respond.cordon.action_log import actions_table
+    from history.action_tables import actions_table
     from respond.dossier_builder import action_items
 
     bind = s.get_bind()

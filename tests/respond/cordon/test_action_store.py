@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from history.engine import make_engine
+from history.migrate import upgrade
 from models.cordon import BreakerState
 from respond.cordon.action_log import ActionRecord, ActionStore, JsonlActionStore, SqlActionStore
 
@@ -26,9 +28,12 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[St
         return
     url = f"sqlite:///{tmp_path / 'actions.db'}" if request.param == "sqlite" \
         else request.getfixturevalue("postgres_database")
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
 
     def open_sql() -> SqlActionStore:
-        store = SqlActionStore(url)
+        store = SqlActionStore(make_engine(url))
         opened.append(store)
         return store
 

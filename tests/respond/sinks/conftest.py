@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from history.engine import make_engine
+from history.migrate import upgrade
 from models.dossier import Attribution, CodeInfo, Dossier, DossierGpu, EvidenceItem
 from respond.sinks.jira_tracker import JiraTracker
 from respond.sinks.model import IncidentNotice
-from respond.sinks.sink_store import SinkStore, make_engine
+from respond.sinks.sink_store import SinkStore
 from respond.sinks.tickets import RetryPolicy, TicketSink
 from tests.fakes.jira.server import FakeJira
 from tests.fakes.slack.server import FakeSlack
@@ -22,6 +24,23 @@ JIRA_TOKEN = "jira-api-token-Zk82hd7QpL0x"
 SLACK_TOKEN = "xoxb-1111-2222-aBcDeFgHiJkLmNoP"
 POD_SECRET = "hunter2-pod-db-password"
 FAST_RETRY = RetryPolicy(attempts=3, base_s=0.05, max_wait_s=2.0, queue_base_s=30.0, queue_max_s=300.0)
+
+
+def migrated(url: str) -> str:
+    """`url`, its database migrated to the newest schema (as the responder and the CLI do)."""
+    engine = make_engine(url)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+    return url
+
+
+def open_store(url: str) -> SinkStore:
+    """A store over `url`, its database migrated to the newest schema."""
+    engine = make_engine(url)
+    upgrade(engine)
+    return SinkStore(engine)
 
 
 class Clock:
@@ -78,7 +97,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def store(tmp_path: Path) -> SinkStore:
-    return SinkStore(make_engine(f"sqlite:///{tmp_path}/sinks.db"))
+    return open_store(f"sqlite:///{tmp_path}/sinks.db")
 
 
 @pytest.fixture

@@ -18,10 +18,18 @@ from pydantic import SecretStr
 from models.dossier import render_markdown
 from models.ticket_policy import TicketPolicy
 from respond.sinks.jira_tracker import JiraTracker
-from respond.sinks.sink_store import SinkStore, make_engine
+from respond.sinks.sink_store import SinkStore
 from respond.sinks.tickets import TicketSink
 from tests.fakes.jira.server import FakeJira
-from tests.respond.sinks.conftest import FAST_RETRY, JIRA_TOKEN, POD_SECRET, SLACK_TOKEN, Clock, make_notice
+from tests.respond.sinks.conftest import (
+    FAST_RETRY,
+    JIRA_TOKEN,
+    POD_SECRET,
+    SLACK_TOKEN,
+    Clock,
+    make_notice,
+    open_store,
+)
 
 ISSUE = r"/rest/api/2/issue"
 GOLDEN = Path(__file__).parent / "golden"
@@ -109,10 +117,10 @@ def test_lost_map_is_recovered_by_the_fingerprint_label(tmp_path: Path, deployme
     fake = FakeJira(token=JIRA_TOKEN, deployment=deployment).start()
     try:
         tracker = JiraTracker(fake.url, fake.user, SecretStr(JIRA_TOKEN), timeout_s=2.0)
-        first = TicketSink(tracker, SinkStore(make_engine(f"sqlite:///{tmp_path}/a.db")), retry=FAST_RETRY,
+        first = TicketSink(tracker, open_store(f"sqlite:///{tmp_path}/a.db"), retry=FAST_RETRY,
                            clock=clock)
         first.submit(make_notice())
-        fresh = SinkStore(make_engine(f"sqlite:///{tmp_path}/b.db"))  # the map is gone
+        fresh = open_store(f"sqlite:///{tmp_path}/b.db")  # the map is gone
         second = TicketSink(JiraTracker(fake.url, fake.user, SecretStr(JIRA_TOKEN), timeout_s=2.0), fresh,
                             retry=FAST_RETRY, clock=clock)
         out = second.submit(make_notice())

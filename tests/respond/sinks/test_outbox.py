@@ -10,7 +10,7 @@ from models.dossier import render_markdown
 from respond.sinks.build import build_sinks
 from respond.sinks.outbox import OutboxChat, OutboxTracker
 from respond.sinks.settings import SinkSettings
-from tests.respond.sinks.conftest import POD_SECRET, SLACK_TOKEN, Clock, make_notice
+from tests.respond.sinks.conftest import POD_SECRET, SLACK_TOKEN, Clock, make_notice, migrated
 
 
 def all_text(root: Path) -> str:
@@ -18,7 +18,7 @@ def all_text(root: Path) -> str:
 
 
 def test_without_jira_or_slack_everything_goes_to_the_outbox(tmp_path: Path, clock: Clock) -> None:
-    settings = SinkSettings(database_url=f"sqlite:///{tmp_path}/x.db", outbox_dir=tmp_path / "outbox")
+    settings = SinkSettings(database_url=migrated(f"sqlite:///{tmp_path}/x.db"), outbox_dir=tmp_path / "outbox")
     sinks = build_sinks(settings)
     assert isinstance(sinks.tickets.tracker, OutboxTracker) and isinstance(sinks.chat.transport, OutboxChat)
     sinks.tickets.clock = sinks.chat.clock = clock
@@ -47,8 +47,8 @@ def test_without_jira_or_slack_everything_goes_to_the_outbox(tmp_path: Path, clo
 
 
 def test_outbox_repeats_and_thread_updates_are_files_too(tmp_path: Path, clock: Clock) -> None:
-    sinks = build_sinks(SinkSettings(database_url=f"sqlite:///{tmp_path}/x.db", outbox_dir=tmp_path / "outbox",
-                                     slack_channel_interval_s=0))
+    url = migrated(f"sqlite:///{tmp_path}/x.db")
+    sinks = build_sinks(SinkSettings(database_url=url, outbox_dir=tmp_path / "outbox", slack_channel_interval_s=0))
     sinks.tickets.clock = sinks.chat.clock = clock
     sinks.tickets.submit(make_notice())
     sinks.chat.submit(make_notice())

@@ -11,8 +11,7 @@ import pytest
 from models.notify import GroupPolicy
 from respond.sinks.notifications import ChatNotifier
 from respond.sinks.outbox import OutboxChat
-from respond.sinks.sink_store import SinkStore, make_engine
-from tests.respond.sinks.conftest import Clock, make_notice
+from tests.respond.sinks.conftest import Clock, make_notice, open_store
 from xidpipe.cli import main
 from xidpipe.commands.silence import parse_duration
 
@@ -72,7 +71,7 @@ def test_durations(text: str, seconds: int) -> None:
 def test_a_cli_silence_suppresses_the_notifier(db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _rc, sid, _ = cli(capsys, "silence", "--database-url", db, "add", "-m", "node=gpu-node-03", "-d", "1h",
                      "--author", "bob", "--comment", "maintenance")
-    store = SinkStore(make_engine(db))
+    store = open_store(db)
     clock = Clock(datetime.now(UTC))
     n = ChatNotifier(OutboxChat(tmp_path / "outbox"), store, policy=GroupPolicy(group_wait=timedelta(0)),
                      channel_interval_s=0, clock=clock)

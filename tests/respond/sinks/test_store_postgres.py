@@ -13,17 +13,17 @@ from models.notify import GroupPolicy, Matcher
 from respond.sinks.jira_tracker import JiraTracker
 from respond.sinks.notifications import ChatNotifier
 from respond.sinks.outbox import OutboxChat
-from respond.sinks.sink_store import SinkStore, make_engine
+from respond.sinks.sink_store import SinkStore
 from respond.sinks.tickets import TicketSink
 from tests.fakes.jira.server import FakeJira
-from tests.respond.sinks.conftest import FAST_RETRY, JIRA_TOKEN, Clock, make_notice
+from tests.respond.sinks.conftest import FAST_RETRY, JIRA_TOKEN, Clock, make_notice, open_store
 
 
 @pytest.fixture
 def pg_store(postgres_database: str) -> Iterator[SinkStore]:
-    engine = make_engine(postgres_database)
-    yield SinkStore(engine)
-    engine.dispose()
+    store = open_store(postgres_database)
+    yield store
+    store.engine.dispose()
 
 
 def test_tickets_and_notifications_on_postgres(pg_store: SinkStore, fake_jira: FakeJira, clock: Clock,
