@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,6 +36,17 @@ def _placement(row: GpuPlacement) -> Placement:
                      valid_from=_utc(row.valid_from), valid_to=_utc(row.valid_to) if row.valid_to else None)
 
 
+@dataclass
+class _Loaded:
+    """What the pure ledger needs from SQL for one inventory, and the rows it came from."""
+
+    ledger: GpuLedger
+    placements: dict[str, tuple[Placement, GpuPlacement]]  # open placements by card
+    cards: dict[str, GpuCard]
+    involved: list[str]  # the listed cards and those placed on the node
+    known_history: int  # closed placements loaded into `ledger.history`
+
+
 def apply_inventory(session: Session, node: str, at: datetime, gpus: Iterable[GpuSighting | Mapping[str, Any]],
                     *, driver: str | None = None) -> list[LedgerEvent]:
     """Apply one complete inventory of `node` taken at `at`; returns the ledger events it caused.
@@ -43,29 +55,48 @@ def apply_inventory(session: Session, node: str, at: datetime, gpus: Iterable[Gp
     `gpus` list, `models.node_records.GpuInfo` as JSON), then with the node's `driver` version."""
     s = session
     at = _utc(at)
+    if not _advance_mark(s, node, at):
+        return []
+    seen = [g for g in (x if isinstance(x, GpuSighting) else sighting(x, driver) for x in gpus) if g is not None]
+    loaded = _load(s, node, sorted({g.card for g in seen}))
+    events = loaded.ledger.observe(node, at, seen)
+    _write_placements(s, loaded, at)
+    for e in events:
+        s.add(GpuLedgerEvent(kind=e.kind, at=e.at, card=e.card, node=e.node, pci_slot=e.pci_slot, reason=e.reason,
+                             previous_node=e.previous_node, previous_slot=e.previous_slot,
+                             previous_card=e.previous_card))
+        log.info("GPU ledger: %s", e.reason, extra={"node": e.node, "card": e.card, "ledger_event": e.kind})
+    _write_cards(s, loaded, events, {g.card for g in seen}, at)
+    s.flush()
+    return events
+
+
+def _advance_mark(s: Session, node: str, at: datetime) -> bool:
+    """Record `at` as the node's latest applied inventory; False when one at or after it was applied."""
     mark = s.get(GpuLedgerNode, node)
     if mark is not None and _utc(mark.inventory_at) >= at:
-        return []
+        return False
     if mark is None:
         s.add(GpuLedgerNode(node=node, inventory_at=at))
     else:
         mark.inventory_at = at
-    seen = [g for g in (x if isinstance(x, GpuSighting) else sighting(x, driver) for x in gpus) if g is not None]
-    seen_cards = sorted({g.card for g in seen})
+    return True
 
-    # What the pure ledger needs: open placements of this node and of the listed cards, the last
-    # closed placement of listed cards that are nowhere now, and the state of those cards.
+
+def _load(s: Session, node: str, seen_cards: list[str]) -> _Loaded:
+    """Open placements of this node and of the listed cards, the last closed placement of listed
+    cards that are nowhere now, and the state of those cards."""
     where_open = [GpuPlacement.node == node]
     if seen_cards:
         where_open.append(GpuPlacement.card.in_(seen_cards))
     open_rows = list(s.scalars(sa.select(GpuPlacement).where(GpuPlacement.valid_to.is_(None), sa.or_(*where_open))
                                .order_by(GpuPlacement.valid_from, GpuPlacement.id)))
     ledger = GpuLedger()
-    loaded: dict[str, tuple[Placement, GpuPlacement]] = {}
+    placements: dict[str, tuple[Placement, GpuPlacement]] = {}
     for row in open_rows:
         p = _placement(row)
         ledger.current[row.card] = p
-        loaded[row.card] = (p, row)
+        placements[row.card] = (p, row)
     elsewhere = [c for c in seen_cards if c not in ledger.current]
     if elsewhere:
         last: dict[str, GpuPlacement] = {}
@@ -81,32 +112,30 @@ def apply_inventory(session: Session, node: str, at: datetime, gpus: Iterable[Gp
             ledger.retired.add(c.card)
         elif c.state == "missing":
             ledger.missing[c.card] = _utc(c.missing_since or c.last_seen)
-    known_history = len(ledger.history)
+    return _Loaded(ledger, placements, cards, involved, len(ledger.history))
 
-    events = ledger.observe(node, at, seen)
 
-    # Placements: close the loaded ones the ledger closed, insert the ones it opened.
-    closed = {(p.card, p.valid_from): p for p in ledger.history[known_history:]}
-    for card, (p, row) in loaded.items():
+def _write_placements(s: Session, loaded: _Loaded, at: datetime) -> None:
+    """Close the loaded placements the ledger closed, insert the ones it opened."""
+    ledger = loaded.ledger
+    closed = {(p.card, p.valid_from): p for p in ledger.history[loaded.known_history:]}
+    for card, (p, row) in loaded.placements.items():
         if ledger.current.get(card) is not p:
             ended = closed.get((card, p.valid_from))
             row.valid_to = ended.valid_to if ended is not None and ended.valid_to else at
-    mine = {id(p) for p, _ in loaded.values()}
+    mine = {id(p) for p, _ in loaded.placements.values()}
     for p in ledger.current.values():
         if id(p) not in mine:
             s.add(GpuPlacement(card=p.card, node=p.node, pci_slot=p.pci_slot, uuid=p.uuid, serial=p.serial,
                                model=p.name, mig_layout=list(p.mig_layout), vbios=p.vbios, driver=p.driver,
                                valid_from=p.valid_from, valid_to=None))
-    for e in events:
-        s.add(GpuLedgerEvent(kind=e.kind, at=e.at, card=e.card, node=e.node, pci_slot=e.pci_slot, reason=e.reason,
-                             previous_node=e.previous_node, previous_slot=e.previous_slot,
-                             previous_card=e.previous_card))
-        log.info("GPU ledger: %s", e.reason, extra={"node": e.node, "card": e.card, "ledger_event": e.kind})
 
-    # Card rows: where each involved card is now (or was last) and its state.
+
+def _write_cards(s: Session, loaded: _Loaded, events: list[LedgerEvent], listed: set[str], at: datetime) -> None:
+    """Card rows: where each involved card is now (or was last) and its state."""
+    ledger, cards = loaded.ledger, loaded.cards
     arrived = {e.card for e in events if e.kind in _ARRIVALS}
-    listed = {g.card for g in seen}
-    for card in sorted(set(involved) | {e.previous_card for e in events if e.previous_card}):
+    for card in sorted(set(loaded.involved) | {e.previous_card for e in events if e.previous_card}):
         now = ledger.current.get(card)
         crow = cards.get(card)
         if now is None:
@@ -130,8 +159,6 @@ def apply_inventory(session: Session, node: str, at: datetime, gpus: Iterable[Gp
             crow.state, crow.missing_since = "missing", ledger.missing[card]
         else:
             crow.state, crow.missing_since = "in_service", None
-    s.flush()
-    return events
 
 
 def apply_inventory_payload(session: Session, node: str, at: datetime, payload: Mapping[str, Any]) -> list[LedgerEvent]:
