@@ -1,7 +1,7 @@
 """The Faust application: node records in, incidents and action requests out.
 
 One agent consumes the four input topics (co-partitioned by node) and hands the messages, in
-batches that adapt to the load, to the intake (`streams.store.Intake`, in a process of its own):
+batches that adapt to the load, to the intake (`streams.intake.Intake`, in a process of its own):
 decode → parse and map to items (pure) → one store transaction → the outbox rows that transaction
 wrote come back and are published. A message that cannot be decoded goes to its topic's
 dead-letter twin with the reason and the original bytes; the stream keeps going.
@@ -28,8 +28,11 @@ import sqlalchemy as sa
 
 from models.topics import Topology, topology
 from streams.decode import DeadLetter
+from streams.intake import Message
+from streams.outbox import Outgoing
 from streams.settings import WorkerSettings
-from streams.store import AsyncStore, BatchResult, Message, Outgoing, StoreUnavailable
+from streams.store import BatchResult
+from streams.store_process import AsyncStore, StoreUnavailable
 
 log = logging.getLogger(__name__)
 

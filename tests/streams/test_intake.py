@@ -13,7 +13,9 @@ from models.node_records import encode_node_record
 from models.stream_policy import PipelinePolicy
 from models.topics import topology
 from streams.app import _Batches
-from streams.store import AsyncStore, Intake, Message, Store
+from streams.intake import Intake, Message
+from streams.store import Store
+from streams.store_process import AsyncStore
 from tests.streams.records import T0, Kmsg, s
 
 TOPO = topology("t.", 2)

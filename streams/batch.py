@@ -1,0 +1,326 @@
+"""The fault handling of one transaction: attribution, merging, grouping, classification, fleet view.
+
+Faults are attributed with the node state valid at their time (`models.correlate`), kernel and
+NVML reports of one fault are merged (`streams.pairing`), incidents are grouped and classified
+(`models.incidents`, `streams.classification`), fleet bursts are counted (`streams.fleet`), and
+the messages to publish are collected for the outbox of the same transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from history.incident_index import IncidentIndex
+from history.tables import FaultEvent, Incident, OutboxMessage
+from models.correlate import Attribution, correlate
+from models.fingerprint import incident_fingerprint
+from models.incidents import (
+    ActionRequest,
+    FaultObservation,
+    IncidentChange,
+    IncidentState,
+    actions_for,
+    apply_fault,
+    incident_gpu,
+)
+from models.pci import normalize_pci
+from models.stream_policy import PipelinePolicy
+from streams.classification import AppContext, application_contexts, verdict
+from streams.fault_rows import EventDraft, FaultEventWriter, event_draft
+from streams.fleet import FleetBursts, FleetChecks
+from streams.incident_rows import add_listed, incident_state
+from streams.node_history import HistoryCache, NodeHistories
+from streams.outbox import action_message, incident_message, insert_outbox
+from streams.pairing import merge, other_source, partner_candidates
+
+log = logging.getLogger(__name__)
+
+_UPDATES_REMEMBERED = 100_000  # incidents whose last update time is kept
+
+
+@dataclass(slots=True)
+class StoreCaches:
+    """What one batch leaves for the next, in the store's process."""
+
+    histories: HistoryCache = field(default_factory=dict)
+    # Per incident: when its last update was published (monotonic).
+    updates_sent: dict[str, float] = field(default_factory=dict)
+    fleet_checked: FleetChecks = field(default_factory=dict)
+    fault_events: FaultEventWriter = field(default_factory=FaultEventWriter)
+
+    def forget_uncommitted(self) -> None:
+        """After a rollback: the node histories and fleet counts may hold rows of the transaction."""
+        self.histories.clear()
+        self.fleet_checked.clear()
+
+
+@dataclass(slots=True)
+class _Touched:
+    row: Incident
+    kind: str
+    reason: str
+    observations: list[FaultObservation] = field(default_factory=list)
+
+
+class BatchTransaction:
+    """The fault handling of one transaction, on the session `s`; `now` is the batch's arrival time."""
+
+    def __init__(self, s: Session, policy: PipelinePolicy, cluster: str, caches: StoreCaches, now: datetime) -> None:
+        self.s = s
+        self.p = policy
+        self.caches = caches
+        self.now = now
+        self.faults_stored = 0
+        self.faults_merged = 0
+        self.incidents: dict[str, Incident] = {}  # by fingerprint, the latest row
+        self.touched: dict[str, _Touched] = {}  # by incident id
+        self.outbox: list[OutboxMessage] = []
+        self.index = IncidentIndex()  # the (incident, code) and (incident, namespace) pairs of this batch
+        self.fleet = FleetBursts(s, policy, cluster, now, caches.fleet_checked)
+        self.histories = NodeHistories(s, caches.histories, policy.history_s)
+        self._no_incident: set[str] = set()  # fingerprints known to have no incident yet
+        # Per incident grouped in this batch: its state after the faults so far, written to the row once
+        # (`_write_back`) instead of after every fault.
+        self.states: dict[str, IncidentState] = {}
+
+    def faults(self, faults: list[FaultObservation]) -> None:
+        if not faults:
+            return
+        by_node: dict[str, list[FaultObservation]] = defaultdict(list)
+        for f in faults:
+            by_node[f.node].append(f)
+        attributed: list[tuple[FaultObservation, Attribution]] = []
+        self.histories.load_tops(set(by_node))
+        for node, node_faults in by_node.items():
+            history = self.histories.since(node, min(o.occurred_at for o in node_faults))
+            skew = self.p.clock_skew_s
+            for o in node_faults:
+                attributed.append((o, correlate(history, o.occurred_at, pci=o.pci, gpu_uuid=o.gpu_uuid,
+                                                gpu_instance_id=o.gpu_instance_id, pid=o.pid, process=o.process,
+                                                skew_s=skew)))
+        window_s = self.p.duplicate_window_s
+        partners = partner_candidates(self.s, attributed, window_s)
+        self._preload_incidents(attributed)
+        drafts: list[EventDraft] = []
+        for obs, attr in attributed:
+            key = (obs.node, attr.gpu.uuid, obs.xid)
+            pairable = obs.xid is not None and attr.gpu.uuid is not None
+            if pairable and merge(self.s, obs, attr, partners.get((*key, other_source(obs.source)), []), window_s):
+                self.faults_merged += 1
+                continue
+            row = event_draft(obs, attr, self.now)
+            drafts.append(row)
+            if pairable:
+                partners.setdefault((*key, obs.source), []).append(row)
+            self.faults_stored += 1
+            self._group(obs, attr, row)
+        self._write_back()
+        if drafts:  # one executemany, without the ORM's per-row bookkeeping
+            self.caches.fault_events.insert(self.s, [d.__dict__ for d in drafts])
+
+    def _preload_incidents(self, attributed: list[tuple[FaultObservation, Attribution]]) -> None:
+        """The latest incident of every fingerprint this batch may touch, in one query."""
+        fps = {incident_fingerprint(o.node, incident_gpu(o.node, a.gpu.uuid, a.gpu.pci or normalize_pci(o.pci)),
+                                    o.family) for o, a in attributed} - set(self.incidents)
+        if not fps:
+            return
+        with self.s.no_autoflush:
+            rows = self.s.scalars(sa.select(Incident).where(Incident.fingerprint.in_(fps))
+                                  .order_by(Incident.opened_at, Incident.incident_id)).all()
+        for row in rows:  # the latest wins
+            self.incidents[row.fingerprint] = row
+        self._no_incident = fps - {r.fingerprint for r in rows}
+
+    def repair(self, late: dict[str, datetime]) -> None:
+        """Attribute recent faults that state arriving now (read after them) is valid for."""
+        if not late:
+            return
+        recent = self.now - timedelta(seconds=self.p.late_state_s)
+        skew = self.p.clock_skew_s
+        repaired: dict[str, Incident] = {}
+        for node, valid_from in late.items():
+            rows = self.s.scalars(sa.select(FaultEvent).where(
+                FaultEvent.node == node, FaultEvent.ingested_at >= recent,
+                FaultEvent.occurred_at >= valid_from - timedelta(seconds=skew),
+                sa.or_(FaultEvent.gpu_uuid.is_(None), FaultEvent.pod.is_(None)),
+            ).limit(5000)).all()
+            if not rows:
+                continue
+            history = self.histories.since(node, min(r.occurred_at for r in rows))
+            for r in rows:
+                attr = correlate(history, r.occurred_at, pci=r.pci, gpu_uuid=r.gpu_uuid, pid=r.pid,
+                                 process=r.process, skew_s=skew)
+                if not ((r.gpu_uuid is None and attr.gpu.uuid) or (r.pod is None and attr.pod.pod)):
+                    continue
+                g, p = attr.gpu, attr.pod
+                r.gpu_uuid, r.serial, r.mig_uuid = r.gpu_uuid or g.uuid, r.serial or g.serial, r.mig_uuid or g.mig_uuid
+                r.pod, r.namespace, r.container = p.pod, p.namespace, p.container
+                r.workload, r.attribution = attr.workload, attr.to_dict()
+                if r.incident_id is None:
+                    continue
+                self.index.add(r.incident_id, r.code, r.xid, p.namespace)
+                inc = repaired.get(r.incident_id) or self.s.get(Incident, r.incident_id)
+                if inc is None:
+                    continue
+                repaired[inc.incident_id] = inc
+                inc.gpu_uuid, inc.serial = inc.gpu_uuid or g.uuid, inc.serial or g.serial
+                add_listed(inc, "pods", f"{p.namespace}/{p.pod}/{p.container}" if p.pod else None)
+                add_listed(inc, "workloads", attr.workload)
+        for inc in repaired.values():
+            inc.version += 1
+            log.info("incident %s attributed by late node state", inc.incident_id,
+                     extra={"node": inc.node, "gpu": inc.gpu_uuid, "incident": inc.incident_id})
+            self.outbox.append(incident_message(inc, "attributed", "node state read after the fault attributes it"))
+
+    def _group(self, obs: FaultObservation, attr: Attribution, event: EventDraft) -> None:
+        node, gpu, family = obs.node, event.gpu, obs.family
+        if gpu == "node":
+            # A node-level line (no PCI address, no UUID: "GPU lost", a crash dump) joins the latest open
+            # incident of its family on the node, as `xidpipe scan` does.
+            gpu = event.gpu = self._node_level_gpu(node, family)
+        fp = incident_fingerprint(node, gpu, family)
+        row = self.incidents.get(fp)
+        if row is None and fp not in self._no_incident:
+            row = self.s.scalars(sa.select(Incident).where(Incident.fingerprint == fp)
+                                 .order_by(Incident.opened_at.desc(), Incident.incident_id.desc()).limit(1)).first()
+        current = None
+        if row is not None:
+            current = self.states.get(row.incident_id) or incident_state(row)
+        change = apply_fault(current, node=node, gpu=gpu, family=family, code=obs.code, at=obs.occurred_at,
+                             policy=self.p)
+        if change.resolved_previous is not None and row is not None:
+            self._write_back()  # the faults of this batch so far, before the row is resolved
+            self.states.pop(row.incident_id, None)
+            row.status, row.resolved_at, row.updated_at = "resolved", change.resolved_previous.resolved_at, self.now
+            row.version += 1
+            self.outbox.append(incident_message(row, "resolved", change.reason))
+            self.touched.pop(row.incident_id, None)
+        inc = change.incident
+        if change.kind in ("opened", "reopened"):
+            if change.resolved_previous is not None:
+                self.s.flush()  # the resolved row first: one open incident per fingerprint
+            row = self._new_row(fp, gpu, obs, attr, change)
+            self.s.add(row)
+            log.info("incident %s %s: %s", inc.incident_id, change.kind, change.reason,
+                     extra={"node": node, "gpu": gpu, "xid": obs.xid, "incident": inc.incident_id})
+        assert row is not None
+        self.states[row.incident_id] = inc  # count, first and last seen, codes: written by `_write_back`
+        self.incidents[fp] = row
+        _fill_in(row, obs, attr)
+        event.incident_id = row.incident_id
+        self.index.add(row.incident_id, obs.code, obs.xid, attr.pod.namespace)
+        t = self.touched.get(row.incident_id)
+        if t is None:
+            t = self.touched[row.incident_id] = _Touched(row, change.kind, change.reason)
+        t.observations.append(obs)
+        self.fleet.note(family, node, obs.occurred_at)
+
+    def _new_row(self, fp: str, gpu: str, obs: FaultObservation, attr: Attribution, change: IncidentChange) -> Incident:
+        inc = change.incident
+        return Incident(
+            incident_id=inc.incident_id, fingerprint=fp, node=obs.node, gpu=gpu, family=obs.family,
+            status="open", category=obs.category or "unknown", reason=change.reason, count=1,
+            first_seen=inc.first_seen, last_seen=inc.last_seen, opened_at=self.now, updated_at=self.now,
+            resolved_at=None, previous_incident_id=inc.previous_incident_id, gpu_uuid=attr.gpu.uuid,
+            serial=attr.gpu.serial, pci=attr.gpu.pci or normalize_pci(obs.pci), codes=list(inc.codes), pods=[],
+            processes=[], workloads=[], immediate_action=obs.immediate_action,
+            investigatory_action=obs.investigatory_action, description=obs.description, cordon_requested=False,
+            version=1,
+        )
+
+    def _write_back(self) -> None:
+        """Put the incident states grouped so far on their rows (one set of attribute writes per incident)."""
+        for incident_id, st in self.states.items():
+            t = self.touched.get(incident_id)
+            row = t.row if t is not None else None
+            if row is None or row.status != "open":
+                continue
+            if row.count != st.count:
+                row.count, row.last_seen, row.first_seen = st.count, st.last_seen, st.first_seen
+                row.updated_at = self.now
+            if tuple(row.codes or ()) != st.codes:
+                row.codes = list(st.codes)
+
+    def _last_seen(self, row: Incident) -> datetime:
+        st = self.states.get(row.incident_id)
+        return st.last_seen if st is not None else row.last_seen
+
+    def _node_level_gpu(self, node: str, family: str) -> str:
+        here = [r for r in self.incidents.values()
+                if r.node == node and r.family == family and r.status == "open" and r.gpu != "node"]
+        if here:
+            return max(here, key=self._last_seen).gpu
+        with self.s.no_autoflush:
+            gpu = self.s.scalars(sa.select(Incident.gpu).where(
+                Incident.node == node, Incident.family == family, Incident.status == "open", Incident.gpu != "node",
+            ).order_by(Incident.last_seen.desc()).limit(1)).first()
+        return gpu or "node"
+
+    def finish(self) -> None:
+        # Fault events are inserted and node state flushed already: classification queries need nothing
+        # else, so the incidents' changes are flushed once, with the outbox.
+        with self.s.no_autoflush:
+            contexts = application_contexts(self.s, [t.row for t in self.touched.values()
+                                                     if t.row.family == "application"], self.p.classify_window_s)
+        for t in self.touched.values():
+            self._classify_and_emit(t, contexts.get(t.row.incident_id))
+        self.outbox.extend(self.fleet.count())
+        self.index.write(self.s)
+        self.outbox = insert_outbox(self.s, self.outbox)
+
+    def _classify_and_emit(self, t: _Touched, context: AppContext | None) -> None:
+        row = t.row
+        v = verdict(row, t.observations, context, self.p)
+        kind, reason = t.kind, t.reason
+        if kind == "updated" and v.category != row.category:
+            kind, reason = "reclassified", f"{row.category} → {v.category}: {v.reason}"
+        elif kind == "updated":
+            reason = f"{row.count} faults; last {t.observations[-1].code}"
+        row.category, row.reason = v.category, v.reason
+        if kind != "opened" and kind != "reopened":
+            row.version += 1
+        state = incident_state(row)
+        xids = [o.xid for o in t.observations if o.xid is not None]
+        actions = actions_for(IncidentChange(kind, state, reason), xids, self.p)  # type: ignore[arg-type]
+        if any(a.kind == "cordon_candidate" for a in actions):
+            row.cordon_requested = True
+        # A repeat is published at most once per update interval (a storm updates the row every batch);
+        # every other change, and any change that requests an action, at once.
+        sent = self.caches.updates_sent
+        now = time.monotonic()
+        if kind != "updated" or actions or now - sent.get(row.incident_id, -1e9) >= self.p.update_interval_s:
+            sent[row.incident_id] = now
+            if len(sent) > _UPDATES_REMEMBERED:
+                sent.pop(next(iter(sent)))
+            self.outbox.append(incident_message(row, kind, reason))
+            if kind == "updated" and not actions:
+                # Repeats reach the ticket sink at the update interval; it decides whether they make a
+                # (rate-limited) comment or nothing.
+                actions = [ActionRequest("ticket", f"update:v{row.version}", row.incident_id, row.node, row.gpu,
+                                         reason, f"{row.incident_id}:ticket:update:v{row.version}")]
+        self.outbox.extend(action_message(a, row) for a in actions)
+
+
+def _fill_in(row: Incident, obs: FaultObservation, attr: Attribution) -> None:
+    """What the row does not know yet and this fault tells: GPU identity, catalog text, pods, processes."""
+    if attr.gpu.uuid and not row.gpu_uuid:
+        row.gpu_uuid = attr.gpu.uuid
+    if attr.gpu.serial and not row.serial:
+        row.serial = attr.gpu.serial
+    if obs.immediate_action and not row.immediate_action:
+        row.immediate_action = obs.immediate_action
+    if obs.investigatory_action and not row.investigatory_action:
+        row.investigatory_action = obs.investigatory_action
+    if obs.description and not row.description:
+        row.description = obs.description
+    add_listed(row, "pods", f"{attr.pod.namespace}/{attr.pod.pod}/{attr.pod.container}" if attr.pod.pod else None)
+    add_listed(row, "processes",
+               f"{attr.process.process or '?'}[{attr.process.pid}]" if attr.process.pid is not None else None)
+    add_listed(row, "workloads", attr.workload)

@@ -1,0 +1,68 @@
+"""The node state a batch attributes faults with, read from node_states and kept between batches."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from history.tables import NodeState
+from models.correlate import IdentityLine, InventorySnapshot, NodeHistory, PodSnapshot, ProcessSnapshot
+from models.node_records import DeviceAssignment, GpuInfo, GpuProcess
+
+# Per node: (highest node_state id, start, history) of the last history loaded.
+HistoryCache = dict[str, tuple[int, datetime, NodeHistory]]
+
+
+class NodeHistories:
+    """Node histories for one transaction; a cached history serves while its node has no new state row."""
+
+    def __init__(self, s: Session, cache: HistoryCache, history_s: float) -> None:
+        self.s = s
+        self.cache = cache
+        self.history_s = history_s
+        self._tops: dict[str, int] = {}  # per node: the highest node_state id
+
+    def since(self, node: str, since: datetime) -> NodeHistory:
+        """The node's state from `since` minus the history span."""
+        start = since - timedelta(seconds=self.history_s)
+        if node not in self._tops:
+            self.load_tops({node})
+        top = self._tops[node]
+        cached = self.cache.get(node)
+        if cached is not None and cached[0] == top and cached[1] <= start:
+            return cached[2]
+        rows = self.s.scalars(
+            sa.select(NodeState).where(NodeState.node == node, NodeState.valid_from >= start)
+            .order_by(NodeState.valid_from, NodeState.id)
+        ).all()
+        h = NodeHistory(node)
+        for r in rows:
+            p = r.payload
+            if r.kind == "inventory":
+                h.inventories.append(InventorySnapshot(r.valid_from, tuple(GpuInfo.model_validate(g)
+                                                                           for g in p.get("gpus", []))))
+            elif r.kind == "identity":
+                h.identities.append(IdentityLine(r.valid_from, p["pci"], p.get("uuid"), p.get("serial")))
+            elif r.kind == "pods":
+                h.pods.append(PodSnapshot(r.valid_from, tuple(DeviceAssignment.model_validate(a)
+                                                              for a in p.get("assignments", []))))
+            elif r.kind == "processes":
+                h.processes.append(ProcessSnapshot(r.valid_from, tuple(GpuProcess.model_validate(x)
+                                                                       for x in p.get("processes", []))))
+        h.sort()
+        self.cache[node] = (top, start, h)
+        return h
+
+    def load_tops(self, nodes: set[str]) -> None:
+        """The highest node_state id of each node (the key of its cached history), in one query."""
+        nodes = nodes - set(self._tops)
+        if not nodes:
+            return
+        found: dict[str, int] = {}
+        tops = sa.select(NodeState.node, sa.func.max(NodeState.id)).where(NodeState.node.in_(nodes))
+        for node, top in self.s.connection().execute(tops.group_by(NodeState.node)):
+            found[node] = int(top or 0)
+        for node in nodes:
+            self._tops[node] = found.get(node, 0)
