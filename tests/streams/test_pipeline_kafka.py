@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from models.node_records import NodeRecord
-from models.topics import topology
+from models.topics import Topology, topology
 from streams.runner import WorkerProcess, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
@@ -165,7 +165,14 @@ def test_end_to_end_with_a_poison_message(settings: WorkerSettings, workers: Cal
     assert len(merged) == 1 and merged[0]["raw"].startswith("NVRM: Xid (PCI:0000:18:00): 13")
     assert all(e["raw"] for e in events)
 
-    dead = read_topic(settings.bootstrap_servers, topo.kernel.dead_letter, want=2)
+    _assert_dead_letters(settings.bootstrap_servers, topo, poison)
+    _assert_published(settings.bootstrap_servers, topo, {i["incident_id"] for i in incidents.values()})
+    assert worker.terminate(30) == 0
+
+
+def _assert_dead_letters(bootstrap: str, topo: Topology, poison: list[bytes]) -> None:
+    """The poison messages are on the kernel topic's dead-letter twin, with reason and original bytes."""
+    dead = read_topic(bootstrap, topo.kernel.dead_letter, want=2)
     assert len(dead) == 2
     bodies = [json.loads(m.value) for m in dead]
     assert [base64.b64decode(b["value_b64"]) for b in bodies] == poison
@@ -173,28 +180,27 @@ def test_end_to_end_with_a_poison_message(settings: WorkerSettings, workers: Cal
     assert {b["topic"] for b in bodies} == {topo.kernel.name}
     assert all(m.key == b"gpu-a" and b["offset"] >= 0 for m, b in zip(dead, bodies, strict=True))
 
+
+def _assert_published(bootstrap: str, topo: Topology, want_ids: set[str]) -> None:
+    """Every incident was published as opened and got a ticket action; gpu-b and gpu-c a cordon candidate."""
     def opened_ids(msgs: list[Any]) -> set[str]:
         return {json.loads(m.value)["incident"]["incident_id"] for m in msgs
                 if json.loads(m.value)["change"] == "opened"}
 
-    want_ids = {i["incident_id"] for i in incidents.values()}
-    updates = read_topic(settings.bootstrap_servers, topo.incidents.name, want=0,
-                         until=lambda msgs: opened_ids(msgs) >= want_ids)
+    updates = read_topic(bootstrap, topo.incidents.name, want=0, until=lambda msgs: opened_ids(msgs) >= want_ids)
     opened = opened_ids(updates)
     assert opened == want_ids
     def actions_of(msgs: list[Any]) -> list[dict[str, Any]]:
         return [json.loads(m.value) for m in msgs]
 
     actions = actions_of(read_topic(
-        settings.bootstrap_servers, topo.actions.name, want=0,
+        bootstrap, topo.actions.name, want=0,
         until=lambda msgs: {x["incident_id"] for x in actions_of(msgs) if x["kind"] == "ticket"} >= opened
         and {x["node"] for x in actions_of(msgs) if x["kind"] == "cordon_candidate"} >= {"gpu-b", "gpu-c"}))
     cordons = [x for x in actions if x["kind"] == "cordon_candidate"]
     assert {x["node"] for x in cordons} == {"gpu-b", "gpu-c"}
     assert not any(x["family"] == "application" for x in cordons)
     assert {x["incident_id"] for x in actions if x["kind"] == "ticket"} == opened
-
-    assert worker.terminate(30) == 0
 
 
 def _restart_records() -> list[NodeRecord]:
