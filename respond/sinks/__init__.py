@@ -9,6 +9,8 @@ configured, the same content as files in a local outbox.
   notification log in SQL, sending through a `ports.ChatTransport`
   (`slack_notifier.SlackWebTransport`, `slack_notifier.SlackWebhookTransport` or
   `outbox.OutboxChat`).
+- `ports.Destination`: one params class and one sink class filling a port; the shipped ones in
+  `destinations`, all registered in `registry`, which `build.build_sinks` reads.
 - `settings.SinkSettings` and `build.build_sinks`: one settings object, one composition function.
 
 The client libraries (jira, slack-sdk, SQLAlchemy) are synchronous; the async entry points run
