@@ -12,7 +12,8 @@ last hour's cordons, from the action record) and the breaker state are read and 
 written under one lock, so the threads of one worker never overshoot the limits together. Run one
 executor per cluster (the stream's cluster-keyed stage) for a cluster-wide guarantee.
 
-The Kubernetes client is synchronous: use `handle_async`/`release_async` from asyncio code.
+The cluster is reached through `port.NodePort` (`kube_nodes.KubeNodes` on the Kubernetes API), whose
+client is synchronous: use `handle_async`/`release_async` from asyncio code.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from models.cordon import (
     FleetView,
     NodeView,
     ReleaseDecision,
+    condition_message,
     condition_reason,
     decide_cordon,
     decide_release,
@@ -41,8 +43,8 @@ from models.cordon import (
 from models.cordon_policy import CordonPolicy
 from respond.cordon.action_log import ActionKind, ActionRecord, ActionStore, Outcome
 from respond.cordon.drain import DrainReport, drain_gpu_pods
-from respond.cordon.kube_nodes import Conflict, KubeNodes, NodeRead
-from respond.cordon.retry import ActionError
+from respond.cordon.port import Conflict, NodeCondition, NodePort, NodeRead
+from respond.errors import ActionError
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +85,7 @@ class CordonExecutor:
         self,
         policy: CordonPolicy,
         store: ActionStore,
-        nodes: KubeNodes | None,
+        nodes: NodePort | None,
         *,
         dry_run: bool = False,
         conflict_retries: int = 8,
@@ -149,7 +151,7 @@ class CordonExecutor:
                 return self._result(req, decision, "failed", retryable=True,
                                     reason=f"node {req.node} kept changing: {self.conflict_retries} conflicts")
         # The node is cordoned and claimed; the condition and the Event follow outside the lock.
-        if nodes.gpu_unhealthy(req.node, req, at, cordoned):
+        if _gpu_unhealthy(nodes, req, at, cordoned.condition):
             changes.append("condition")
         if nodes.emit_event(req.node, key=req.incident_id, kind="cordon", action="Cordon",
                             reason=_event_reason(req), note=f"Cordoned by xidpipe: {decision.reason}",
@@ -157,7 +159,7 @@ class CordonExecutor:
             changes.append("event")
         result = self._result(req, decision, "done", changes=changes)
         if self.policy.drain.enabled:
-            report = drain_gpu_pods(nodes.core, req.node, req.pods, self.policy.drain)
+            report = drain_gpu_pods(nodes, req.node, req.pods, self.policy.drain)
             result = result.model_copy(update={"drain": report})
             self._record_drain(req, report)
         return result
@@ -188,7 +190,7 @@ class CordonExecutor:
             changes: list[str] = []
             if not decision.dry_run:
                 at = self.clock()
-                if nodes.gpu_unhealthy(req.node, req, at, current.node):
+                if _gpu_unhealthy(nodes, req, at, current.condition):
                     changes.append("condition")
                 if nodes.emit_event(req.node, key=req.incident_id, kind="cordon", action="Cordon",
                                     reason=_event_reason(req), note=f"Cordoned by xidpipe: {decision.reason}",
@@ -280,7 +282,7 @@ class CordonExecutor:
                                 reason=f"node {node} kept changing: {self.conflict_retries} conflicts", retryable=True)
         after = nodes.read(node)
         if nodes.set_condition(node, "True", "ReleasedByOperator", f"xidpipe cordon for incident {released} "
-                               f"released by {by}: {reason}"[:1024], at, after.node):
+                               f"released by {by}: {reason}"[:1024], at, after.condition):
             changes.append("condition")
         nodes.emit_event(node, key=f"{released}\x1f{at.isoformat()}", kind="release", action="Uncordon",
                          reason="ReleasedByOperator", note=f"xidpipe cordon for incident {released} released by "
@@ -310,6 +312,10 @@ class CordonExecutor:
 
 def _event_reason(req: CordonRequest) -> str:
     return condition_reason(req.family)
+
+
+def _gpu_unhealthy(nodes: NodePort, req: CordonRequest, at: datetime, existing: NodeCondition | None) -> bool:
+    return nodes.set_condition(req.node, "False", condition_reason(req.family), condition_message(req), at, existing)
 
 
 def _release_result(node: str, incident_id: str | None, decision: ReleaseDecision, outcome: Outcome,

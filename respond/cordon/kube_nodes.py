@@ -1,4 +1,5 @@
-"""Kubernetes adapter for node actions (synchronous `kubernetes` client; see executor for asyncio).
+"""Kubernetes adapter of the cordon port (`port.NodePort`), on the synchronous `kubernetes` client
+(the executor runs it in a thread from asyncio code).
 
 What it writes, and how:
 
@@ -11,6 +12,11 @@ What it writes, and how:
   merge by type), as Node Problem Detector does.
 - an events.k8s.io/v1 Event regarding the node, named after the node and the incident, so a
   redelivery finds it (409) instead of creating another; a repeat updates its `series`.
+- evictions of the node's pods through the Eviction API (PodDisruptionBudgets honoured), one
+  attempt each: the drain keeps its own backoff.
+
+The client's failures are translated into `respond.errors`: HTTP 429 and 5xx, a missing status,
+connection errors and timeouts are `TemporaryError`, anything else `PermanentError`.
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -38,7 +46,6 @@ from models.cordon import (
     CordonRequest,
     FleetView,
     NodeView,
-    condition_message,
     condition_reason,
     cordon_annotations,
     pool_of,
@@ -46,25 +53,49 @@ from models.cordon import (
     without_our_taint,
 )
 from models.cordon_policy import CordonPolicy
-from respond.cordon.retry import Backoff, PermanentError, call_with_retry
+from respond.cordon.port import Conflict, NodeCondition, NodeRead, PodInfo
+from respond.cordon.retry import Backoff, call_with_retry
+from respond.cordon.settings import ActionSettings
+from respond.errors import ActionError, PermanentError, TemporaryError
 
 log = logging.getLogger(__name__)
 
 REPORTING_CONTROLLER = "xidpipe.io/worker"
 EVENT_NAMESPACE = "default"  # events about cluster-scoped objects (nodes) live in default
 NOTE_MAX = 1024
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+T = TypeVar("T")
 
 
-class Conflict(Exception):
-    """The node changed between read and write (resourceVersion moved): read again and retry."""
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, ApiException):
+        return exc.status in TRANSIENT_STATUS or not exc.status
+    return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
 
 
-@dataclass(slots=True)
-class NodeRead:
-    view: NodeView
-    node: client.V1Node | None
-    resource_version: str | None = None
-    taints: list[dict[str, Any]] = field(default_factory=list)
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"HTTP {exc.status} {exc.reason}: {(exc.body or '')[:300]}".strip()
+    return f"{type(exc).__name__}: {exc}"
+
+
+def action_error(exc: BaseException) -> ActionError:
+    """The client's failure in `respond.errors` words, with its HTTP status when it had one."""
+    status = int(exc.status) if isinstance(exc, ApiException) and exc.status else None
+    return (TemporaryError if is_transient(exc) else PermanentError)(describe(exc), status)
+
+
+def call_api(fn: Callable[[], T], what: str, backoff: Backoff, *, sleep: Callable[[float], None] = time.sleep,
+             clock: Callable[[], float] = time.monotonic) -> T:
+    """`fn()` with its failures translated (`action_error`), transient ones retried within `backoff`."""
+
+    def attempt() -> T:
+        try:
+            return fn()
+        except Exception as exc:
+            raise action_error(exc) from exc
+
+    return call_with_retry(attempt, what, backoff, sleep=sleep, clock=clock)
 
 
 def _escape(key: str) -> str:
@@ -80,7 +111,8 @@ def event_name(node: str, incident_id: str, kind: str = "cordon") -> str:
 
 
 class KubeNodes:
-    """Node reads and writes, each retried on transient errors (429, 5xx, connection) within `backoff`."""
+    """`NodePort` on the Kubernetes API: node reads and writes, each retried on transient errors (429,
+    5xx, connection) within `backoff`; pod reads and evictions, one attempt each."""
 
     def __init__(
         self, api_client: client.ApiClient, *, reporting_instance: str, backoff: Backoff | None = None
@@ -98,7 +130,7 @@ class KubeNodes:
             self._seen_rv = max(self._seen_rv, int(rv))
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return call_with_retry(lambda: fn(*args, **kwargs), what, self.backoff)
+        return call_api(lambda: fn(*args, **kwargs), what, self.backoff)
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -107,10 +139,13 @@ class KubeNodes:
             node = self._call(f"read node {name}", self.core.read_node, name)
         except PermanentError as exc:
             if exc.status == 404:
-                return NodeRead(NodeView(name=name, exists=False), None)
+                return NodeRead(NodeView(name=name, exists=False))
             raise
         self._saw(node)
-        meta, spec = node.metadata, node.spec
+        return self._node_read(name, node)
+
+    def _node_read(self, name: str, node: client.V1Node) -> NodeRead:
+        meta, spec = node.metadata or client.V1ObjectMeta(), node.spec
         taints: list[dict[str, Any]] = (
             list(self.api_client.sanitize_for_serialization(spec.taints or [])) if spec else []  # type: ignore[no-untyped-call]
         )
@@ -118,7 +153,7 @@ class KubeNodes:
             name=name, labels=dict(meta.labels or {}), annotations=dict(meta.annotations or {}),
             unschedulable=bool(spec and spec.unschedulable), taint_keys=tuple(t["key"] for t in taints),
         )
-        return NodeRead(view, node, meta.resource_version, taints)
+        return NodeRead(view, meta.resource_version, taints, _gpu_condition(node))
 
     def fleet_view(self, policy: CordonPolicy, labels: dict[str, str], cordons_last_hour: int) -> FleetView:
         """The node's pool: its size and how many of its nodes xidpipe holds cordoned now.
@@ -148,12 +183,12 @@ class KubeNodes:
 
     # --- cordon -----------------------------------------------------------------------------------
 
-    def _guarded_patch(self, current: NodeRead, ops: list[dict[str, Any]], what: str) -> client.V1Node:
+    def _guarded_patch(self, current: NodeRead, ops: list[dict[str, Any]], what: str) -> NodeRead:
         body = [{"op": "test", "path": "/metadata/resourceVersion", "value": current.resource_version}, *ops]
         try:
             patched: client.V1Node = self._call(what, self.core.patch_node, current.view.name, body)
             self._saw(patched)
-            return patched
+            return self._node_read(current.view.name, patched)
         except PermanentError as exc:
             if exc.status == 409:
                 raise Conflict(str(exc)) from exc
@@ -166,9 +201,9 @@ class KubeNodes:
 
     def apply_cordon(
         self, current: NodeRead, req: CordonRequest, decision: CordonDecision, at: datetime
-    ) -> tuple[list[str], client.V1Node]:
+    ) -> tuple[list[str], NodeRead]:
         """Cordon, taint and claim the node in one guarded patch; returns what changed and the node."""
-        assert current.node is not None
+        assert current.view.exists
         ops: list[dict[str, Any]] = []
         changed: list[str] = []
         if not current.view.unschedulable:
@@ -179,7 +214,7 @@ class KubeNodes:
             ops.append({"op": "add", "path": "/spec/taints", "value": taints})
             changed.append("taint")
         annotations = cordon_annotations(req, decision, at)
-        if current.node.metadata is None or current.node.metadata.annotations is None:
+        if not current.view.annotations:
             ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})
         else:
             ops.extend({"op": "add", "path": f"/metadata/annotations/{_escape(k)}", "value": v}
@@ -193,24 +228,19 @@ class KubeNodes:
                    _content_type="application/merge-patch+json"))
 
     def set_condition(self, name: str, status: str, reason: str, message: str, at: datetime,
-                      node: client.V1Node | None) -> bool:
+                      existing: NodeCondition | None) -> bool:
         """Set the GPUHealthy condition unless it already says the same; returns whether it changed."""
-        existing = next((c for c in ((node.status.conditions or []) if node and node.status else [])
-                         if c.type == CONDITION_TYPE), None)
         if existing is not None and (existing.status, existing.reason, existing.message) == (status, reason, message):
             return False
         stamp = at.replace(microsecond=0).isoformat()
         transition = stamp
-        if existing is not None and existing.status == status and existing.last_transition_time is not None:
-            transition = existing.last_transition_time.isoformat()
+        if existing is not None and existing.status == status and existing.last_transition is not None:
+            transition = existing.last_transition.isoformat()
         condition = {"type": CONDITION_TYPE, "status": status, "reason": reason, "message": message,
                      "lastHeartbeatTime": stamp, "lastTransitionTime": transition}
         self._saw(self._call(f"set condition on {name}", self.core.patch_node_status, name,
                              {"status": {"conditions": [condition]}}))
         return True
-
-    def gpu_unhealthy(self, name: str, req: CordonRequest, at: datetime, node: client.V1Node | None) -> bool:
-        return self.set_condition(name, "False", condition_reason(req.family), condition_message(req), at, node)
 
     # --- events -----------------------------------------------------------------------------------
 
@@ -255,7 +285,7 @@ class KubeNodes:
 
     def apply_release(self, current: NodeRead, *, by: str, reason: str, at: datetime) -> list[str]:
         """Lift xidpipe's cordon and taint, drop its cordon annotations, record who released and why."""
-        assert current.node is not None
+        assert current.view.exists
         incident = current.view.xidpipe_incident or ""
         ops: list[dict[str, Any]] = [{"op": "add", "path": "/spec/unschedulable", "value": False}]
         changed = ["unschedulable"]
@@ -273,24 +303,74 @@ class KubeNodes:
         self._guarded_patch(current, ops, f"release node {current.view.name}")
         return changed
 
+    # --- pods -------------------------------------------------------------------------------------
 
-def api_client_from_kubeconfig(path: str | None, context: str | None) -> client.ApiClient:
-    from kubernetes import config
+    def read_pod(self, namespace: str, name: str) -> PodInfo | None:
+        try:
+            return _pod_info(self.core.read_namespaced_pod(name, namespace))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise action_error(exc) from exc
 
-    configuration = client.Configuration()
-    config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=path, context=context, client_configuration=configuration
+    def node_pods(self, node: str) -> list[PodInfo]:
+        try:
+            listed = self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed")
+        except ApiException as exc:
+            raise action_error(exc) from exc
+        return [_pod_info(p) for p in listed.items]
+
+    def evict(self, pod: PodInfo, grace_period_s: int | None) -> bool:
+        options = client.V1DeleteOptions(grace_period_seconds=grace_period_s) if grace_period_s is not None else None
+        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.name, namespace=pod.namespace),
+                                 delete_options=options)
+        try:
+            self.core.create_namespaced_pod_eviction(pod.name, pod.namespace, body)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise action_error(exc) from exc
+        except Exception as exc:
+            if is_transient(exc):
+                raise action_error(exc) from exc
+            raise
+        return True
+
+
+def _gpu_condition(node: client.V1Node) -> NodeCondition | None:
+    found = next((c for c in ((node.status.conditions or []) if node.status else []) if c.type == CONDITION_TYPE),
+                 None)
+    if found is None:
+        return None
+    return NodeCondition(found.status, found.reason, found.message, found.last_transition_time)
+
+
+def _pod_info(pod: client.V1Pod) -> PodInfo:
+    meta = pod.metadata or client.V1ObjectMeta()
+    resources: set[str] = set()
+    for c in (pod.spec.containers or []) if pod.spec else []:
+        for amounts in (c.resources.limits, c.resources.requests) if c.resources else ():
+            resources.update(k for k, v in (amounts or {}).items() if v)
+    return PodInfo(
+        namespace=str(meta.namespace), name=str(meta.name), node_name=pod.spec.node_name if pod.spec else None,
+        annotations=dict(meta.annotations or {}), owner_kinds=tuple(r.kind for r in meta.owner_references or []),
+        terminating=meta.deletion_timestamp is not None, resources=frozenset(resources),
     )
-    return client.ApiClient(configuration)
 
 
-def api_client_in_cluster() -> client.ApiClient:
+def api_client(settings: ActionSettings) -> client.ApiClient | None:
+    """The API client the settings name: a kubeconfig, the pod's service account, or none."""
     from kubernetes import config
 
     configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    if settings.cluster == "kubeconfig":
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=str(settings.kubeconfig) if settings.kubeconfig else None, context=settings.context,
+            client_configuration=configuration,
+        )
+    elif settings.cluster == "in-cluster":
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        return None
     return client.ApiClient(configuration)
-
-
-def is_not_found(exc: BaseException) -> bool:
-    return isinstance(exc, ApiException) and exc.status == 404

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-from kubernetes import client
+from typing import Any
 
 from history.engine import make_engine
 from history.migrate import upgrade
 from models.cordon_policy import CordonPolicy
 from respond.cordon.action_log import ActionStore, JsonlActionStore, SqlActionStore
 from respond.cordon.executor import CordonExecutor
-from respond.cordon.kube_nodes import KubeNodes, api_client_from_kubeconfig, api_client_in_cluster
+from respond.cordon.kube_nodes import KubeNodes, api_client
 from respond.cordon.policy_file import load_policy
 from respond.cordon.retry import Backoff
 from respond.cordon.settings import ActionSettings
 
-
-def api_client(settings: ActionSettings) -> client.ApiClient | None:
-    if settings.cluster == "kubeconfig":
-        return api_client_from_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None, settings.context)
-    if settings.cluster == "in-cluster":
-        return api_client_in_cluster()
-    return None
+__all__ = ["api_client", "build_executor", "store_from"]
 
 
 def store_from(settings: ActionSettings) -> ActionStore:
@@ -34,9 +28,11 @@ def store_from(settings: ActionSettings) -> ActionStore:
     return SqlActionStore(engine)
 
 
-def build_executor(settings: ActionSettings, policy: CordonPolicy | None = None,
-                   api: client.ApiClient | None = None) -> CordonExecutor:
-    """The executor for these settings; the policy file is loaded and validated here (PolicyError if bad)."""
+def build_executor(settings: ActionSettings, policy: CordonPolicy | None = None, api: Any = None) -> CordonExecutor:
+    """The executor for these settings; the policy file is loaded and validated here (PolicyError if bad).
+
+    `api`: the Kubernetes API client to act through; `api_client(settings)` when not given (None:
+    no cluster, every decision is recorded as a dry run)."""
     policy = policy or load_policy(settings.policy_file)
     api = api or api_client(settings)
     nodes = None

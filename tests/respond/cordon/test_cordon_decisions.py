@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from models.cordon import (
     ANN_CORDONED_AT,
@@ -29,6 +28,7 @@ from models.cordon import (
 )
 from models.cordon_policy import Breaker, CordonPolicy, Scope
 from respond.cordon.drain import skip_reason
+from respond.cordon.port import PodInfo
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 XID = {  # family, category, NVIDIA immediate action (as the catalog and the stream give them)
@@ -214,11 +214,10 @@ def test_without_our_taint() -> None:
     assert without_our_taint([OTHER]) is None
 
 
-def _pod(node_name: str, annotations: dict[str, str] | None = None, owner: str | None = None) -> client.V1Pod:
-    refs = [client.V1OwnerReference(api_version="apps/v1", kind=owner, name="x", uid="u")] if owner else None
-    return client.V1Pod(metadata=client.V1ObjectMeta(name="p", namespace="ns", annotations=annotations,
-                                                     owner_references=refs),
-                        spec=client.V1PodSpec(node_name=node_name, containers=[]))
+def _pod(node_name: str, annotations: dict[str, str] | None = None, owner: str | None = None,
+         terminating: bool = False) -> PodInfo:
+    return PodInfo(namespace="ns", name="p", node_name=node_name, annotations=annotations or {},
+                   owner_kinds=(owner,) if owner else (), terminating=terminating)
 
 
 @pytest.mark.parametrize(("pod", "reason"), [
@@ -226,9 +225,10 @@ def _pod(node_name: str, annotations: dict[str, str] | None = None, owner: str |
     (_pod("n1", owner="ReplicaSet"), None),
     (_pod("n1", owner="DaemonSet"), "DaemonSet pod"),
     (_pod("n1", annotations={"kubernetes.io/config.mirror": "abc"}), "mirror (static) pod"),
+    (_pod("n1", terminating=True), "already terminating"),
     (_pod("n2"), "not on node n1"),
 ])
-def test_drain_skips(pod: client.V1Pod, reason: str | None) -> None:
+def test_drain_skips(pod: PodInfo, reason: str | None) -> None:
     assert skip_reason(pod, "n1") == reason
 
 

@@ -13,7 +13,8 @@ from models.cordon import ANN_CORDONED_AT, ANN_INCIDENT, ANN_OCCURRENCES, ANN_RE
 from models.cordon_policy import Breaker, CordonPolicy
 from respond.cordon.action_log import JsonlActionStore
 from respond.cordon.executor import FleetIncident
-from respond.cordon.kube_nodes import Conflict, KubeNodes, NodeRead
+from respond.cordon.kube_nodes import KubeNodes
+from respond.cordon.port import Conflict, NodeRead
 from respond.cordon.retry import Backoff
 from tests.kube import unique
 from tests.respond.cordon.conftest import ExecutorFactory, NodeFactory, xid79
@@ -118,7 +119,7 @@ class HumanEditsBeforeOurWrite(KubeNodes):
         super().__init__(*args, **kwargs)
         self.human, self.edits, self.conflicts = human, edits, 0
 
-    def apply_cordon(self, current: NodeRead, *args: Any) -> tuple[list[str], client.V1Node]:
+    def apply_cordon(self, current: NodeRead, *args: Any) -> tuple[list[str], NodeRead]:
         if self.edits:
             self.edits -= 1
             name = current.view.name

@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from models.cordon import PodRef
 from models.cordon_policy import CordonPolicy, Drain
 from respond.cordon.drain import drain_gpu_pods
+from respond.cordon.kube_nodes import KubeNodes
 from tests.kube import PodFactory, unique
 from tests.respond.cordon.conftest import ExecutorFactory, NodeFactory, xid79
 
@@ -40,6 +41,10 @@ def set_allowed(admin_client: client.ApiClient, pdb: client.V1PodDisruptionBudge
 
 def ref(pod: client.V1Pod) -> PodRef:
     return PodRef(namespace=pod.metadata.namespace, name=pod.metadata.name)
+
+
+def pods_of(api: client.ApiClient) -> KubeNodes:
+    return KubeNodes(api, reporting_instance="xidpipe-test")
 
 
 def deletion_requested(core: client.CoreV1Api, pod: client.V1Pod) -> bool:
@@ -83,7 +88,7 @@ def test_eviction_blocked_by_a_budget_backs_off_reports_and_never_violates_it(
 
 
 def test_blocked_eviction_succeeds_once_the_budget_allows_it(
-    admin_client: client.ApiClient, admin_core: client.CoreV1Api, worker_core: client.CoreV1Api,
+    admin_client: client.ApiClient, admin_core: client.CoreV1Api, worker_client: client.ApiClient,
     make_node: NodeFactory, make_pod: PodFactory, namespace: str,
 ) -> None:
     node = make_node(pool=unique("pool"))
@@ -99,8 +104,8 @@ def test_blocked_eviction_succeeds_once_the_budget_allows_it(
             set_allowed(admin_client, pdb, 1)
         time.sleep(seconds)
 
-    report = drain_gpu_pods(worker_core, node, (ref(pod),), Drain(enabled=True, deadline_s=20, backoff_initial_s=0.1,
-                                                                  grace_period_s=0), sleep=sleep)
+    report = drain_gpu_pods(pods_of(worker_client), node, (ref(pod),),
+                            Drain(enabled=True, deadline_s=20, backoff_initial_s=0.1, grace_period_s=0), sleep=sleep)
 
     assert report.evicted == [f"{namespace}/{pod.metadata.name}"] and report.complete
     assert slept == [0.1, 0.2]  # exponential backoff
@@ -108,7 +113,7 @@ def test_blocked_eviction_succeeds_once_the_budget_allows_it(
 
 
 def test_daemonset_pods_and_pods_on_other_nodes_are_skipped(
-    admin_core: client.CoreV1Api, worker_core: client.CoreV1Api, make_node: NodeFactory, make_pod: PodFactory,
+    admin_core: client.CoreV1Api, worker_client: client.ApiClient, make_node: NodeFactory, make_pod: PodFactory,
     namespace: str,
 ) -> None:
     node = make_node(pool=unique("pool"))
@@ -121,8 +126,8 @@ def test_daemonset_pods_and_pods_on_other_nodes_are_skipped(
                               containers=[client.V1Container(name="main", image="registry.example/dcgm:1")]),
     ))
 
-    report = drain_gpu_pods(worker_core, node, (ref(daemon), ref(elsewhere), PodRef(namespace=namespace, name="gone")),
-                            Drain(enabled=True, deadline_s=2))
+    named = (ref(daemon), ref(elsewhere), PodRef(namespace=namespace, name="gone"))
+    report = drain_gpu_pods(pods_of(worker_client), node, named, Drain(enabled=True, deadline_s=2))
 
     assert report.skipped == {f"{namespace}/{daemon.metadata.name}": "DaemonSet pod",
                               f"{namespace}/{elsewhere.metadata.name}": f"not on node {node}"}
@@ -131,7 +136,7 @@ def test_daemonset_pods_and_pods_on_other_nodes_are_skipped(
 
 
 def test_unattributed_incident_evicts_only_gpu_requesting_pods_when_asked(
-    admin_core: client.CoreV1Api, worker_core: client.CoreV1Api, make_node: NodeFactory, namespace: str,
+    admin_core: client.CoreV1Api, worker_client: client.ApiClient, make_node: NodeFactory, namespace: str,
 ) -> None:
     node = make_node(pool=unique("pool"))
 
@@ -145,9 +150,9 @@ def test_unattributed_incident_evicts_only_gpu_requesting_pods_when_asked(
         ))
 
     gpu_pod, cpu_pod = pod(1), pod(0)
-    off = drain_gpu_pods(worker_core, node, (), Drain(enabled=True, deadline_s=2))
-    on = drain_gpu_pods(worker_core, node, (), Drain(enabled=True, deadline_s=2, unattributed="gpu_requesting",
-                                                     grace_period_s=0))
+    off = drain_gpu_pods(pods_of(worker_client), node, (), Drain(enabled=True, deadline_s=2))
+    on = drain_gpu_pods(pods_of(worker_client), node, (),
+                        Drain(enabled=True, deadline_s=2, unattributed="gpu_requesting", grace_period_s=0))
 
     assert off.evicted == [] and off.complete
     assert on.evicted == [f"{namespace}/{gpu_pod.metadata.name}"]

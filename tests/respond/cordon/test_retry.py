@@ -8,7 +8,9 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from respond.cordon.retry import Backoff, PermanentError, TemporaryError, call_with_retry
+from respond.cordon.kube_nodes import call_api
+from respond.cordon.retry import Backoff
+from respond.errors import PermanentError, TemporaryError
 
 
 class Clock:
@@ -44,7 +46,7 @@ def test_transient_errors_are_retried_with_growing_waits(error: BaseException) -
     clock = Clock()
     calls, fn = failing(error, error, error)
 
-    result = call_with_retry(fn, "patch node", Backoff(deadline_s=60, initial_s=0.2, max_s=5),
+    result = call_api(fn, "patch node", Backoff(deadline_s=60, initial_s=0.2, max_s=5),
                              sleep=clock.sleep, clock=lambda: clock.now)
 
     assert result == "ok" and len(calls) == 4
@@ -59,7 +61,7 @@ def test_permanent_errors_are_reported_at_once_with_their_status(status: int) ->
     calls, fn = failing(ApiException(status=status, reason="nope"))
 
     with pytest.raises(PermanentError) as exc:
-        call_with_retry(fn, "patch node n1", Backoff(), sleep=clock.sleep, clock=lambda: clock.now)
+        call_api(fn, "patch node n1", Backoff(), sleep=clock.sleep, clock=lambda: clock.now)
 
     assert exc.value.status == status and not exc.value.retryable
     assert str(exc.value).startswith(f"patch node n1: HTTP {status}")
@@ -71,7 +73,7 @@ def test_transient_errors_past_the_deadline_are_retryable_failures() -> None:
     _, fn = failing(*[ApiException(status=503, reason="Service Unavailable")] * 100)
 
     with pytest.raises(TemporaryError) as exc:
-        call_with_retry(fn, "read node n1", Backoff(deadline_s=10, initial_s=0.5, max_s=2),
+        call_api(fn, "read node n1", Backoff(deadline_s=10, initial_s=0.5, max_s=2),
                         sleep=clock.sleep, clock=lambda: clock.now)
 
     assert exc.value.retryable and exc.value.status == 503
