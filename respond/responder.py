@@ -51,7 +51,9 @@ class RespondSettings(BaseSettings):
 
 
 @dataclass(slots=True)
-class Outcome:
+class HandlingResult:
+    """How one action request was handled: its kind, incident, result and detail (for logs and the demo)."""
+
     kind: str
     incident_id: str | None
     result: str
@@ -71,7 +73,7 @@ class Responder:
     executor: CordonExecutor
     sinks: Sinks
     cluster: str = "default"
-    handled: list[Outcome] = field(default_factory=list)
+    handled: list[HandlingResult] = field(default_factory=list)
     # The cluster the dossiers' cluster-side evidence is read from (None: no cluster configured).
     cluster_api: Any = None
     # Executed cluster actions with their outcome, to publish on the actions-completed topic.
@@ -109,7 +111,7 @@ class Responder:
             return IncidentNotice(dossier=dossier, previous_incident_id=row.previous_incident_id, labels=labels,
                                   namespace_meta=meta)
 
-    async def handle(self, message: dict[str, Any]) -> Outcome:
+    async def handle(self, message: dict[str, Any]) -> HandlingResult:
         kind = str(message.get("kind", ""))
         incident_id = message.get("incident_id")
         if not isinstance(incident_id, str) or kind not in ("cordon_candidate", "ticket", "notification"):
@@ -125,7 +127,7 @@ class Responder:
                 codes=tuple(str(c) for c in row.codes or ()),
             )
             result = await self.executor.handle_async(cordon_request_for(state))
-            outcome = Outcome(kind, incident_id, f"{result.outcome}{' (dry run)' if result.dry_run else ''}",
+            outcome = HandlingResult(kind, incident_id, f"{result.outcome}{' (dry run)' if result.dry_run else ''}",
                               result.reason)
             self.completed.append({"schema_version": 1, "request": message.get("idempotency_key"),
                                    **result.model_dump(mode="json")})
@@ -145,10 +147,10 @@ class Responder:
                 ticket = await self.sinks.tickets.submit_async(notice)
                 await asyncio.to_thread(self.record_ticketed, incident_id)
                 what = f"{ticket.status} {ticket.action or ''} {ticket.key or ''}".strip()
-                outcome = Outcome(kind, incident_id, what, ticket.error or ticket.reason)
+                outcome = HandlingResult(kind, incident_id, what, ticket.error or ticket.reason)
             else:
                 chat = await self.sinks.chat.submit_async(notice)
-                outcome = Outcome(kind, incident_id, f"{chat.action} {chat.channel or ''}".strip(),
+                outcome = HandlingResult(kind, incident_id, f"{chat.action} {chat.channel or ''}".strip(),
                                   chat.error or chat.reason)
         self.handled.append(outcome)
         log.info("%s for %s: %s", kind, incident_id, outcome.result,

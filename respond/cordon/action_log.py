@@ -28,7 +28,7 @@ from history.action_tables import actions_table, breaker_table
 from models.cordon import BreakerState
 
 ActionKind = Literal["cordon", "repeat", "release", "evict", "breaker_trip", "breaker_reset"]
-Outcome = Literal["done", "noop", "dry_run", "skipped", "refused", "blocked", "failed"]
+ActionOutcome = Literal["done", "noop", "dry_run", "skipped", "refused", "blocked", "failed"]
 
 
 def utcnow() -> datetime:
@@ -40,7 +40,7 @@ class ActionRecord(BaseModel):
 
     at: datetime = Field(default_factory=utcnow)
     action: ActionKind
-    outcome: Outcome
+    outcome: ActionOutcome
     node: str | None = None
     incident_id: str | None = None
     decision: str | None = Field(default=None, description="the decision's outcome (cordon, foreign_cordon, ...)")

@@ -41,7 +41,7 @@ from models.cordon import (
     policy_verdict,
 )
 from models.cordon_policy import CordonPolicy
-from respond.cordon.action_log import ActionKind, ActionRecord, ActionStore, Outcome
+from respond.cordon.action_log import ActionKind, ActionOutcome, ActionRecord, ActionStore
 from respond.cordon.drain import DrainReport, drain_gpu_pods
 from respond.cordon.port import Conflict, NodeCondition, NodePort, NodeRead
 from respond.errors import ActionError
@@ -53,7 +53,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class FleetIncident(BaseModel):
+class FleetAlert(BaseModel):
     """Raised when the breaker trips: a fault hitting many nodes is a fleet problem, not a node's."""
 
     model_config = ConfigDict(frozen=True)
@@ -68,7 +68,7 @@ class FleetIncident(BaseModel):
 
 class ActionResult(BaseModel):
     action: ActionKind
-    outcome: Outcome
+    outcome: ActionOutcome
     node: str
     incident_id: str | None = None
     decision: str | None = None
@@ -76,7 +76,7 @@ class ActionResult(BaseModel):
     dry_run: bool = False
     changes: list[str] = Field(default_factory=list)
     retryable: bool = False
-    fleet_incident: FleetIncident | None = None
+    fleet_incident: FleetAlert | None = None
     drain: DrainReport | None = None
 
 
@@ -90,7 +90,7 @@ class CordonExecutor:
         dry_run: bool = False,
         conflict_retries: int = 8,
         clock: Callable[[], datetime] = utcnow,
-        on_fleet_incident: Callable[[FleetIncident], None] | None = None,
+        on_fleet_incident: Callable[[FleetAlert], None] | None = None,
     ) -> None:
         self.policy = policy
         self.store = store
@@ -206,7 +206,7 @@ class CordonExecutor:
     def _trip(self, req: CordonRequest, decision: CordonDecision, view: NodeView) -> ActionResult:
         at = self.clock()
         pool = view.labels.get(self.policy.scope.pool_label, "")
-        incident = FleetIncident(at=at, pool=pool, reason=decision.reason, node=req.node,
+        incident = FleetAlert(at=at, pool=pool, reason=decision.reason, node=req.node,
                                  incident_id=req.incident_id, family=req.family)
         if decision.dry_run:
             return self._result(req, decision, "dry_run", fleet_incident=incident)
@@ -220,9 +220,9 @@ class CordonExecutor:
             self.on_fleet_incident(incident)
         return self._result(req, decision, "blocked", fleet_incident=incident)
 
-    def _result(self, req: CordonRequest, decision: CordonDecision, outcome: Outcome, *,
+    def _result(self, req: CordonRequest, decision: CordonDecision, outcome: ActionOutcome, *,
                 action: ActionKind = "cordon", changes: list[str] | None = None, retryable: bool = False,
-                reason: str | None = None, fleet_incident: FleetIncident | None = None) -> ActionResult:
+                reason: str | None = None, fleet_incident: FleetAlert | None = None) -> ActionResult:
         return ActionResult(action=action, outcome=outcome, node=req.node, incident_id=req.incident_id,
                             decision=decision.outcome, reason=reason or decision.reason, dry_run=decision.dry_run,
                             changes=changes or [], retryable=retryable, fleet_incident=fleet_incident)
@@ -235,7 +235,7 @@ class CordonExecutor:
         ))
 
     def _record_drain(self, req: CordonRequest, report: DrainReport) -> None:
-        outcome: Outcome = "done" if report.complete else ("blocked" if report.blocked else "failed")
+        outcome: ActionOutcome = "done" if report.complete else ("blocked" if report.blocked else "failed")
         reason = (f"evicted {len(report.evicted)}, gone {len(report.gone)}, skipped {len(report.skipped)}, "
                   f"blocked {len(report.blocked)}, failed {len(report.failed)}")
         if report.blocked:
@@ -318,7 +318,7 @@ def _gpu_unhealthy(nodes: NodePort, req: CordonRequest, at: datetime, existing: 
     return nodes.set_condition(req.node, "False", condition_reason(req.family), condition_message(req), at, existing)
 
 
-def _release_result(node: str, incident_id: str | None, decision: ReleaseDecision, outcome: Outcome,
+def _release_result(node: str, incident_id: str | None, decision: ReleaseDecision, outcome: ActionOutcome,
                     dry_run: bool = False) -> ActionResult:
     return ActionResult(action="release", outcome=outcome, node=node, incident_id=incident_id,
                         decision=decision.outcome, reason=decision.reason, dry_run=dry_run)

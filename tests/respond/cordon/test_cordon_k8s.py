@@ -12,7 +12,7 @@ from kubernetes import client
 from models.cordon import ANN_CORDONED_AT, ANN_INCIDENT, ANN_OCCURRENCES, ANN_RELEASED_BY, TAINT_KEY
 from models.cordon_policy import Breaker, CordonPolicy
 from respond.cordon.action_log import JsonlActionStore
-from respond.cordon.executor import FleetIncident
+from respond.cordon.executor import FleetAlert
 from respond.cordon.kube_nodes import KubeNodes
 from respond.cordon.port import Conflict, NodeRead
 from respond.cordon.retry import Backoff
@@ -174,7 +174,7 @@ def test_breaker_trips_at_the_pool_share_and_holds_until_reset(
 ) -> None:
     pool = unique("pool")
     names = [make_node(pool=pool) for _ in range(10)]
-    raised: list[FleetIncident] = []
+    raised: list[FleetAlert] = []
     policy = CordonPolicy(breaker=Breaker(max_pool_share=0.2, min_nodes=1, max_per_hour=100))
     executor = make_executor(policy, on_fleet_incident=raised.append)
 
