@@ -88,7 +88,7 @@ def find_card(s: Session, ident: str) -> GpuCard | None:
 
 def gpu_history(s: Session, ident: str) -> dict[str, Any] | None:
     """A card's placements, ledger events (its own, and swaps that replaced it) and incidents."""
-    from streams.incident_rows import incident_to_dict
+    from history.incident_rows import incident_to_dict
 
     card = find_card(s, ident)
     if card is None:

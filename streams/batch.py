@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.incident_index import IncidentIndex
+from history.incident_rows import add_listed, incident_state
 from history.tables import FaultEvent, Incident, OutboxMessage
 from models.correlate import Attribution, correlate
 from models.fingerprint import incident_fingerprint
@@ -35,7 +36,6 @@ from models.stream_policy import PipelinePolicy
 from streams.classification import AppContext, application_contexts, verdict
 from streams.fault_rows import EventDraft, FaultEventWriter, event_draft
 from streams.fleet import FleetBursts, FleetChecks
-from streams.incident_rows import add_listed, incident_state
 from streams.node_history import HistoryCache, NodeHistories
 from streams.outbox import action_message, incident_message, insert_outbox
 from streams.pairing import merge, other_source, partner_candidates

@@ -15,9 +15,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from history.incident_rows import incident_to_dict, iso, row_dict
 from history.tables import FleetIncident, Incident, OutboxMessage
 from models.incidents import action_to_dict
-from streams.incident_rows import incident_to_dict, iso, row_dict
 
 
 def utcnow() -> datetime:

@@ -13,10 +13,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from history.incident_rows import add_listed
 from history.tables import FaultEvent, Incident
 from models.correlate import Attribution
 from models.incidents import FaultObservation, same_fault
-from streams.incident_rows import add_listed
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.engine import make_engine
+from history.incident_rows import incident_state, incident_to_dict, row_dict
 from history.ledger_store import apply_inventory_payload
 from history.tables import (
     EvidenceRecord,
@@ -38,7 +39,6 @@ from models.stream_policy import PipelinePolicy
 from streams import outbox
 from streams.batch import BatchTransaction, StoreCaches
 from streams.decode import DeadLetter
-from streams.incident_rows import incident_state, incident_to_dict, row_dict
 from streams.ingest import EvidenceItem, FaultItem, Item, StateItem
 from streams.outbox import (
     Outgoing,

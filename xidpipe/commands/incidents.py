@@ -93,7 +93,7 @@ def history_session(args: argparse.Namespace) -> Any:
 
 
 def _row(i: Any) -> dict[str, Any]:
-    from streams.incident_rows import incident_to_dict
+    from history.incident_rows import incident_to_dict
 
     return incident_to_dict(i)
 
