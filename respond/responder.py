@@ -60,6 +60,9 @@ class HandlingResult:
     detail: str = ""
 
 
+Item = tuple[Any, Any, dict[str, Any] | None, str]  # (partition, message, its JSON object or None, why not)
+
+
 COMPLETED_SUFFIX = ".completed"  # the actions-completed topic: `<actions topic>.completed`
 
 
@@ -211,8 +214,7 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
             log.error("action request to dead-letter topic: %s", exc,
                       extra={"topic": tp.topic, "partition": tp.partition, "offset": msg.offset})
 
-    async def handle_later(items: list[tuple[Any, Any, dict[str, Any] | None, str]],
-                           after: asyncio.Task[None] | None) -> None:
+    async def handle_later(items: list[Item], after: asyncio.Task[None] | None) -> None:
         if after is not None:
             await after  # keep the order of tickets and messages across batches
         for item in items:
@@ -223,26 +225,10 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
         ready.set()
     try:
         while not stop.is_set():
-            batches = await consumer.getmany(timeout_ms=100, max_records=100)
-            now: list[tuple[Any, Any, dict[str, Any] | None, str]] = []
-            later: list[tuple[Any, Any, dict[str, Any] | None, str]] = []
-            offsets: dict[Any, OffsetAndMetadata] = {}
-            for tp, messages in batches.items():
-                for msg in messages:
-                    try:
-                        body = json.loads(msg.value or b"null")
-                        item = (tp, msg, body if isinstance(body, dict) else None, "not a JSON object")
-                    except ValueError as exc:
-                        item = (tp, msg, None, f"not JSON: {exc}")
-                    is_cordon = item[2] is not None and item[2].get("kind") == "cordon_candidate"
-                    (now if is_cordon else later).append(item)
-                    offsets[tp] = OffsetAndMetadata(msg.offset + 1, "")
+            now, later, offsets = _sort_batch(await consumer.getmany(timeout_ms=100, max_records=100))
             for item in now:
                 await handle_one(*item)
-            while responder.completed:  # recorded in SQL by the executor; published for other consumers
-                done = responder.completed.pop(0)
-                await producer.send_and_wait(completed_topic(settings), json.dumps(done).encode(),
-                                             key=str(done.get("node", "")).encode())
+            await _publish_completed(producer, completed_topic(settings), responder)
             if offsets:
                 previous = pending[-1][1] if pending else None
                 pending.append((offsets, asyncio.create_task(handle_later(later, previous))))
@@ -262,6 +248,34 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
                 await t
             await consumer.stop()
             await producer.stop()
+
+
+def _sort_batch(batches: dict[Any, list[Any]]) -> tuple[list[Item], list[Item], dict[Any, Any]]:
+    """The fetched messages as cordon requests (handled at once) and the rest (in order, in the
+    background), and the offsets to commit once all of them were handled."""
+    from aiokafka.structs import OffsetAndMetadata
+
+    now: list[Item] = []
+    later: list[Item] = []
+    offsets: dict[Any, OffsetAndMetadata] = {}
+    for tp, messages in batches.items():
+        for msg in messages:
+            try:
+                body = json.loads(msg.value or b"null")
+                item: Item = (tp, msg, body if isinstance(body, dict) else None, "not a JSON object")
+            except ValueError as exc:
+                item = (tp, msg, None, f"not JSON: {exc}")
+            is_cordon = item[2] is not None and item[2].get("kind") == "cordon_candidate"
+            (now if is_cordon else later).append(item)
+            offsets[tp] = OffsetAndMetadata(msg.offset + 1, "")
+    return now, later, offsets
+
+
+async def _publish_completed(producer: Any, topic: str, responder: Responder) -> None:
+    """The executed cluster actions (recorded in SQL by the executor), for other consumers."""
+    while responder.completed:
+        done = responder.completed.pop(0)
+        await producer.send_and_wait(topic, json.dumps(done).encode(), key=str(done.get("node", "")).encode())
 
 
 async def _ensure_topic(settings: RespondSettings, name: str) -> None:
