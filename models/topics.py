@@ -4,7 +4,8 @@ Each topic has a partition count, a key and a value schema, and a dead-letter tw
 (`<name>.dlq`). The four input topics carry the node agent's records (`models.node_records`),
 keyed by node name; they share one partition count, so one partition holds everything one node
 published (co-partitioning: no repartition topics). The outputs are keyed by node, except the
-fleet incidents, which are keyed by cluster and go to the incidents topic.
+fleet incidents, which are keyed by cluster and go to the incidents topic. The responder reports
+what it did with each action request on `<actions>.completed`.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from dataclasses import dataclass
 from models import node_records
 
 INCIDENTS_TOPIC = "xidpipe.incidents"
-ACTIONS_TOPIC = "respond.cordon"
+ACTIONS_TOPIC = "xidpipe.actions"
+COMPLETED_TOPIC = f"{ACTIONS_TOPIC}.completed"  # what the responder did with each action request
 
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
-    role: str  # kernel, state, nvml, evidence, incidents, actions
+    role: str  # kernel, state, nvml, evidence, incidents, actions, completed
     name: str
     partitions: int
     key: str  # what the key is: "node" or "node or cluster"
@@ -39,6 +41,7 @@ class Topology:
     evidence: TopicSpec
     incidents: TopicSpec
     actions: TopicSpec
+    completed: TopicSpec
 
     @property
     def inputs(self) -> tuple[TopicSpec, ...]:
@@ -50,7 +53,7 @@ class Topology:
 
     @property
     def all(self) -> tuple[TopicSpec, ...]:
-        return (*self.inputs, *self.outputs)
+        return (*self.inputs, *self.outputs, self.completed)
 
     def by_name(self, name: str) -> TopicSpec | None:
         return next((t for t in self.all if t.name == name), None)
@@ -83,4 +86,6 @@ def topology(prefix: str = "", partitions: int = 8) -> Topology:
                        "JSON {type: incident|fleet_incident, change, reason, incident}"),
         actions=spec("actions", ACTIONS_TOPIC, "node",
                      "JSON {kind: cordon_candidate|ticket|notification, operation, incident_id, idempotency_key, ...}"),
+        completed=spec("completed", COMPLETED_TOPIC, "node",
+                       "JSON {schema_version, request, ...the cordon result}"),
     )

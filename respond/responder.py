@@ -47,7 +47,9 @@ class RespondSettings(BaseSettings):
     database_url: str = Field(default="sqlite:///var/xidpipe.db", description="the stream worker's database")
     group_id: str = Field(default="xidpipe-responder", description="Kafka consumer group")
     cluster: str = Field(default="default", description="cluster name shown in dossiers")
-    replication_factor: int = Field(default=1, ge=1, description="for the actions-completed topic, if created")
+    partitions: int = Field(default=8, ge=1, description="for the pipeline's topics `xidpipe respond` creates when "
+                            "missing: the stream worker's partition count")
+    replication_factor: int = Field(default=1, ge=1, description="for the topics `xidpipe respond` creates")
 
 
 @dataclass(slots=True)
@@ -63,11 +65,10 @@ class HandlingResult:
 Item = tuple[Any, Any, dict[str, Any] | None, str]  # (partition, message, its JSON object or None, why not)
 
 
-COMPLETED_SUFFIX = ".completed"  # the actions-completed topic: `<actions topic>.completed`
 
 
 def completed_topic(settings: RespondSettings) -> str:
-    return topology(settings.topic_prefix, 1).actions.name + COMPLETED_SUFFIX
+    return topology(settings.topic_prefix, 1).completed.name
 
 
 @dataclass(slots=True)
@@ -197,7 +198,6 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap_servers, group_id=settings.group_id,
                                 enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=100)
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
-    await _ensure_topic(settings, completed_topic(settings))
     await consumer.start()
     await producer.start()
     bg = [asyncio.create_task(responder.drain_tickets(stop)), asyncio.create_task(responder.sinks.chat.run(stop))]
@@ -276,26 +276,6 @@ async def _publish_completed(producer: Any, topic: str, responder: Responder) ->
     while responder.completed:
         done = responder.completed.pop(0)
         await producer.send_and_wait(topic, json.dumps(done).encode(), key=str(done.get("node", "")).encode())
-
-
-async def _ensure_topic(settings: RespondSettings, name: str) -> None:
-    """Create `name` like the actions topic it mirrors, unless it exists."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
-    await admin.start()
-    try:
-        actions = topology(settings.topic_prefix, 1).actions.name
-        described = await admin.describe_topics([actions])
-        partitions = max(1, len(described[0].get("partitions", []))) if described else 1
-        response = await admin.create_topics([NewTopic(name, partitions, settings.replication_factor)])
-        for error in getattr(response, "topic_errors", []):
-            code = error[1]
-            if code not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS
-                log.warning("could not create %s (Kafka error %s); relying on the broker to auto-create it",
-                            name, code)
-    finally:
-        await admin.close()
 
 
 def build_responder(settings: RespondSettings, executor: CordonExecutor, sinks: Sinks,

@@ -16,11 +16,12 @@ from tests.streams.records import T0, Kmsg, inventory
 def test_topology_is_co_partitioned_with_dead_letter_twins() -> None:
     topo = topology("t-", partitions=6)
     names = [n for t in topo.all for n in t.names]
-    assert len(names) == len(set(names)) == 12
+    assert len(names) == len(set(names)) == 14
     assert {t.partitions for t in topo.all} == {6}
     assert all(t.key == "node" for t in topo.inputs)
     assert all(t.dead_letter == f"{t.name}.dlq" for t in topo.all)
     assert topo.kernel.name == f"t-{KERNEL_TOPIC}"
+    assert topo.actions.name == "t-xidpipe.actions" and topo.completed.name == "t-xidpipe.actions.completed"
     assert topo.kinds_for(topo.kernel.name) == {"kernel_line", "kernel_gap"}
     assert topo.kinds_for(topo.state.name) >= {"inventory", "pod_assignments", "gpu_processes"}
     assert not any("repartition" in n for n in names)

@@ -24,11 +24,13 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from models.topics import topology
     from respond.cordon.runtime import api_client, build_executor
     from respond.cordon.settings import ActionSettings
     from respond.responder import RespondSettings, build_responder, run_responder
     from respond.sinks.build import build_sinks
     from respond.sinks.settings import SinkSettings
+    from streams.topics import ensure_topics
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -47,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        # The worker normally created them; a responder started first must not wait on a missing topic.
+        await ensure_topics(settings.bootstrap_servers, topology(settings.topic_prefix, settings.partitions),
+                            settings.replication_factor)
         await run_responder(settings, responder, stop)
 
     asyncio.run(main())
