@@ -200,7 +200,9 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
     await consumer.start()
     await producer.start()
-    bg = [asyncio.create_task(responder.drain_tickets(stop)), asyncio.create_task(responder.sinks.chat.run(stop))]
+    sinks = responder.sinks
+    bg = [asyncio.create_task(responder.drain_tickets(stop, sinks.ticket_drain_interval_s)),
+          asyncio.create_task(sinks.chat.run(stop, sinks.chat_flush_interval_s))]
 
     async def handle_one(tp: Any, msg: Any, body: dict[str, Any] | None, why: str) -> None:
         try:

@@ -24,6 +24,8 @@ class Sinks:
     store: SinkStore
     tickets: TicketSink
     chat: ChatNotifier
+    ticket_drain_interval_s: float = 10.0  # how often the responder drains the ticket queue
+    chat_flush_interval_s: float = 5.0  # how often the responder decides again for waiting chat groups
 
 
 def build_sinks(settings: SinkSettings, store: SinkStore | None = None) -> Sinks:
@@ -42,4 +44,4 @@ def build_sinks(settings: SinkSettings, store: SinkStore | None = None) -> Sinks
                         channel_interval_s=settings.slack_channel_interval_s, retry_base_s=settings.chat_retry_base_s,
                         retry_max_s=settings.chat_retry_max_s, ticket_url=tickets.ticket_url,
                         retention_s=settings.chat_retention_s)
-    return Sinks(store, tickets, chat)
+    return Sinks(store, tickets, chat, settings.ticket_drain_interval_s, settings.chat_flush_interval_s)

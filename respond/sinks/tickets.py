@@ -14,7 +14,6 @@ opens a second ticket.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import threading
@@ -103,16 +102,6 @@ class TicketSink:
 
     async def submit_async(self, notice: IncidentNotice) -> TicketOutcome:
         return await asyncio.to_thread(self.submit, notice)
-
-    async def run(self, stop: asyncio.Event, interval_s: float = 10.0) -> None:
-        """Drain the queue every `interval_s` until `stop` is set."""
-        while not stop.is_set():
-            try:
-                await asyncio.to_thread(self.drain)
-            except Exception:
-                log.exception("ticket drain failed; retrying in %.0f s", interval_s)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval_s)
 
     def ticket_url(self, incident_id: str) -> str | None:
         row = self.store.ticket(incident_id)

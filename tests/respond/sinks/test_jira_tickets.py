@@ -3,7 +3,6 @@ under redelivery and every injected fault, recovery of a lost map, attachments, 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import socket
@@ -234,23 +233,6 @@ def test_a_slow_answer_within_the_timeout_is_not_repeated(fake_jira: FakeJira, t
     out = ticket_sink.submit(make_notice())
     assert (out.status, out.action) == ("done", "create")
     assert len(fake_jira.calls("POST", ISSUE)) == 1 and list(fake_jira.issues) == ["GPU-1"]
-
-
-async def test_the_drain_loop_delivers_in_the_background_and_stops(fake_jira: FakeJira, ticket_sink: TicketSink,
-                                                                   clock: Clock) -> None:
-    fake_jira.inject("*", r"/rest/.*", status=503, times=100)
-    out = await ticket_sink.submit_async(make_notice())
-    assert out.status == "pending"
-    fake_jira.faults.clear()
-    clock.advance(minutes=1)
-    stop = asyncio.Event()
-    task = asyncio.create_task(ticket_sink.run(stop, interval_s=0.05))
-    deadline = asyncio.get_running_loop().time() + 10
-    while not fake_jira.issues and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.02)
-    stop.set()
-    await asyncio.wait_for(task, 5)
-    assert list(fake_jira.issues) == ["GPU-1"] and ticket_sink.store.jobs("pending") == []
 
 
 def test_timeout_after_jira_created_the_ticket_does_not_create_another(fake_jira: FakeJira, ticket_sink: TicketSink,
