@@ -57,10 +57,6 @@ class SpoolEntry:
         return SpoolEntry(d["n"], d["t"], d["k"], d["v"], d["f"], d["id"], d.get("s"), d.get("c"))
 
 
-class SpoolFull(Exception):
-    """Not raised to callers: kept for clarity of the blocking path."""
-
-
 class Spool:
     def __init__(
         self,

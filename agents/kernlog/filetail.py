@@ -21,7 +21,6 @@ from typing import Any, BinaryIO
 
 from agents.kernlog.base import SourceGap, SourceItem, SourceLine, SourceSkip
 from agents.kernlog.inotify import DirectoryWaiter
-from agents.statefile import read_json
 from models.node_records import KernelSource
 
 log = logging.getLogger(__name__)
@@ -63,11 +62,6 @@ class FileSource:
         self._next_emit = time.monotonic()
         self._fh: BinaryIO | None = None
         self._waiter: DirectoryWaiter | None = None
-
-    @staticmethod
-    def load_cursor(path: Path) -> dict[str, Any] | None:
-        data = read_json(path)
-        return data if isinstance(data, dict) else None
 
     def close(self) -> None:
         if self._fh is not None:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from agents.kernlog.base import SourceItem, SourceLine
-from agents.statefile import read_json
 from models.node_records import KernelSource
 
 log = logging.getLogger(__name__)
@@ -53,11 +52,6 @@ class JournaldSource:
         self._directory = journal_directory
         self._follow = follow
         self._proc: subprocess.Popen[bytes] | None = None
-
-    @staticmethod
-    def load_cursor(path: Path) -> dict[str, Any] | None:
-        data = read_json(path)
-        return data if isinstance(data, dict) else None
 
     def command(self) -> list[str]:
         cmd = [self._journalctl, "_TRANSPORT=kernel", "-o", "json", "--no-pager", "--no-tail",

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from agents.kernlog.base import SourceGap, SourceItem, SourceLine
-from agents.statefile import read_json
 from models.node_records import KernelSource
 
 log = logging.getLogger(__name__)
@@ -85,11 +84,6 @@ class KmsgSource:
                 log.info("new boot since the cursor: reading from the first record",
                          extra={"boot_id": self._boot_id, "cursor_boot_id": cursor.get("boot_id")})
         self._new_boot = self.last_seq is None
-
-    @staticmethod
-    def load_cursor(path: Path) -> dict[str, Any] | None:
-        data = read_json(path)
-        return data if isinstance(data, dict) else None
 
     @property
     def boot_id(self) -> str:

@@ -61,11 +61,6 @@ class FaultRecord:
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def is_fault(self) -> bool:
-        """Identity lines describe a GPU; every other kind reports a fault."""
-        return self.kind != "gpu_identity"
-
-    @property
     def device(self) -> str | None:
         """The PCI address of the GPU the record is about (the AER source when known)."""
         return self.source_pci or self.pci

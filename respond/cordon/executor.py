@@ -13,7 +13,7 @@ written under one lock, so the threads of one worker never overshoot the limits 
 executor per cluster (the stream's cluster-keyed stage) for a cluster-wide guarantee.
 
 The cluster is reached through `port.NodePort` (`kube_nodes.KubeNodes` on the Kubernetes API), whose
-client is synchronous: use `handle_async`/`release_async` from asyncio code.
+client is synchronous: use `handle_async` from asyncio code.
 """
 
 from __future__ import annotations
@@ -244,9 +244,6 @@ class CordonExecutor:
                                        reason=reason[:2000], details=report.model_dump()))
 
     # --- release ----------------------------------------------------------------------------------
-
-    async def release_async(self, node: str, *, by: str, reason: str, incident_id: str | None = None) -> ActionResult:
-        return await asyncio.to_thread(self.release, node, by=by, reason=reason, incident_id=incident_id)
 
     def release(self, node: str, *, by: str, reason: str, incident_id: str | None = None) -> ActionResult:
         try:
