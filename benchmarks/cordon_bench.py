@@ -51,7 +51,7 @@ class TimedNodes(KubeNodes):
         super().__init__(*args, **kwargs)
         self.cordoned_at: dict[str, float] = {}
 
-    def apply_cordon(self, current: NodeRead, *args: Any) -> tuple[list[str], client.V1Node]:
+    def apply_cordon(self, current: NodeRead, *args: Any) -> tuple[list[str], NodeRead]:
         done = super().apply_cordon(current, *args)
         self.cordoned_at[current.view.name] = time.perf_counter()
         return done

@@ -16,7 +16,6 @@ from models.correlate import (
     valid_at,
     workload_name,
 )
-from models.pci import normalize_pci
 from tests.streams.records import T0, inventory, pci, pods, processes, s, serial, uuid
 
 NODE = "gpu-a"
@@ -36,22 +35,6 @@ def history(mig_on: int | None = None) -> NodeHistory:
         pods=[PodSnapshot(p.changed_at, p.assignments) for p in (p1, p2)],
         processes=[ProcessSnapshot(p.emitted_at, p.processes) for p in (pr1, pr2)],
     ).sort()
-
-
-@pytest.mark.parametrize(
-    ("text", "want"),
-    [
-        ("0000:3b:00", "0000:3b:00.0"),
-        ("0000:3B:00.0", "0000:3b:00.0"),
-        ("00000000:3B:00.0", "0000:3b:00.0"),
-        ("PCI:0000:18:00", "0000:18:00.0"),
-        ("3b:00.0", "0000:3b:00.0"),
-        (None, None),
-        ("", None),
-    ],
-)
-def test_normalize_pci(text: str | None, want: str | None) -> None:
-    assert normalize_pci(text) == want
 
 
 # (case, fault offset s, pci GPU index, uuid GPU index, pid) → (gpu index, pod, container, process source)

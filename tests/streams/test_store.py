@@ -260,7 +260,8 @@ def test_migrations_build_exactly_the_declared_tables(store: Store) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from history.tables import POSTGRESQL_ONLY_INDEXES, metadata
+    from history.schema import metadata
+    from history.tables import POSTGRESQL_ONLY_INDEXES
 
     def ours(name: str | None, type_: str, _parent: object) -> bool:
         if type_ == "index":
