@@ -130,6 +130,7 @@ class Incident(Base):
         sa.Index("ix_incidents_gpu_uuid", "gpu_uuid"),
         sa.Index("ix_incidents_pci", "pci"),
         sa.Index("ix_incidents_gpu", "gpu"),
+        sa.Index("ix_incidents_component_last_seen", "component", "last_seen"),
     )
 
     incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
@@ -161,6 +162,18 @@ class Incident(Base):
     description: Mapped[str | None] = mapped_column(sa.Text)
     cordon_requested: Mapped[bool] = mapped_column(default=False)
     version: Mapped[int] = mapped_column(default=1)
+    # gpu, nvswitch, node, workload, fleet (models.identity) and which one: a GPU UUID (its PCI address
+    # until the UUID is known), an NVSwitch's PCI address, a workload, a fault family.
+    component: Mapped[str] = mapped_column(sa.String(16), default="gpu", server_default="gpu")
+    component_id: Mapped[str | None] = mapped_column(sa.String(253))
+    # The fault occurrence counted last: when it started and the signals (source and code) it absorbed.
+    occurrence_at: Mapped[datetime | None]
+    occurrence_signals: Mapped[list[Any] | None]
+    # What the verdict was made with.
+    catalog_version: Mapped[str | None] = mapped_column(sa.String(32))
+    driver_version: Mapped[str | None] = mapped_column(sa.String(64))
+    rule: Mapped[str | None] = mapped_column(sa.String(64))
+    merged_into: Mapped[str | None] = mapped_column(sa.String(128))  # the incident that absorbed this one
 
 
 class EvidenceRecord(Base):

@@ -22,6 +22,8 @@ from history.schema import POSTGRESQL_ONLY_INDEXES, metadata
 from xidpipe.cli import main
 
 T = datetime(2026, 11, 29, 12, tzinfo=UTC)
+HEAD = "0005"
+
 # The tables migration 0004 brings under the migrations (before it, their stores created them).
 STORE_TABLES = frozenset({"tickets", "ticket_queue", "chat_alerts", "notification_log", "chat_failures", "silences",
                           "actions", "cordon_breaker"})
@@ -63,7 +65,7 @@ def test_up_down_and_the_schema_matches_the_models(url: str) -> None:
     engine = make_engine(url)
     try:
         upgrade(engine)
-        assert current_revision(engine) == head_revision() == "0004"
+        assert current_revision(engine) == head_revision() == HEAD
         assert diff(engine) == []
         assert tables(engine) == set(metadata.tables) and tables(engine) > STORE_TABLES
         if engine.dialect.name == "postgresql":  # the local server has pg_trgm
@@ -74,7 +76,7 @@ def test_up_down_and_the_schema_matches_the_models(url: str) -> None:
         assert current_revision(engine) == "0001"
         assert "lifecycle" not in {c["name"] for c in sa.inspect(engine).get_columns("incidents")}
         assert "gpu_cards" not in tables(engine)
-        upgrade(engine)  # 0002 to 0004 again over 0001's tables as the downgrade left them
+        upgrade(engine)  # 0002 to the head again over 0001's tables as the downgrade left them
         assert diff(engine) == []
         downgrade(engine, "base")
         assert current_revision(engine) is None and tables(engine) == set()
@@ -126,7 +128,7 @@ def test_incident_codes_are_filled_from_existing_incidents(url: str) -> None:
 
 def test_db_upgrade_builds_every_table_on_an_empty_database(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["db", "upgrade", "--database-url", url]) == 0
-    assert "migrated from (empty) to 0004" in capsys.readouterr().out
+    assert f"migrated from (empty) to {HEAD}" in capsys.readouterr().out
     engine = make_engine(url)
     try:
         assert tables(engine) == set(metadata.tables)
@@ -152,7 +154,7 @@ def test_tables_the_stores_made_upgrade_to_head(url: str, revision: str | None) 
                                  "created_at) VALUES ('s1', '[]', :t, :t, 'ops', 'rma', :t)"), t)
             conn.execute(sa.text("INSERT INTO cordon_breaker (id, state, updated_at) VALUES (1, '{}', :t)"), t)
         upgrade(engine)
-        assert current_revision(engine) == "0004"
+        assert current_revision(engine) == HEAD
         assert diff(engine) == []
         assert tables(engine) == set(metadata.tables)
         with engine.connect() as conn:
@@ -173,10 +175,10 @@ def test_db_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert json.loads(capsys.readouterr().out)["revision"] == "0001"
     assert main(["db", "upgrade", "--database-url", url]) == 0
     out = capsys.readouterr().out
-    assert "migrated from 0001 to 0004" in out and "revision 0004 (up to date)" in out
+    assert f"migrated from 0001 to {HEAD}" in out and f"revision {HEAD} (up to date)" in out
     assert main(["db", "upgrade", "--database-url", url, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"database": url, "revision": "0004", "head": "0004",
-                                                   "previous": "0004"}
+    assert json.loads(capsys.readouterr().out) == {"database": url, "revision": HEAD, "head": HEAD,
+                                                   "previous": HEAD}
 
 
 def test_db_upgrade_hides_the_password(capsys: pytest.CaptureFixture[str], postgres_url: str) -> None:
