@@ -110,6 +110,9 @@ class FaultEvent(Base):
     raw: Mapped[str] = mapped_column(sa.Text)
     attribution: Mapped[dict[str, Any]]
     incident_id: Mapped[str | None] = mapped_column(sa.String(128))
+    # True when this report counted a new fault occurrence of its incident; False when it is another
+    # sensor's view of the occurrence already counted (NULL: written before migration 0005, counted).
+    counted: Mapped[bool | None]
 
 
 class Incident(Base):

@@ -11,7 +11,8 @@ every sensor's report of that one fault (kernel and NVML Xid, AER with Xid 79 an
 lines, Xid 119 with its crash dump and Xid 154) joins it without counting again. The verdict
 records what it was made with: `catalog_version`, the node's `driver_version` at fault time and the
 `rule` that made it. `merged_into` names the incident that absorbed this one (workload faults found
-to stay with a GPU). Existing incidents are GPU incidents (or node incidents where they named no GPU).
+to stay with a GPU). `fault_events.counted` says whether a report counted a new occurrence
+(its time is one of the occurrences the cordon policy's windows count). Existing incidents are GPU incidents (or node incidents where they named no GPU).
 """
 
 from __future__ import annotations
@@ -38,11 +39,15 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("rule", sa.String(length=64), nullable=True))
         batch_op.add_column(sa.Column("merged_into", sa.String(length=128), nullable=True))
         batch_op.create_index("ix_incidents_component_last_seen", ["component", "last_seen"], unique=False)
+    with op.batch_alter_table("fault_events", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("counted", sa.Boolean(), nullable=True))
     op.execute("UPDATE incidents SET component = 'node' WHERE gpu = 'node'")
     op.execute("UPDATE incidents SET component_id = gpu WHERE component_id IS NULL")
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("fault_events", schema=None) as batch_op:
+        batch_op.drop_column("counted")
     with op.batch_alter_table("incidents", schema=None) as batch_op:
         batch_op.drop_index("ix_incidents_component_last_seen")
         for column in ("merged_into", "rule", "driver_version", "catalog_version", "occurrence_signals",
