@@ -12,7 +12,8 @@ lines, Xid 119 with its crash dump and Xid 154) joins it without counting again.
 records what it was made with: `catalog_version`, the node's `driver_version` at fault time and the
 `rule` that made it. `merged_into` names the incident that absorbed this one (workload faults found
 to stay with a GPU). `fault_events.counted` says whether a report counted a new occurrence
-(its time is one of the occurrences the cordon policy's windows count). Existing incidents are GPU incidents (or node incidents where they named no GPU).
+(its time is one of the occurrences the cordon policy's windows count). Existing incidents are
+GPU incidents (or node incidents where they named no GPU).
 """
 
 from __future__ import annotations
