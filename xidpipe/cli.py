@@ -12,6 +12,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xidpipe.commands.parse",
     "xidpipe.commands.scan",
     "xidpipe.commands.demo",
+    "xidpipe.commands.replay",
     "xidpipe.commands.dev",
     "xidpipe.commands.agent",
     "xidpipe.commands.worker",
