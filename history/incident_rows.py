@@ -27,7 +27,8 @@ def incident_state(row: Incident) -> IncidentState:
         status="open" if row.status == "open" else "resolved", count=row.count, first_seen=row.first_seen,
         last_seen=row.last_seen, category=row.category, reason=row.reason, codes=tuple(row.codes or ()),
         previous_incident_id=row.previous_incident_id, resolved_at=row.resolved_at,
-        cordon_requested=row.cordon_requested,
+        cordon_requested=row.cordon_requested, component=row.component or "gpu", component_id=row.component_id,
+        occurrence_at=row.occurrence_at, occurrence_signals=tuple(row.occurrence_signals or ()),
     )
 
 

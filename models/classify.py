@@ -47,6 +47,7 @@ class FaultGroup:
 class Verdict:
     category: str
     reason: str
+    rule: str = "catalog"  # the rule that made it (stored with the verdict)
 
 
 _FAMILY_CATEGORY = {
@@ -69,8 +70,10 @@ def classify(group: FaultGroup, policy: ClassifyPolicy | None = None) -> Verdict
     if group.family == "application":
         return _classify_application(group, p, codes)
     category = _FAMILY_CATEGORY.get(group.family)
+    rule = f"family:{group.family}"
     if category is None:
         category = group.categories[0] if group.categories else "unknown"
+        rule = "catalog"
     times = "once" if group.count == 1 else f"{group.count} times"
     reason = f"{codes} seen {times} on {group.gpu}"
     if group.family == "gpu_lost":
@@ -83,7 +86,18 @@ def classify(group: FaultGroup, policy: ClassifyPolicy | None = None) -> Verdict
         reason = f"the driver's GPU recovery action for {group.gpu} is now '{group.recovery_action}' ({codes})"
     elif group.family == "gsp":
         reason = f"GPU System Processor failure ({codes}) {times} on {group.gpu}"
-    return Verdict(category, reason)
+    return Verdict(category, reason, rule)
+
+
+def classify_workload(codes: str, workload: str, gpus: int, nodes: int, count: int) -> Verdict:
+    """An application fault of one workload (its own incident): the job's, never the hardware's."""
+    where = f"{gpus} GPU{'s' if gpus != 1 else ''}" + (f" on {nodes} nodes" if nodes > 1 else "")
+    if gpus > 1:
+        return Verdict("application", f"{codes} from workload {workload} on {where} ({count} faults): the fault "
+                       "follows the workload (a job that crashed or was torn down), not a GPU",
+                       "application:follows-workload")
+    return Verdict("application", f"{codes} from workload {workload} on {where} ({count} fault"
+                   f"{'s' if count != 1 else ''}): an application error of that job", "application:workload")
 
 
 def _classify_application(group: FaultGroup, p: ClassifyPolicy, codes: str) -> Verdict:
@@ -95,6 +109,7 @@ def _classify_application(group: FaultGroup, p: ClassifyPolicy, codes: str) -> V
             "suspected_hardware",
             f"{codes} repeated {group.count} times on {group.gpu} across {len(only_here)} different workloads "
             f"({', '.join(only_here)}) that faulted on no other GPU: the fault stays with the GPU",
+            "application:stays-with-gpu",
         )
     if followed:
         spread = ", ".join(f"'{w}' on {n} GPUs" for w, n in sorted(followed.items()))
@@ -103,12 +118,14 @@ def _classify_application(group: FaultGroup, p: ClassifyPolicy, codes: str) -> V
             "application",
             f"{codes} on {group.gpu} from workloads that faulted on several GPUs ({spread}){others}: "
             "the fault follows the workload",
+            "application:follows-workload",
         )
     if group.count >= p.repeat_threshold and not distinct:
         return Verdict(
             "suspected_hardware",
             f"{codes} repeated {group.count} times on {group.gpu} with no process attribution: "
             "check whether different jobs hit it",
+            "application:unattributed-repeats",
         )
     who = f"workload '{distinct[0]}'" if len(distinct) == 1 else "an unattributed process"
     if len(distinct) > 1:
@@ -117,4 +134,5 @@ def _classify_application(group: FaultGroup, p: ClassifyPolicy, codes: str) -> V
         "application",
         f"{codes} {group.count} time(s) on {group.gpu} from {who}, below the repeat threshold "
         f"of {p.repeat_threshold}: an application error",
+        "application:below-threshold",
     )

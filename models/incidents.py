@@ -15,13 +15,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from models.catalog import Catalog, load_catalog
 from models.classify import ClassifyPolicy, FaultGroup, Verdict, classify
+from models.event_time import record_time
 from models.families import family_of
-from models.fingerprint import incident_fingerprint
+from models.identity import Component, joins_occurrence, primary_family
+from models.kernlog.clock import parse_stamp
 from models.kernlog.record import FaultRecord
 from models.node_records import GpuMissing, KernelLine, NvmlEvent
 from models.stream_policy import PipelinePolicy
@@ -73,11 +75,13 @@ class FaultObservation:
 
 
 def observation_from_kernel(rec: FaultRecord, line: KernelLine, index: int = 0) -> FaultObservation:
-    """A parsed kernel fault. Its time is the line's own timestamp, else when the agent read it.
+    """A parsed kernel fault, at its event time (`models.event_time.record_time`: the record's own
+    stamp, else its uptime plus the boot time, else the line's event time; the read time only when
+    the kernel's clock is unknown).
 
     `index` distinguishes several records parsed from one published line.
     """
-    at = parse_time(rec.timestamp) or line.observed_at
+    at = record_time(rec, line).at
     record_id = line.record_id if index == 0 else f"{line.record_id}#{index}"
     return FaultObservation(
         node=line.node, source="kernel", record_id=record_id, occurred_at=at, kind=rec.kind,
@@ -135,13 +139,7 @@ def observation_from_missing(rec: GpuMissing) -> FaultObservation:
 
 def parse_time(text: str | None) -> datetime | None:
     """An ISO-8601 time from a parsed record; a time without zone is taken as UTC."""
-    if not text:
-        return None
-    try:
-        at = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # the kernel log's clock is taken as UTC
+    return parse_stamp(text)
 
 
 def _str(value: Any) -> str | None:
@@ -185,6 +183,11 @@ class IncidentState:
     previous_incident_id: str | None = None
     resolved_at: datetime | None = None
     cordon_requested: bool = False
+    component: str = "gpu"
+    component_id: str | None = None
+    # The occurrence counted last: when it started, and the signals (`models.identity.signal`) it holds.
+    occurrence_at: datetime | None = None
+    occurrence_signals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,16 +196,12 @@ class IncidentChange:
     incident: IncidentState
     reason: str
     resolved_previous: IncidentState | None = None
+    counted: bool = True  # the report counted a new occurrence (False: another view of the last one)
 
 
-def incident_gpu(node: str, gpu_uuid: str | None, pci: str | None) -> str:
-    """The GPU key an incident groups by: the PCI address when known, else the UUID, else the node.
-
-    The PCI address is in every kernel and NVML report of a GPU fault, while the UUID may only be
-    learnt later (an inventory read after the fault), so grouping by it keeps one incident per GPU
-    whatever order the reports arrive in. The UUID and serial are attributes of the incident.
-    """
-    return pci or gpu_uuid or "node"
+def component_gpu(component: Component) -> str:
+    """The `gpu` column of a component's incident: the GPU (or NVSwitch) it is about, else its kind."""
+    return component.id if component.kind in ("gpu", "nvswitch") else component.kind
 
 
 def new_incident_id(fingerprint: str, at: datetime) -> str:
@@ -212,43 +211,61 @@ def new_incident_id(fingerprint: str, at: datetime) -> str:
 def apply_fault(
     current: IncidentState | None,
     *,
+    component: Component,
     node: str,
-    gpu: str,
     family: str,
     code: str,
+    signal: str,
     at: datetime,
     policy: PipelinePolicy,
 ) -> IncidentChange:
-    """Group one fault: update the open incident, open one, or resolve a quiet one and reopen."""
-    fingerprint = incident_fingerprint(node, gpu, family)
+    """Group one fault report into its component's incident.
+
+    Another view of the occurrence counted last (`models.identity.joins_occurrence`) joins it without
+    counting; any other report counts a new occurrence of the open incident; after the quiet period,
+    or when the latest incident is resolved, a new incident linked to the previous one opens.
+    """
+    fingerprint = component.fingerprint
     if current is not None and current.status == "open":
         quiet = (at - current.last_seen).total_seconds()
         if quiet <= policy.quiet_period_s:
             codes = current.codes if code in current.codes else (*current.codes, code)
-            updated = replace(current, count=current.count + 1, last_seen=max(current.last_seen, at),
-                              first_seen=min(current.first_seen, at), codes=codes)
+            seen = replace(current, last_seen=max(current.last_seen, at), first_seen=min(current.first_seen, at),
+                           codes=codes, family=primary_family(current.family, family))
+            if joins_occurrence(current.occurrence_at, current.occurrence_signals, at, signal,
+                                policy.occurrence_window_s, policy.duplicate_window_s):
+                joined = replace(seen, occurrence_signals=(*current.occurrence_signals, signal))
+                return IncidentChange("updated", joined, f"{code} is another report of the fault counted at "
+                                      f"{_hms(current.occurrence_at)} in incident {current.incident_id}", counted=False)
+            updated = replace(seen, count=current.count + 1, occurrence_at=at, occurrence_signals=(signal,))
             return IncidentChange("updated", updated, f"{code} repeats incident {current.incident_id}")
         resolved = replace(current, status="resolved", resolved_at=current.last_seen + timedelta(
             seconds=policy.quiet_period_s))
         return IncidentChange(
-            "reopened", _fresh(fingerprint, node, gpu, family, code, at, previous=current.incident_id),
+            "reopened", _fresh(fingerprint, component, node, family, code, signal, at, previous=current.incident_id),
             f"{code} after {quiet:.0f} s of quiet (more than {policy.quiet_period_s:.0f} s): "
             f"incident {current.incident_id} resolved, recurrence opened",
             resolved_previous=resolved,
         )
     if current is not None:  # the latest incident of this fingerprint is resolved: a recurrence
         return IncidentChange(
-            "reopened", _fresh(fingerprint, node, gpu, family, code, at, previous=current.incident_id),
+            "reopened", _fresh(fingerprint, component, node, family, code, signal, at, previous=current.incident_id),
             f"{code} recurs after incident {current.incident_id} was resolved",
         )
-    return IncidentChange("opened", _fresh(fingerprint, node, gpu, family, code, at, previous=None),
-                          f"first {code} for {family} on {gpu}")
+    return IncidentChange("opened", _fresh(fingerprint, component, node, family, code, signal, at, previous=None),
+                          f"first {code} on {component.kind} {component.id}")
 
 
-def _fresh(fp: str, node: str, gpu: str, family: str, code: str, at: datetime, previous: str | None) -> IncidentState:
+def _hms(at: datetime | None) -> str:
+    return at.strftime("%H:%M:%S") if at is not None else "?"
+
+
+def _fresh(fp: str, component: Component, node: str, family: str, code: str, signal: str, at: datetime,
+           previous: str | None) -> IncidentState:
     return IncidentState(
-        incident_id=new_incident_id(fp, at), fingerprint=fp, node=node, gpu=gpu, family=family, status="open",
-        count=1, first_seen=at, last_seen=at, codes=(code,), previous_incident_id=previous,
+        incident_id=new_incident_id(fp, at), fingerprint=fp, node=node, gpu=component_gpu(component), family=family,
+        status="open", count=1, first_seen=at, last_seen=at, codes=(code,), previous_incident_id=previous,
+        component=component.kind, component_id=component.id, occurrence_at=at, occurrence_signals=(signal,),
     )
 
 
@@ -304,7 +321,8 @@ def classify_in_context(ctx: ClassifyContext, policy: PipelinePolicy) -> Verdict
         clean = {w: n for w, n in ctx.workload_clean_gpus.items() if n > 0 and w in ctx.workloads}
         if clean:
             ran = ", ".join(f"{w} on {n}" for w, n in sorted(clean.items()))
-            return Verdict(verdict.category, f"{verdict.reason}; the same workloads ran clean on other GPUs ({ran})")
+            return Verdict(verdict.category, f"{verdict.reason}; the same workloads ran clean on other GPUs ({ran})",
+                           verdict.rule)
     return verdict
 
 
@@ -324,38 +342,31 @@ class ActionRequest:
     idempotency_key: str
 
 
-def should_cordon(incident: IncidentState, xids: Sequence[int], policy: PipelinePolicy) -> str | None:
-    """Why the node should be cordoned for this incident, or None. Never for an application fault."""
-    if incident.category == "application":
-        return None
-    if incident.family in policy.immediate_cordon_families:
-        return f"{incident.family} requests a cordon at the first fault"
-    hot = sorted(set(xids) & set(policy.immediate_cordon_xids))
-    if hot:
-        return f"Xid {', '.join(map(str, hot))} requests a cordon at once"
-    if incident.category in ("hardware", "suspected_hardware", "interconnect") and (
-        incident.count >= policy.cordon_after_repeats
-    ):
-        return (f"{incident.count} {incident.category} faults on {incident.gpu} "
-                f"(threshold {policy.cordon_after_repeats})")
-    return None
+# Components whose incidents are never offered a cordon: an application fault follows its workload, and a
+# fleet incident is many nodes' (each node's own incident is offered).
+NOT_CORDONED = ("workload", "fleet")
 
 
-def actions_for(change: IncidentChange, xids: Sequence[int], policy: PipelinePolicy) -> list[ActionRequest]:
-    """The action requests one incident change makes (each with an idempotency key)."""
+def actions_for(change: IncidentChange, *, version: int) -> list[ActionRequest]:
+    """The action requests one incident change makes (each with an idempotency key); `version` is the
+    incident row's version after the change.
+
+    Every change but a resolution offers the responder a cordon candidate (keyed by the version): the
+    YAML cordon policy, evaluated there on the incident's occurrences, is the only cordon rule set,
+    so a candidate it refuses is decided again at the next change.
+    """
     inc = change.incident
     out: list[ActionRequest] = []
 
-    def add(kind: ActionKind, operation: str, reason: str) -> None:
+    def add(kind: ActionKind, operation: str, reason: str, key: str | None = None) -> None:
         out.append(ActionRequest(kind, operation, inc.incident_id, inc.node, inc.gpu, reason,
-                                 f"{inc.incident_id}:{kind}:{operation}"))
+                                 key or f"{inc.incident_id}:{kind}:{operation}"))
 
     # The cordon request goes first: it is the one action with a deadline (new work must stop landing
     # on the GPU within a second); tickets and messages can follow it.
-    if change.kind != "resolved" and not inc.cordon_requested:
-        why = should_cordon(inc, xids, policy)
-        if why is not None:
-            add("cordon_candidate", "cordon", why)
+    if change.kind != "resolved" and inc.component not in NOT_CORDONED:
+        add("cordon_candidate", "cordon", f"{change.kind}: {change.reason}",
+            f"{inc.incident_id}:cordon_candidate:v{version}")
     if change.kind in ("opened", "reopened"):
         add("ticket", "create" if change.kind == "opened" else "reopen", change.reason)
         add("notification", change.kind, change.reason)

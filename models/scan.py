@@ -1,15 +1,26 @@
-"""The single-node scan: records → incidents per (host, GPU, fault family), each classified."""
+"""The single-node scan: records → incidents per fault of one component (`models.identity`), each classified."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from models.classify import ClassifyPolicy, FaultGroup, classify
 from models.families import family_of
-from models.fingerprint import incident_fingerprint
+from models.identity import (
+    Component,
+    attaches_to_gpu_fault,
+    companion_group,
+    component_of,
+    joins_occurrence,
+    occurrence_group,
+    primary_family,
+    signal,
+)
+from models.incidents import parse_time
 from models.kernlog.record import FaultRecord
 
 _SEVERITY_ORDER = {"corrected": 0, "non-fatal": 1, "fatal": 2}
@@ -27,10 +38,23 @@ class ScanIncident:
     category: str = "unknown"
     reason: str = ""
     fingerprint: str = ""
+    component: str = "gpu"
+    count: int = 0  # fault occurrences: every report of one fault counts once
+    occurrence_at: datetime | None = None
+    occurrence_signals: list[str] = field(default_factory=list)
 
-    @property
-    def count(self) -> int:
-        return len(self.records)
+    def add(self, rec: FaultRecord, family: str, window_s: float, group: str | None = None) -> None:
+        """Count the record as a new occurrence, or as another report of the last one."""
+        self.records.append(rec)
+        if group is None:  # a report attached to another group's fault leaves the label alone
+            self.family = primary_family(self.family, family)
+        at = _at(rec)
+        sig = signal(family, "kernel", _code(rec), group)
+        if at is not None and joins_occurrence(self.occurrence_at, self.occurrence_signals, at, sig, window_s, 5.0):
+            self.occurrence_signals.append(sig)
+            return
+        self.count += 1
+        self.occurrence_at, self.occurrence_signals = at, [sig]
 
     def codes(self) -> list[str]:
         seen: dict[str, None] = {}
@@ -47,6 +71,7 @@ class ScanIncident:
         actions: dict[str, None] = {r.immediate_action: None for r in self.records if r.immediate_action}
         return {
             "fingerprint": self.fingerprint,
+            "component": self.component,
             "host": self.host,
             "gpu": self.gpu,
             "pci": self.pci,
@@ -78,6 +103,17 @@ def _code(r: FaultRecord) -> str:
     return {"gpu_fallen_off_bus": "fallen off the bus", "pcie_aer": "AER", "ecc": "ECC"}.get(r.kind, r.kind)
 
 
+def _at(r: FaultRecord) -> datetime | None:
+    """The record's time: its own stamp, else its uptime (on the scan's one clock per input)."""
+    at = parse_time(r.timestamp)
+    if at is None and r.uptime_s is not None:
+        at = _EPOCH + timedelta(seconds=r.uptime_s)
+    return at
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _when(r: FaultRecord) -> str | None:
     if r.timestamp:
         return r.timestamp
@@ -89,6 +125,7 @@ def _when(r: FaultRecord) -> str | None:
 def scan(
     records: Iterable[tuple[str, FaultRecord]],
     policy: ClassifyPolicy | None = None,
+    occurrence_window_s: float = 120.0,
 ) -> list[ScanIncident]:
     """Group (default host, record) pairs into classified incidents, in order of first appearance.
 
@@ -107,7 +144,7 @@ def scan(
             continue
         faults.append((host, rec))
 
-    incidents: dict[tuple[str, str, str], ScanIncident] = {}
+    incidents: dict[str, ScanIncident] = {}  # by fingerprint
     for host, rec in faults:
         pci = rec.device
         uuid, serial = identity.get((host, pci), (None, None)) if pci else (None, None)
@@ -116,18 +153,19 @@ def scan(
         if serial and not rec.serial:
             rec.serial = serial
         family = family_of(rec)
-        gpu = rec.gpu_uuid or pci or "node"
-        if pci is None:
-            # A node-level line (no PCI address) joins the latest incident of its family on that host.
-            latest = next((i for i in reversed(incidents.values()) if i.host == host and i.family == family), None)
-            if latest is not None:
-                gpu = latest.gpu
-        key = (host, gpu, family)
-        inc = incidents.get(key)
+        comp = component_of(node=host, kind=rec.kind, family=family, pci=pci, gpu_uuid=rec.gpu_uuid)
+        group = None
+        how = attaches_to_gpu_fault(family, rec.details.get("error")) if comp.kind == "node" else None
+        if how is not None:
+            joined = _companion(incidents.values(), host, family, how == "any", _at(rec), occurrence_window_s)
+            if joined is not None:
+                comp, group = Component("gpu", host, joined.gpu), occurrence_group(joined.occurrence_signals)
+        inc = incidents.get(comp.fingerprint)
         if inc is None:
-            inc = incidents[key] = ScanIncident(host, gpu, family, pci, rec.gpu_uuid, rec.serial,
-                                                fingerprint=incident_fingerprint(host, gpu, family))
-        inc.records.append(rec)
+            gpu = comp.id if comp.kind in ("gpu", "nvswitch") else comp.kind
+            inc = incidents[comp.fingerprint] = ScanIncident(
+                host, gpu, family, pci, rec.gpu_uuid, rec.serial, fingerprint=comp.fingerprint, component=comp.kind)
+        inc.add(rec, family, occurrence_window_s, group)
 
     # Which GPUs each workload faulted on (application faults only), across the whole input.
     spread: dict[str, set[tuple[str, str]]] = defaultdict(set)
@@ -160,6 +198,20 @@ def scan(
         )
         inc.category, inc.reason = verdict.category, verdict.reason
     return list(incidents.values())
+
+
+def _companion(incidents: Iterable[ScanIncident], host: str, family: str, any_group: bool, at: datetime | None,
+               window_s: float) -> ScanIncident | None:
+    """The latest GPU incident of the host whose last occurrence a node-level report belongs to (a
+    "GPU lost" assertion joins the Xid 79 it came with; a crash dump whatever fatal fault it follows)."""
+    group = companion_group(family)
+
+    def near(i: ScanIncident) -> bool:
+        return at is None or i.occurrence_at is None or abs((at - i.occurrence_at).total_seconds()) <= window_s
+
+    return next((i for i in reversed(list(incidents)) if i.host == host and i.component == "gpu"
+                 and i.occurrence_signals and (any_group or occurrence_group(i.occurrence_signals) == group)
+                 and near(i)), None)
 
 
 def _workload(r: FaultRecord) -> str | None:

@@ -7,11 +7,30 @@ and a test can state them inline.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+# Keys of earlier versions that are gone, with what replaced them (a clear error instead of "extra inputs").
+REMOVED_KEYS = {
+    key: "cordons are decided by the YAML cordon policy alone (XIDPIPE_ACTIONS_POLICY_FILE; "
+         "docs/configuration.md): state the threshold as a rule there"
+    for key in ("cordon_after_repeats", "immediate_cordon_families", "immediate_cordon_xids")
+}
 
 
 class PipelinePolicy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_removed_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            gone = sorted(k for k in data if k in REMOVED_KEYS)
+            if gone:
+                raise ValueError(f"{', '.join(gone)}: removed; {REMOVED_KEYS[gone[0]]}")
+        return data
 
     # --- correlation ----------------------------------------------------------------------------
     clock_skew_s: float = Field(
@@ -65,26 +84,20 @@ class PipelinePolicy(BaseModel):
         description="an open incident without a new fault for this long is resolved; a later fault opens a "
         "new incident linked to it (6 h: longer than a job retry loop, shorter than a work shift)",
     )
+    occurrence_window_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="reports of one fault arrive together: an AER report, Xid 79 and the GPU-lost lines within "
+        "seconds; Xid 119, its crash dump and the Xid 154 recovery action within a minute or two. A companion "
+        "report this close to the occurrence counted last joins it without counting (models.identity)",
+    )
     update_interval_s: float = Field(
         default=5.0,
         ge=0,
         description="repeats of an open incident are published on the incidents topic at most this often (the "
         "row itself is updated with every batch); openings, reclassifications, resolutions and anything that "
-        "requests an action are published at once",
-    )
-    cordon_after_repeats: int = Field(
-        default=3,
-        ge=1,
-        description="hardware-class faults (or suspected hardware) on one GPU from which a cordon is requested",
-    )
-    immediate_cordon_families: tuple[str, ...] = Field(
-        default=("gpu_lost",),
-        description="fault families that request a cordon at the first fault",
-    )
-    immediate_cordon_xids: tuple[int, ...] = Field(
-        default=(48, 79, 95, 119, 120),
-        description="Xids that request a cordon at once: double-bit ECC, fallen off the bus, uncontained ECC, "
-        "GSP failures (NVIDIA's action for each is a GPU reset or a node reboot)",
+        "requests a ticket or message are published at once (a repeat's cordon candidate goes to the "
+        "responder at once either way)",
     )
 
     # --- fleet view ------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from history.incident_index import IncidentIndex
 from history.incident_rows import add_listed, incident_state
 from history.tables import FaultEvent, Incident, OutboxMessage
 from models.correlate import Attribution, correlate
-from models.fingerprint import incident_fingerprint
+from models.identity import Component, signal
 from models.incidents import (
     ActionRequest,
     FaultObservation,
@@ -29,16 +29,24 @@ from models.incidents import (
     IncidentState,
     actions_for,
     apply_fault,
-    incident_gpu,
 )
 from models.pci import normalize_pci
 from models.stream_policy import PipelinePolicy
-from streams.classification import AppContext, application_contexts, verdict
+from streams.classification import (
+    AppContext,
+    application_contexts,
+    driver_versions,
+    gpu_contexts,
+    verdict,
+    workload_spreads,
+)
+from streams.components import ComponentResolver
 from streams.fault_rows import EventDraft, FaultEventWriter, event_draft
 from streams.fleet import FleetBursts, FleetChecks
 from streams.node_history import HistoryCache, NodeHistories
 from streams.outbox import action_message, incident_message, insert_outbox
 from streams.pairing import merge, other_source, partner_candidates
+from streams.regroup import gpus_keeping_faults, move_to_gpu, window_start
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +93,11 @@ class BatchTransaction:
         self.index = IncidentIndex()  # the (incident, code) and (incident, namespace) pairs of this batch
         self.fleet = FleetBursts(s, policy, cluster, now, caches.fleet_checked)
         self.histories = NodeHistories(s, caches.histories, policy.history_s)
-        self._no_incident: set[str] = set()  # fingerprints known to have no incident yet
         # Per incident grouped in this batch: its state after the faults so far, written to the row once
         # (`_write_back`) instead of after every fault.
         self.states: dict[str, IncidentState] = {}
+        self.components = ComponentResolver(s, self.incidents, self.states, policy.occurrence_window_s)
+        self.app_gpus: dict[tuple[str, str], datetime] = {}  # GPUs with workload faults: their latest fault
 
     def faults(self, faults: list[FaultObservation]) -> None:
         if not faults:
@@ -107,7 +116,8 @@ class BatchTransaction:
                                                 skew_s=skew)))
         window_s = self.p.duplicate_window_s
         partners = partner_candidates(self.s, attributed, window_s)
-        self._preload_incidents(attributed)
+        # Reports that name a GPU first: a node-level report of the same fault then finds its incident.
+        attributed.sort(key=lambda oa: oa[1].gpu.uuid is None and oa[1].gpu.pci is None and oa[0].pci is None)
         drafts: list[EventDraft] = []
         for obs, attr in attributed:
             key = (obs.node, attr.gpu.uuid, obs.xid)
@@ -124,19 +134,6 @@ class BatchTransaction:
         self._write_back()
         if drafts:  # one executemany, without the ORM's per-row bookkeeping
             self.caches.fault_events.insert(self.s, [d.__dict__ for d in drafts])
-
-    def _preload_incidents(self, attributed: list[tuple[FaultObservation, Attribution]]) -> None:
-        """The latest incident of every fingerprint this batch may touch, in one query."""
-        fps = {incident_fingerprint(o.node, incident_gpu(o.node, a.gpu.uuid, a.gpu.pci or normalize_pci(o.pci)),
-                                    o.family) for o, a in attributed} - set(self.incidents)
-        if not fps:
-            return
-        with self.s.no_autoflush:
-            rows = self.s.scalars(sa.select(Incident).where(Incident.fingerprint.in_(fps))
-                                  .order_by(Incident.opened_at, Incident.incident_id)).all()
-        for row in rows:  # the latest wins
-            self.incidents[row.fingerprint] = row
-        self._no_incident = fps - {r.fingerprint for r in rows}
 
     def repair(self, late: dict[str, datetime]) -> None:
         """Attribute recent faults that state arriving now (read after them) is valid for."""
@@ -180,21 +177,16 @@ class BatchTransaction:
             self.outbox.append(incident_message(inc, "attributed", "node state read after the fault attributes it"))
 
     def _group(self, obs: FaultObservation, attr: Attribution, event: EventDraft) -> None:
-        node, gpu, family = obs.node, event.gpu, obs.family
-        if gpu == "node":
-            # A node-level line (no PCI address, no UUID: "GPU lost", a crash dump) joins the latest open
-            # incident of its family on the node, as `xidpipe scan` does.
-            gpu = event.gpu = self._node_level_gpu(node, family)
-        fp = incident_fingerprint(node, gpu, family)
-        row = self.incidents.get(fp)
-        if row is None and fp not in self._no_incident:
-            row = self.s.scalars(sa.select(Incident).where(Incident.fingerprint == fp)
-                                 .order_by(Incident.opened_at.desc(), Incident.incident_id.desc()).limit(1)).first()
+        node, family = obs.node, obs.family
+        comp, group = self.components.component(obs, attr)
+        if comp.kind == "gpu" and event.gpu == "node":
+            event.gpu = comp.id  # a node-level report of a GPU fault
+        row = self.components.row_for(comp, attr.gpu.pci or normalize_pci(obs.pci))
         current = None
         if row is not None:
             current = self.states.get(row.incident_id) or incident_state(row)
-        change = apply_fault(current, node=node, gpu=gpu, family=family, code=obs.code, at=obs.occurred_at,
-                             policy=self.p)
+        change = apply_fault(current, component=comp, node=node, family=family, code=obs.code,
+                             signal=signal(family, obs.source, obs.code, group), at=obs.occurred_at, policy=self.p)
         if change.resolved_previous is not None and row is not None:
             self._write_back()  # the faults of this batch so far, before the row is resolved
             self.states.pop(row.incident_id, None)
@@ -206,15 +198,18 @@ class BatchTransaction:
         if change.kind in ("opened", "reopened"):
             if change.resolved_previous is not None:
                 self.s.flush()  # the resolved row first: one open incident per fingerprint
-            row = self._new_row(fp, gpu, obs, attr, change)
+            row = self._new_row(comp, obs, attr, change)
             self.s.add(row)
             log.info("incident %s %s: %s", inc.incident_id, change.kind, change.reason,
-                     extra={"node": node, "gpu": gpu, "xid": obs.xid, "incident": inc.incident_id})
+                     extra={"node": node, "gpu": inc.gpu, "xid": obs.xid, "incident": inc.incident_id})
         assert row is not None
         self.states[row.incident_id] = inc  # count, first and last seen, codes: written by `_write_back`
-        self.incidents[fp] = row
+        self.incidents[comp.fingerprint] = self.incidents[row.fingerprint] = row
         _fill_in(row, obs, attr)
-        event.incident_id = row.incident_id
+        event.incident_id, event.counted = row.incident_id, change.counted
+        if comp.kind == "workload" and event.gpu != "node":
+            key = (node, event.gpu)
+            self.app_gpus[key] = max(self.app_gpus.get(key, obs.occurred_at), obs.occurred_at)
         self.index.add(row.incident_id, obs.code, obs.xid, attr.pod.namespace)
         t = self.touched.get(row.incident_id)
         if t is None:
@@ -222,17 +217,18 @@ class BatchTransaction:
         t.observations.append(obs)
         self.fleet.note(family, node, obs.occurred_at)
 
-    def _new_row(self, fp: str, gpu: str, obs: FaultObservation, attr: Attribution, change: IncidentChange) -> Incident:
+    def _new_row(self, comp: Component, obs: FaultObservation, attr: Attribution, change: IncidentChange) -> Incident:
         inc = change.incident
         return Incident(
-            incident_id=inc.incident_id, fingerprint=fp, node=obs.node, gpu=gpu, family=obs.family,
+            incident_id=inc.incident_id, fingerprint=inc.fingerprint, node=obs.node, gpu=inc.gpu, family=obs.family,
             status="open", category=obs.category or "unknown", reason=change.reason, count=1,
             first_seen=inc.first_seen, last_seen=inc.last_seen, opened_at=self.now, updated_at=self.now,
             resolved_at=None, previous_incident_id=inc.previous_incident_id, gpu_uuid=attr.gpu.uuid,
             serial=attr.gpu.serial, pci=attr.gpu.pci or normalize_pci(obs.pci), codes=list(inc.codes), pods=[],
             processes=[], workloads=[], immediate_action=obs.immediate_action,
             investigatory_action=obs.investigatory_action, description=obs.description, cordon_requested=False,
-            version=1,
+            version=1, component=comp.kind, component_id=comp.id, occurrence_at=inc.occurrence_at,
+            occurrence_signals=list(inc.occurrence_signals), catalog_version=obs.catalog_version,
         )
 
     def _write_back(self) -> None:
@@ -242,38 +238,59 @@ class BatchTransaction:
             row = t.row if t is not None else None
             if row is None or row.status != "open":
                 continue
-            if row.count != st.count:
+            if row.count != st.count or row.last_seen != st.last_seen or row.first_seen != st.first_seen:
                 row.count, row.last_seen, row.first_seen = st.count, st.last_seen, st.first_seen
                 row.updated_at = self.now
             if tuple(row.codes or ()) != st.codes:
                 row.codes = list(st.codes)
-
-    def _last_seen(self, row: Incident) -> datetime:
-        st = self.states.get(row.incident_id)
-        return st.last_seen if st is not None else row.last_seen
-
-    def _node_level_gpu(self, node: str, family: str) -> str:
-        here = [r for r in self.incidents.values()
-                if r.node == node and r.family == family and r.status == "open" and r.gpu != "node"]
-        if here:
-            return max(here, key=self._last_seen).gpu
-        with self.s.no_autoflush:
-            gpu = self.s.scalars(sa.select(Incident.gpu).where(
-                Incident.node == node, Incident.family == family, Incident.status == "open", Incident.gpu != "node",
-            ).order_by(Incident.last_seen.desc()).limit(1)).first()
-        return gpu or "node"
+            if row.family != st.family:
+                row.family = st.family
+            if row.occurrence_at != st.occurrence_at or tuple(row.occurrence_signals or ()) != st.occurrence_signals:
+                row.occurrence_at, row.occurrence_signals = st.occurrence_at, list(st.occurrence_signals)
 
     def finish(self) -> None:
         # Fault events are inserted and node state flushed already: classification queries need nothing
         # else, so the incidents' changes are flushed once, with the outbox.
+        self._keep_with_gpus()
+        rows = [t.row for t in self.touched.values()]
         with self.s.no_autoflush:
-            contexts = application_contexts(self.s, [t.row for t in self.touched.values()
-                                                     if t.row.family == "application"], self.p.classify_window_s)
+            contexts = application_contexts(self.s, [r for r in rows if r.family == "application"
+                                                     and r.component == "gpu"], self.p.classify_window_s)
+            contexts.update(workload_spreads(self.s, [r for r in rows if r.component == "workload"]))
+            drivers = driver_versions(self.s, rows)
         for t in self.touched.values():
+            t.row.driver_version = drivers.get(t.row.incident_id, t.row.driver_version)
             self._classify_and_emit(t, contexts.get(t.row.incident_id))
         self.outbox.extend(self.fleet.count())
         self.index.write(self.s)
         self.outbox = insert_outbox(self.s, self.outbox)
+
+    def _keep_with_gpus(self) -> None:
+        """Application faults that stay with their GPU (different workloads, no other GPU) move from
+        their workload incidents to the GPU's incident (`streams.regroup`)."""
+        if not self.app_gpus:
+            return
+        with self.s.no_autoflush:
+            keeping = gpus_keeping_faults(gpu_contexts(self.s, set(self.app_gpus), max(self.app_gpus.values()),
+                                                       self.p.classify_window_s), self.p)
+        for (node, gpu), workloads in sorted(keeping.items()):
+            comp = Component("gpu", node, gpu)
+            current = self.components.row_for(comp, None)
+            row = move_to_gpu(self.s, node, gpu, workloads, row=current, since=window_start(
+                self.app_gpus[(node, gpu)], self.p), now=self.now, on_merged=self._merged)
+            if row is None:
+                continue
+            self.incidents[comp.fingerprint] = row
+            self.states.pop(row.incident_id, None)
+            if row.incident_id not in self.touched:
+                kind = "opened" if row is not current else "updated"
+                self.touched[row.incident_id] = _Touched(row, kind, f"application faults on {gpu} stay with the "
+                                                         f"GPU across workloads {', '.join(workloads)}")
+
+    def _merged(self, row: Incident, reason: str) -> None:
+        self.touched.pop(row.incident_id, None)
+        self.states.pop(row.incident_id, None)
+        self.outbox.append(incident_message(row, "resolved", reason))
 
     def _classify_and_emit(self, t: _Touched, context: AppContext | None) -> None:
         row = t.row
@@ -283,27 +300,28 @@ class BatchTransaction:
             kind, reason = "reclassified", f"{row.category} → {v.category}: {v.reason}"
         elif kind == "updated":
             reason = f"{row.count} faults; last {t.observations[-1].code}"
-        row.category, row.reason = v.category, v.reason
+        row.category, row.reason, row.rule = v.category, v.reason, v.rule
+        row.catalog_version = next((o.catalog_version for o in reversed(t.observations) if o.catalog_version),
+                                   row.catalog_version)
         if kind != "opened" and kind != "reopened":
             row.version += 1
         state = incident_state(row)
-        xids = [o.xid for o in t.observations if o.xid is not None]
-        actions = actions_for(IncidentChange(kind, state, reason), xids, self.p)  # type: ignore[arg-type]
-        if any(a.kind == "cordon_candidate" for a in actions):
-            row.cordon_requested = True
+        actions = actions_for(IncidentChange(kind, state, reason), version=row.version)  # type: ignore[arg-type]
+        others = [a for a in actions if a.kind != "cordon_candidate"]
         # A repeat is published at most once per update interval (a storm updates the row every batch);
-        # every other change, and any change that requests an action, at once.
+        # every other change, and any change that requests a ticket or message, at once. The cordon
+        # candidate (every change offers one) goes to the responder at once either way.
         sent = self.caches.updates_sent
         now = time.monotonic()
-        if kind != "updated" or actions or now - sent.get(row.incident_id, -1e9) >= self.p.update_interval_s:
+        if kind != "updated" or others or now - sent.get(row.incident_id, -1e9) >= self.p.update_interval_s:
             sent[row.incident_id] = now
             if len(sent) > _UPDATES_REMEMBERED:
                 sent.pop(next(iter(sent)))
             self.outbox.append(incident_message(row, kind, reason))
-            if kind == "updated" and not actions:
+            if kind == "updated" and not others:
                 # Repeats reach the ticket sink at the update interval; it decides whether they make a
                 # (rate-limited) comment or nothing.
-                actions = [ActionRequest("ticket", f"update:v{row.version}", row.incident_id, row.node, row.gpu,
+                actions = [*actions, ActionRequest("ticket", f"update:v{row.version}", row.incident_id, row.node, row.gpu,
                                          reason, f"{row.incident_id}:ticket:update:v{row.version}")]
         self.outbox.extend(action_message(a, row) for a in actions)
 

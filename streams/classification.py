@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from history.tables import FaultEvent, GpuAssignment, Incident
-from models.classify import Verdict
+from history.tables import FaultEvent, GpuAssignment, Incident, NodeState
+from models.classify import Verdict, classify_workload
 from models.incidents import ClassifyContext, FaultObservation, classify_in_context
 from models.stream_policy import PipelinePolicy
 
@@ -35,6 +35,11 @@ def verdict(row: Incident, observations: list[FaultObservation], app: AppContext
     recovery = next((str(o.details["recovery_action_new"]) for o in reversed(observations)
                      if "recovery_action_new" in o.details), None)
     gpu_label = row.gpu_uuid or (f"GPU {row.pci}" if row.pci else "the node")
+    if row.component == "nvswitch":
+        gpu_label = f"NVSwitch {row.component_id}"
+    if row.component == "workload":
+        gpus, nodes = app.fault_gpus.get(row.component_id or "", 1) if app else 1, app.count if app else 1
+        return classify_workload(", ".join(row.codes), row.component_id or "?", gpus, nodes, row.count)
     if row.family != "application" or app is None:
         return classify_in_context(ClassifyContext(
             gpu=gpu_label, family=row.family, codes=row.codes, categories=cats, count=row.count,
@@ -46,18 +51,61 @@ def verdict(row: Incident, observations: list[FaultObservation], app: AppContext
     ), policy)
 
 
+def workload_spreads(s: Session, rows: list[Incident]) -> dict[str, AppContext]:
+    """For each workload incident: on how many GPUs (`fault_gpus[workload]`) and nodes (`count`) it faulted."""
+    if not rows:
+        return {}
+    out: dict[str, AppContext] = {}
+    ids = [r.incident_id for r in rows]
+    spread: dict[str, tuple[int, int]] = {}
+    for incident_id, gpus, nodes in s.execute(
+        sa.select(FaultEvent.incident_id, sa.func.count(sa.distinct(FaultEvent.node + "/" + FaultEvent.gpu)),
+                  sa.func.count(sa.distinct(FaultEvent.node))).where(FaultEvent.incident_id.in_(ids))
+        .group_by(FaultEvent.incident_id)
+    ):
+        spread[str(incident_id)] = (int(gpus), int(nodes))
+    for r in rows:
+        gpus, nodes = spread.get(r.incident_id, (1, 1))
+        out[r.incident_id] = AppContext(count=nodes, workloads=[r.component_id or ""],
+                                        fault_gpus={r.component_id or "": gpus}, clean_gpus={})
+    return out
+
+
+def driver_versions(s: Session, rows: list[Incident]) -> dict[str, str]:
+    """The driver version of each incident's node at its last fault (the newest inventory before it)."""
+    out: dict[str, str] = {}
+    for r in rows:
+        if r.component in ("workload", "fleet"):
+            continue
+        payload = s.scalars(sa.select(NodeState.payload).where(
+            NodeState.node == r.node, NodeState.kind == "inventory", NodeState.valid_from <= r.last_seen,
+        ).order_by(NodeState.valid_from.desc()).limit(1)).first()
+        version = payload.get("driver_version") if isinstance(payload, dict) else None
+        if isinstance(version, str) and version:
+            out[r.incident_id] = version
+    return out
+
+
 def application_contexts(s: Session, rows: list[Incident], window_s: float) -> dict[str, AppContext]:
     """Workloads of each application incident's GPU and where else they faulted or ran clean,
     within the classification window (from the earliest incident of the batch), in three queries."""
     if not rows:
         return {}
-    since = min(r.last_seen for r in rows) - timedelta(seconds=window_s)
-    pairs = sorted({(r.node, r.gpu) for r in rows})
+    by_pair = gpu_contexts(s, {(r.node, r.gpu) for r in rows}, min(r.last_seen for r in rows), window_s)
+    return {r.incident_id: by_pair[(r.node, r.gpu)] for r in rows}
+
+
+def gpu_contexts(s: Session, gpus: set[tuple[str, str]], until: datetime,
+                 window_s: float) -> dict[tuple[str, str], AppContext]:
+    """For each (node, GPU): the workloads whose application faults it saw within the window, and
+    where else they faulted or ran clean."""
+    since = until - timedelta(seconds=window_s)
+    pairs = sorted(gpus)
     here: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
     for node, gpu, workload, n in s.execute(
         sa.select(FaultEvent.node, FaultEvent.gpu, FaultEvent.workload, sa.func.count()).where(
             FaultEvent.family == "application", FaultEvent.occurred_at >= since,
-            sa.tuple_(FaultEvent.node, FaultEvent.gpu).in_(pairs),
+            sa.tuple_(FaultEvent.node, FaultEvent.gpu).in_(pairs), FaultEvent.counted.is_not(False),
         ).group_by(FaultEvent.node, FaultEvent.gpu, FaultEvent.workload)
     ):
         here[(node, gpu)][workload or ""] = int(n)
@@ -79,11 +127,11 @@ def application_contexts(s: Session, rows: list[Incident], window_s: float) -> d
             )
         ):
             ran[w].add((node, gpu))
-    out: dict[str, AppContext] = {}
-    for r in rows:
-        counts = here.get((r.node, r.gpu), {})
+    out: dict[tuple[str, str], AppContext] = {}
+    for pair in pairs:
+        counts = here.get(pair, {})
         ws = sorted(w for w in counts if w)
-        out[r.incident_id] = AppContext(
+        out[pair] = AppContext(
             count=sum(counts.values()), workloads=ws,
             fault_gpus={w: len(fault_gpus[w]) for w in ws},
             clean_gpus={w: len(ran[w] - fault_gpus[w]) for w in ws},

@@ -10,7 +10,8 @@ from sqlalchemy.orm import Session
 
 from history.tables import FaultEvent
 from models.correlate import Attribution
-from models.incidents import FaultObservation, incident_gpu
+from models.identity import gpu_key
+from models.incidents import FaultObservation
 from models.pci import normalize_pci
 
 _ATTRIBUTIONS_REMEMBERED = 10_000  # attributions kept converted for the fault_events INSERT
@@ -36,11 +37,11 @@ def event_draft(obs: FaultObservation, attr: Attribution, now: datetime) -> Even
         node=obs.node, content_hash=obs.content_hash, record_id=obs.record_id, sources=obs.source,
         nvml_record_id=obs.record_id if obs.source == "nvml" else None, occurred_at=obs.occurred_at,
         ingested_at=now, kind=obs.kind, family=obs.family, code=obs.code, xid=obs.xid, sxid=obs.sxid,
-        gpu=incident_gpu(obs.node, g.uuid, g.pci or normalize_pci(obs.pci)), gpu_uuid=g.uuid, serial=g.serial,
+        gpu=gpu_key(g.uuid, g.pci or normalize_pci(obs.pci)), gpu_uuid=g.uuid, serial=g.serial,
         pci=g.pci or normalize_pci(obs.pci), mig_uuid=g.mig_uuid, pid=r.pid, process=r.process, pod=p.pod,
         namespace=p.namespace, container=p.container, workload=attr.workload, catalog_category=obs.category,
         mnemonic=obs.mnemonic, immediate_action=obs.immediate_action, message=obs.message, raw=obs.raw,
-        attribution=attr, partner_hash=None, incident_id=None,  # the insert converts `attr` (cached)
+        attribution=attr, partner_hash=None, incident_id=None, counted=True,  # the insert converts `attr`
     )
 
 

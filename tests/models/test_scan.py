@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from models.fingerprint import incident_fingerprint
+from models.identity import Component
 from models.kernlog import ParseOptions, parse_lines
 from models.scan import scan
 
@@ -35,7 +35,7 @@ def test_identity_lines_attach_uuid_and_serial_wherever_they_appear() -> None:
     assert inc.serial == "1650922001234" and inc.pci == "0000:3b:00.0"
 
 
-def test_grouping_is_by_host_gpu_and_family() -> None:
+def test_grouping_is_by_component_and_the_family_is_the_most_severe() -> None:
     lines = [
         "n1 kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a, Graphics Exception",
         "n1 kernel: NVRM: Xid (PCI:0000:3b:00): 43, pid=1, name=a, Ch 00000010",
@@ -45,13 +45,14 @@ def test_grouping_is_by_host_gpu_and_family() -> None:
     ]
     incs = run(lines, host="n1")
     keys = [(i.host, i.pci, i.family, i.count) for i in incs]
+    # One GPU, one incident: its application faults and its ECC error; lines without a time never join
+    # an earlier occurrence (nothing says they were one fault).
     assert keys == [
-        ("n1", "0000:3b:00.0", "application", 2),
-        ("n1", "0000:3b:00.0", "memory", 1),
+        ("n1", "0000:3b:00.0", "memory", 3),
         ("n1", "0000:5e:00.0", "application", 1),
         ("n2", "0000:3b:00.0", "application", 1),
     ]
-    assert incs[0].fingerprint == incident_fingerprint("n1", "0000:3b:00.0", "application")
+    assert incs[0].fingerprint == Component("gpu", "n1", "0000:3b:00.0").fingerprint
 
 
 def test_application_xid_repeating_on_one_gpu_is_suspected_hardware_with_evidence() -> None:
@@ -74,3 +75,28 @@ def test_node_level_line_joins_the_gpu_incident_of_its_family() -> None:
 
 def test_no_faults_no_incidents() -> None:
     assert run(["NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.127.05"]) == []
+
+
+def test_every_report_of_one_bus_loss_is_one_occurrence_and_a_later_one_counts_again() -> None:
+    lines = [
+        "[Tue Nov 24 10:00:00 2026] pcieport 0000:00:01.0: AER: Uncorrected (Fatal) error received: 0000:63:00.0",
+        "[Tue Nov 24 10:00:00 2026] nvidia 0000:63:00.0: PCIe Bus Error: severity=Uncorrected (Fatal), "
+        "type=Transaction Layer, (Receiver ID)",
+        "[Tue Nov 24 10:00:01 2026] NVRM: GPU at PCI:0000:63:00: GPU-c3b9d004-91aa-4e0f-b6d2-0e8f7a6c3d63",
+        "[Tue Nov 24 10:00:01 2026] NVRM: Xid (PCI:0000:63:00): 79, pid='<unknown>', name=<unknown>, "
+        "GPU has fallen off the bus.",
+        "[Tue Nov 24 10:00:01 2026] NVRM: GPU 0000:63:00.0: GPU has fallen off the bus.",
+        "[Tue Nov 24 10:00:02 2026] NVRM: A GPU crash dump has been created. If possible, please run",
+        "[Tue Nov 24 12:00:00 2026] NVRM: Xid (PCI:0000:63:00): 79, pid='<unknown>', name=<unknown>, "
+        "GPU has fallen off the bus.",
+    ]
+    (inc,) = run(lines, host="gpu-node-03")
+    assert inc.component == "gpu" and inc.gpu == "GPU-c3b9d004-91aa-4e0f-b6d2-0e8f7a6c3d63"
+    assert inc.family == "gpu_lost" and inc.count == 2 and len(inc.records) >= 4
+    assert inc.fingerprint == Component("gpu", "gpu-node-03", "GPU-c3b9d004-91aa-4e0f-b6d2-0e8f7a6c3d63").fingerprint
+
+
+def test_an_nvswitch_fault_is_the_nvswitch_s() -> None:
+    (inc,) = run(["nvidia-nvswitch3: SXid (PCI:0000:86:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error"])
+    assert inc.component == "nvswitch" and inc.gpu == "0000:86:00.0" and inc.family == "nvswitch"
+    assert inc.to_dict()["component"] == "nvswitch"

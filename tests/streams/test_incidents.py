@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from datetime import datetime
 
 import pytest
 
 from models.incidents import (
     ClassifyContext,
+    IncidentChange,
     IncidentState,
-    actions_for,
     apply_fault,
     classify_in_context,
     fleet_burst,
@@ -18,6 +18,7 @@ from models.incidents import (
     resolve_if_quiet,
     same_fault,
 )
+from models.identity import Component, signal
 from models.kernlog.parser import KernelLogParser
 from models.stream_policy import PipelinePolicy
 from tests.streams.records import T0, Kmsg, nvml_xid, s
@@ -25,11 +26,16 @@ from tests.streams.records import T0, Kmsg, nvml_xid, s
 P = PipelinePolicy(quiet_period_s=600)
 
 
+def fault(current: IncidentState | None, code: str, at: datetime, family: str = "memory", gpu: str = "G",
+          source: str = "kernel") -> IncidentChange:
+    return apply_fault(current, component=Component("gpu", "n", gpu), node="n", family=family, code=code,
+                       signal=signal(family, source, code), at=at, policy=P)
+
+
 def test_storm_is_one_incident() -> None:
     current = None
     for i in range(1000):
-        change = apply_fault(current, node="n", gpu="GPU-1", family="memory", code="Xid 48",
-                             at=T0 + s(i * 0.01), policy=P)
+        change = fault(current, "Xid 48", T0 + s(i * 0.01), "memory", "GPU-1")
         assert change.kind == ("opened" if i == 0 else "updated")
         current = change.incident
     assert current is not None
@@ -38,10 +44,10 @@ def test_storm_is_one_incident() -> None:
 
 
 def test_quiet_period_resolves_and_recurrence_reopens_with_link() -> None:
-    first = apply_fault(None, node="n", gpu="G", family="memory", code="Xid 48", at=T0, policy=P).incident
-    again = apply_fault(first, node="n", gpu="G", family="memory", code="Xid 63", at=T0 + s(599), policy=P)
+    first = fault(None, "Xid 48", T0, "memory", "G").incident
+    again = fault(first, "Xid 63", T0 + s(599), "memory", "G")
     assert again.kind == "updated" and again.incident.codes == ("Xid 48", "Xid 63")
-    later = apply_fault(again.incident, node="n", gpu="G", family="memory", code="Xid 48", at=T0 + s(1300), policy=P)
+    later = fault(again.incident, "Xid 48", T0 + s(1300), "memory", "G")
     assert later.kind == "reopened"
     assert later.resolved_previous is not None and later.resolved_previous.status == "resolved"
     assert later.incident.previous_incident_id == first.incident_id
@@ -50,12 +56,11 @@ def test_quiet_period_resolves_and_recurrence_reopens_with_link() -> None:
 
 
 def test_resolved_incident_recurrence_reopens() -> None:
-    first = apply_fault(None, node="n", gpu="G", family="gpu_lost", code="Xid 79", at=T0, policy=P).incident
+    first = fault(None, "Xid 79", T0, "gpu_lost", "G").incident
     resolved = resolve_if_quiet(first, last_activity=T0, now=T0 + s(601), policy=P)
     assert resolved is not None and resolved.kind == "resolved" and resolved.incident.status == "resolved"
     assert resolve_if_quiet(first, last_activity=T0, now=T0 + s(599), policy=P) is None
-    again = apply_fault(resolved.incident, node="n", gpu="G", family="gpu_lost", code="Xid 79", at=T0 + s(700),
-                        policy=P)
+    again = fault(resolved.incident, "Xid 79", T0 + s(700), "gpu_lost", "G")
     assert again.kind == "reopened" and again.incident.previous_incident_id == first.incident_id
 
 
@@ -93,41 +98,6 @@ def test_policy_thresholds_change_the_verdict() -> None:
     assert classify_in_context(c, PipelinePolicy(min_distinct_workloads=3)).category == "application"
 
 
-def incident(**kw: object) -> IncidentState:
-    base = IncidentState(incident_id="v1:x@1", fingerprint="v1:x", node="n", gpu="G", family="memory", status="open",
-                         count=1, first_seen=T0, last_seen=T0, category="hardware")
-    return replace(base, **kw)  # type: ignore[arg-type]
-
-
-ACTIONS = [
-    ("open: ticket and notification", "opened", incident(family="driver", category="driver"), [],
-     {("ticket", "create"), ("notification", "opened")}),
-    ("gpu lost: cordon at once", "opened", incident(family="gpu_lost"), [79],
-     {("ticket", "create"), ("notification", "opened"), ("cordon_candidate", "cordon")}),
-    ("uncontained ECC Xid: cordon at once", "updated", incident(count=1), [95], {("cordon_candidate", "cordon")}),
-    ("hardware repeats reach the threshold", "updated", incident(count=3), [], {("cordon_candidate", "cordon")}),
-    ("below the threshold: nothing", "updated", incident(count=2), [], set()),
-    ("never cordon an application fault", "updated", incident(family="application", category="application",
-                                                               count=50), [13], set()),
-    ("cordon requested once", "updated", incident(count=9, cordon_requested=True), [], set()),
-    ("reopen makes a reopen ticket", "reopened", incident(family="driver", category="driver"), [],
-     {("ticket", "reopen"), ("notification", "reopened")}),
-    ("resolved notifies", "resolved", incident(status="resolved"), [], {("notification", "resolved")}),
-    ("suspected hardware is reclassified and cordoned at the threshold", "reclassified",
-     incident(family="application", category="suspected_hardware", count=3), [13],
-     {("notification", "reclassified"), ("ticket", "comment:suspected_hardware"), ("cordon_candidate", "cordon")}),
-]
-
-
-@pytest.mark.parametrize(("kind", "inc", "xids", "want"), [a[1:] for a in ACTIONS], ids=[a[0] for a in ACTIONS])
-def test_actions(kind: str, inc: IncidentState, xids: list[int], want: set[tuple[str, str]]) -> None:
-    from models.incidents import IncidentChange
-
-    got = actions_for(IncidentChange(kind, inc, "why"), xids, PipelinePolicy())  # type: ignore[arg-type]
-    assert {(a.kind, a.operation) for a in got} == want
-    assert len({a.idempotency_key for a in got}) == len(got)
-
-
 def test_kernel_and_nvml_xid_are_one_fault_within_the_window() -> None:
     assert same_fault("kernel", "G", 48, T0, "nvml", "G", 48, T0 + s(1), 5)
     assert not same_fault("kernel", "G", 48, T0, "nvml", "G", 48, T0 + s(6), 5)
@@ -155,3 +125,26 @@ def test_fleet_burst() -> None:
     reason = fleet_burst("gpu_lost", ["a", "b", "c"], p)
     assert reason is not None and "3 nodes" in reason
     assert fleet_burst("application", ["a", "b", "c", "d"], p) is None
+
+
+def test_every_sensor_view_of_one_fault_counts_once() -> None:
+    aer = fault(None, "AER", T0, "pcie")
+    xid = fault(aer.incident, "Xid 79", T0 + s(1), "gpu_lost")
+    nvml = fault(xid.incident, "Xid 79", T0 + s(1.5), "gpu_lost", source="nvml")
+    bus = fault(nvml.incident, "fallen off the bus", T0 + s(2), "gpu_lost")
+    assert [c.counted for c in (aer, xid, nvml, bus)] == [True, False, False, False]
+    assert bus.incident.count == 1 and bus.incident.family == "gpu_lost"
+    assert bus.incident.codes == ("AER", "Xid 79", "fallen off the bus")
+    # The same report again is a second fault; so is a companion outside the window.
+    again = fault(bus.incident, "Xid 79", T0 + s(3), "gpu_lost")
+    late = fault(again.incident, "AER", T0 + s(3 + P.occurrence_window_s + 1), "pcie")
+    assert (again.counted, again.incident.count) == (True, 2)
+    assert (late.counted, late.incident.count) == (True, 3)
+
+
+def test_gsp_failure_its_recovery_action_and_an_unrelated_memory_error() -> None:
+    gsp = fault(None, "Xid 119", T0, "gsp")
+    action = fault(gsp.incident, "Xid 154", T0 + s(40), "recovery_action")
+    ecc = fault(action.incident, "Xid 48", T0 + s(41), "memory")
+    assert (action.counted, ecc.counted) == (False, True)
+    assert ecc.incident.count == 2 and ecc.incident.family == "gsp"

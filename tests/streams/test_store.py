@@ -89,6 +89,8 @@ def test_attribution_merge_and_redelivery(store: Store) -> None:
     assert (e["namespace"], e["pod"], e["container"], e["pid"]) == ("ml", "train-7d9f8c6b5-abcde", "main", 4242)
     assert e["attribution"]["process"]["container_id"] == "cri-4242"
     (inc,) = store.incidents()
+    # An application fault of a known pod is its workload's: two faults (the NVML twin counted once).
+    assert inc["component"] == "workload" and inc["component_id"] == "ml/train/main"
     assert inc["count"] == 2 and inc["family"] == "application" and inc["category"] == "application"
     assert inc["immediate_action"] == "RESTART_APP" and inc["serial"] == serial("n1", 0)
     assert inc["pods"] == ["ml/train-7d9f8c6b5-abcde/main"]
@@ -113,9 +115,10 @@ def test_storm_is_one_incident_and_identity_lines_name_the_gpu(store: Store) -> 
     (inc,) = store.incidents()
     assert inc["count"] == 3000 and inc["status"] == "open" and inc["family"] == "memory"
     assert (inc["gpu_uuid"], inc["serial"]) == (uuid("n2", 1), serial("n2", 1))
-    assert inc["cordon_requested"] is True
+    assert (inc["component"], inc["component_id"]) == ("gpu", uuid("n2", 1))
+    assert inc["rule"] == "family:memory" and inc["catalog_version"]
     cordons = [o for r in results for o in r.outgoing if o.payload.get("kind") == "cordon_candidate"]
-    assert len(cordons) == 1
+    assert cordons and {c.payload["incident_id"] for c in cordons} == {inc["incident_id"]}
     # The storm is published once (opened), not per line or per batch, within the update interval.
     changes = [o.payload["change"] for r in results for o in r.outgoing if o.stream == "incidents"]
     assert changes == ["opened"]
@@ -136,12 +139,20 @@ def test_gpu_that_fails_different_workloads_is_suspected_hardware(store: Store) 
         records.append(processes("n3", T0 + s(t + 1), {1000 + i: 0}))
         records.append(_app_fault(k, 0, t + 5, 1000 + i))
     results = feed(store, items_of(records), batch=3)
-    (inc,) = store.incidents()
+    # Each crash first joins its job's incident; the third makes the pattern: the faults stay with the
+    # GPU, whose incident takes them, and the jobs' incidents are resolved as merged into it.
+    (inc,) = [i for i in store.incidents() if i["status"] == "open"]
+    assert (inc["component"], inc["node"], inc["gpu_uuid"]) == ("gpu", "n3", uuid("n3", 0))
     assert inc["category"] == "suspected_hardware", inc["reason"]
     assert "3 different workloads" in inc["reason"] and "ran clean on other GPUs" in inc["reason"]
+    assert inc["rule"] == "application:stays-with-gpu" and inc["count"] == 3
     assert inc["workloads"] == ["ml/a/w", "ml/b/w", "ml/c/w"]
+    merged = [i for i in store.incidents() if i["status"] == "resolved"]
+    assert {i["component"] for i in merged} == {"workload"} and len(merged) >= 2
+    assert {i["merged_into"] for i in merged} == {inc["incident_id"]}
+    assert {e["incident_id"] for e in store.fault_events()} == {inc["incident_id"]}
     kinds = {(o.payload.get("kind"), o.payload.get("operation")) for r in results for o in r.outgoing}
-    assert ("cordon_candidate", "cordon") in kinds and ("notification", "reclassified") in kinds
+    assert ("cordon_candidate", "cordon") in kinds and ("notification", "opened") in kinds
 
 
 def test_workload_that_follows_across_gpus_is_application(store: Store) -> None:
@@ -154,12 +165,11 @@ def test_workload_that_follows_across_gpus_is_application(store: Store) -> None:
         records.append(processes("n4", T0 + s(t + 1), {2000 + g: g}))
         records.append(_app_fault(k, g, t + 5, 2000 + g))
         records.append(_app_fault(k, g, t + 6, 2000 + g))
-    feed(store, items_of(records), batch=2)
-    incs = store.incidents()
-    assert len(incs) == 3
-    assert {i["category"] for i in incs} == {"application"}
-    assert "follows the workload" in incs[-1]["reason"]
-    assert not any(i["cordon_requested"] for i in incs)
+    results = feed(store, items_of(records), batch=2)
+    (inc,) = store.incidents()
+    assert (inc["component"], inc["component_id"], inc["category"]) == ("workload", "ml/bad/w", "application")
+    assert inc["count"] == 6 and "follows the workload" in inc["reason"] and "3 GPUs" in inc["reason"]
+    assert not any(o.payload.get("kind") == "cordon_candidate" for r in results for o in r.outgoing)
 
 
 def test_quiet_then_recurrence_reopens_with_a_link_and_sweep_resolves(store: Store) -> None:
@@ -185,11 +195,10 @@ def test_fleet_burst_is_one_fleet_incident(store: Store) -> None:
         node = f"rack-{n}"
         results += feed(store, items_of([inventory(node, T0), Kmsg(node).xid(0, 79, T0 + s(10 + n))]))
     (fleet,) = store.fleet_incidents()
-    assert fleet["family"] == "gpu_lost" and fleet["cluster"] == "c1" and fleet["status"] == "open"
-    assert fleet["nodes"] == ["rack-0", "rack-1", "rack-2", "rack-3"]
-    changes = [o.payload["change"] for r in results for o in r.outgoing if o.payload.get("type") == "fleet_incident"]
-    assert changes == ["opened", "updated"]
-    assert all(o.key == "c1" for r in results for o in r.outgoing if o.payload.get("type") == "fleet_incident")
+    assert fleet["family"] == "gpu_lost" and fleet["node"] == "c1" and fleet["status"] == "open"
+    assert fleet["component"] == "fleet" and fleet["nodes"] == ["rack-0", "rack-1", "rack-2", "rack-3"]
+    ours = [o for r in results for o in r.outgoing if o.stream == "incidents" and o.key == "c1"]
+    assert [o.payload["change"] for o in ours] == ["opened", "updated"]
 
 
 def test_outbox_unsent_until_marked(store: Store) -> None:

@@ -1,0 +1,168 @@
+"""Incident identity: which component a fault belongs to, and which reports are one fault.
+
+An incident is the fault of one component, never of one sensor report or fault family:
+
+- `gpu`: a GPU, by its UUID (by its PCI address while the UUID is not known);
+- `nvswitch`: an NVSwitch, by its PCI address (SXid reports name the switch, not a GPU);
+- `node`: a node's driver, for driver failures that name no GPU and belong to no GPU fault;
+- `workload`: an application fault that follows one workload across GPUs and nodes (a job that
+  crashed, a teardown storm): the job's, not the hardware's;
+- `fleet`: one fault family on many nodes at once.
+
+Every sensor's view of one fault is one **occurrence** of its incident and counts once: the kernel
+and NVML report of an Xid; an NVML double-bit ECC or GPU-lost event with its Xid 48/79; the AER
+report with the Xid 79, "fallen off the bus" and GPU-lost driver lines around it; an Xid 119/120
+with its crash dump, RPC history and the Xid 154 recovery action that follows. Two reports join one
+occurrence when they belong to the same companion group, arrive within `window_s` of the
+occurrence's start, and the occurrence does not hold that signal (source and code) yet: the second
+Xid 74 line of a storm is a second fault, the NVML copy of the first is not.
+
+`xidpipe scan`, the stream worker and `xidpipe replay` all use these functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Literal
+
+ComponentKind = Literal["gpu", "nvswitch", "node", "workload", "fleet"]
+COMPONENTS: tuple[ComponentKind, ...] = ("gpu", "nvswitch", "node", "workload", "fleet")
+
+FINGERPRINT_VERSION = 2
+FINGERPRINT_FIELDS = ("component", "node", "component_id")
+
+# Fault families, most severe first: an incident that saw several is labelled with the first
+# (an AER report followed by Xid 79 is a lost GPU; ECC errors on a GPU that also crashed jobs are
+# a memory fault). The cordon policy's `families` match this label.
+FAMILY_PRECEDENCE = (
+    "gpu_lost", "gsp", "memory", "nvswitch", "nvlink", "gpu_hardware", "pcie", "thermal", "driver",
+    "recovery_action", "other", "application",
+)
+_RANK = {family: i for i, family in enumerate(FAMILY_PRECEDENCE)}
+
+# Families whose reports are views of one fault when they arrive together.
+_COMPANIONS = {
+    "gpu_lost": "gpu_lost",
+    "pcie": "gpu_lost",  # the AER report on the GPU or its root port comes with the bus loss
+    "gsp": "gsp",
+    "recovery_action": "gsp",  # Xid 154 (and NVML's recovery action) follows the GSP failure
+    "memory": "memory",
+    "application": "application",  # one crash logs Xid 13 then Xid 43
+}
+
+# Node-level reports (no PCI address, no UUID) that belong to the GPU fault of their own kind they
+# come with ("GPU lost" assertions with an Xid 79, GSP timeouts with an Xid 119) ...
+NODE_LEVEL_COMPANION_FAMILIES = frozenset({"gpu_lost", "gsp", "recovery_action"})
+# ... and driver reports that follow whatever fatal GPU fault they come with: the crash dump, its
+# RPC history and libos report, the "reset required" assertion.
+ATTACHING_DRIVER_ERRORS = frozenset({"crash_dump", "reset_required", "rpc_history", "gsp_rpc_history", "libos_crash"})
+
+
+def attaches_to_gpu_fault(family: str, error: object) -> str | None:
+    """How a node-level report joins a GPU fault on its node: "same" (an occurrence of its own
+    companion group), "any" (the closest occurrence of any group) or None (it is the node's own)."""
+    if family in NODE_LEVEL_COMPANION_FAMILIES:
+        return "same"
+    if error in ATTACHING_DRIVER_ERRORS:
+        return "any"
+    return None
+
+
+def occurrence_group(signals: list[str] | tuple[str, ...] | None) -> str | None:
+    """The companion group of an occurrence, from its signals."""
+    return signals[0].split("/", 1)[0] if signals else None
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    kind: ComponentKind
+    node: str  # the node; "" for a workload (it spans nodes); the cluster for the fleet
+    id: str  # GPU UUID or PCI address, NVSwitch PCI address, "driver", workload, fault family
+
+    @property
+    def fingerprint(self) -> str:
+        return incident_fingerprint(self.kind, self.node, self.id)
+
+
+@lru_cache(maxsize=65_536)  # a pure function asked several times per fault: keep the recent answers
+def incident_fingerprint(component: str, node: str, component_id: str) -> str:
+    """`v2:<16 hex>` over (component, node, component id); pids, codes, addresses of other devices
+    and times never enter it."""
+    payload = "\x1f".join((component, node, component_id)).encode("utf-8")
+    return f"v{FINGERPRINT_VERSION}:{hashlib.sha256(payload).hexdigest()[:16]}"
+
+
+def component_of(
+    *, node: str, kind: str, family: str, pci: str | None, gpu_uuid: str | None,
+    workload: str | None = None,
+) -> Component:
+    """The component a fault report is about, before context moves it (see `stays_with_gpu`).
+
+    SXid reports are the NVSwitch's; an application-class fault of a known workload is the
+    workload's; a report naming a GPU is the GPU's; anything else is the node's driver.
+    """
+    if kind == "sxid" and pci:
+        return Component("nvswitch", node, pci)
+    if family == "application" and workload:
+        return Component("workload", "", workload)
+    gpu = gpu_uuid or pci
+    if gpu:
+        return Component("gpu", node, gpu)
+    return Component("node", node, "driver")
+
+
+def gpu_key(gpu_uuid: str | None, pci: str | None) -> str:
+    """The GPU a report is about, as fault events record it: the UUID, else the PCI address, else "node"."""
+    return gpu_uuid or pci or "node"
+
+
+def gpu_component(node: str, gpu_uuid: str | None, pci: str | None) -> Component | None:
+    """The GPU component of a report that names one."""
+    gpu = gpu_uuid or pci
+    return Component("gpu", node, gpu) if gpu else None
+
+
+def stays_with_gpu(workloads_only_here: int, faults_here: int, *, repeat_threshold: int,
+                   min_distinct_workloads: int) -> bool:
+    """Whether application faults on one GPU are the GPU's rather than their workloads': the same
+    GPU repeats them across `min_distinct_workloads` different workloads that faulted on no other
+    GPU, `repeat_threshold` times or more (NVIDIA's workflow for Xid 13, 31, 43, ...)."""
+    return faults_here >= repeat_threshold and workloads_only_here >= min_distinct_workloads
+
+
+def primary_family(current: str | None, new: str) -> str:
+    """The family an incident is labelled with after a report of `new`: the more severe."""
+    if current is None:
+        return new
+    return new if _RANK.get(new, len(_RANK)) < _RANK.get(current, len(_RANK)) else current
+
+
+def companion_group(family: str) -> str:
+    return _COMPANIONS.get(family, family)
+
+
+def signal(family: str, source: str, code: str, group: str | None = None) -> str:
+    """One report's signal as an occurrence records it: `<companion group>/<source>:<code>`; `group`
+    when the report attaches to an occurrence of another group (a crash dump)."""
+    return f"{group or companion_group(family)}/{source}:{code}"
+
+
+def joins_occurrence(occurrence_at: datetime | None, signals: list[str] | tuple[str, ...] | None,
+                     at: datetime, report: str, window_s: float, duplicate_window_s: float = 5.0) -> bool:
+    """Whether a report (its `signal`) at `at` is another view of the occurrence counted last.
+
+    A companion (same group, another code) joins within `window_s` of the occurrence's start; the
+    same code from another sensor (NVML's copy of a kernel Xid) within `duplicate_window_s`; the same
+    code from the same sensor never (that is the next fault).
+    """
+    if occurrence_at is None or not signals or report in signals:
+        return False
+    group, _, rest = report.partition("/")
+    if occurrence_group(signals) != group:
+        return False
+    code = rest.partition(":")[2]
+    same_code = any(s.partition(":")[2] == code for s in signals)
+    return abs((at - occurrence_at).total_seconds()) <= (duplicate_window_s if same_code else window_s)
