@@ -9,7 +9,12 @@ kernel lines it is derived from the line's position in its source:
 - a plain file: `file:<sha256 of the line, 16 hex>:<byte offset>`.
 
 Records are keyed by node name on every topic, so one partition holds all of a node's records.
-Bump `SCHEMA_VERSION` for any change that is not purely additive.
+Bump `SCHEMA_VERSION` for any change that is not purely additive; new fields are optional (a record
+of an older agent still decodes: `KernelLine.event_at`, `boot_time`, `GpuInventory.boot_time`,
+`DeviceAssignment.pod_uid` default to None).
+
+Two clocks travel on kernel lines: `observed_at`, when the agent read the line, and `event_at`, when
+the kernel logged it (`models.event_time`). Windows, ordering and joins use the event time.
 
 Each record kind is registered with its topic (`register_record`); decoding and `topic_for` read
 that registry, so a health signal's own record kind (`models.signals`) travels like these.
@@ -76,9 +81,17 @@ class KernelLine(NodeRecordBase):
     file_offset: int | None = Field(default=None, description="byte offset of the line in the file")
     content_hash: str | None = None
     priority: int | None = Field(default=None, description="syslog facility*8 + level")
-    monotonic_us: int | None = Field(default=None, description="microseconds since boot, from kmsg")
+    monotonic_us: int | None = Field(default=None, description="microseconds since boot (kmsg, journald)")
     continuation: dict[str, str] = Field(default_factory=dict, description="kmsg KEY=value lines")
-    observed_at: datetime = Field(default_factory=_now)
+    observed_at: datetime = Field(default_factory=_now, description="when the agent read the line")
+    event_at: datetime | None = Field(
+        default=None,
+        description="when the kernel logged it: kmsg monotonic time + boot time, journald's realtime stamp, "
+        "a file line's own wall-clock stamp (or uptime + boot time); None when the agent cannot tell",
+    )
+    boot_time: datetime | None = Field(
+        default=None, description="the boot time of the line's boot, when known (uptime + this = wall clock)"
+    )
 
 
 class KernelGap(NodeRecordBase):
@@ -152,6 +165,10 @@ class GpuInfo(BaseModel):
 class GpuInventory(NodeRecordBase):
     kind: Literal["inventory"] = "inventory"
     driver_version: str | None = None
+    boot_id: str | None = Field(default=None, description="the node's boot when the inventory was taken")
+    boot_time: datetime | None = Field(
+        default=None, description="the node's boot time: what a recorded kernel log's uptime stamps count from"
+    )
     cuda_driver_version: int | None = None
     gpus: tuple[GpuInfo, ...] = ()
 
@@ -165,7 +182,7 @@ class GpuProcess(BaseModel):
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
     container_id: str | None = None
-    pod_uid: str | None = None
+    pod_uid: str | None = Field(default=None, description="the pod's UID, from the process's cgroup path")
 
 
 class GpuProcesses(NodeRecordBase):
@@ -186,6 +203,11 @@ class DeviceAssignment(BaseModel):
     pod: str
     namespace: str
     container: str
+    pod_uid: str | None = Field(
+        default=None,
+        description="the pod's UID when the source knows it; the kubelet's PodResources v1 API names pods by "
+        "namespace and name only, so the agent leaves it None",
+    )
 
 
 class PodAssignments(NodeRecordBase):

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from models.incidents import FaultObservation, observation_from_kernel, parse_time
+from models.event_time import record_time
+from models.incidents import FaultObservation, observation_from_kernel
 from models.kernlog.parser import KernelLogParser
 from models.kernlog.record import FaultRecord
 from models.node_records import (
@@ -146,7 +147,7 @@ class Ingest:
                 np.emitted.pop(next(iter(np.emitted)))
             if rec.kind == "gpu_identity":
                 if rec.pci:
-                    at = parse_time(rec.timestamp) or line.observed_at
+                    at = record_time(rec, line).at
                     out.append(StateItem(line.node, f"identity:{line.record_id}:{index}", np.topic, "identity", at,
                                          {"pci": normalize_pci(rec.pci), "uuid": rec.gpu_uuid, "serial": rec.serial}))
                 continue

@@ -9,9 +9,11 @@ RFC 3164 (with or without host, localised month names) and RFC 5424, rsyslog `ke
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from functools import lru_cache
 from typing import NamedTuple
+
+from models.kernlog.clock import infer_year
 
 KMSG_HEADER = re.compile(r"^(?P<prio>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),(?P<flags>[^;]*);")
 _DMESG_UPTIME = re.compile(r"\[\s*(?P<up>\d+\.\d+)(?:\s*<\s*[+-]?[\d.]+\s*>)?\s*\]")
@@ -120,11 +122,7 @@ def _iso_text(day_text: str, clock: str, frac: str | None, tz: str | None) -> st
 
 
 def _yearless(month: int, day: int, clock: str, frac: str | None, year: int | None, now: datetime) -> str | None:
-    y = year if year is not None else now.year
-    if year is None and _valid_date(y, month, day) and (
-        date(y, month, day) - now.date() > timedelta(days=2)
-    ):
-        y -= 1  # a December line read in January belongs to the year before
+    y = year if year is not None else infer_year(month, day, now)
     return _iso_text(f"{y:04d}-{month:02d}-{day:02d}", clock, frac, None)
 
 
@@ -228,3 +226,52 @@ def _parse_prefix_general(prefix: str, year: int | None, now: datetime) -> Prefi
 def _uptime(text: str) -> float | None:
     m = _DMESG_UPTIME.search(text)
     return float(m["up"]) if m else None
+
+
+_TAG_UPTIME = re.compile(r"\s+(?:[^\s:\[\]<>]+\s+)?[^\s:\[\]<>]+(?:\[\d+\])?:\s*\[\s*(?P<up>\d+\.\d+)\]")
+_PRI = re.compile(r"<\d{1,3}>")
+
+
+def leading_stamp(line: str, year: int | None, now: datetime) -> Prefix:
+    """The stamp a whole log line starts with: wall clock, uptime, or both (`Nov 25 ... kernel: [ 3.9]`).
+
+    For readers that do not split the message off (the agent's file source): only forms anchored at
+    the start of the line count, so a time inside the message (`... Tue Oct  8 03:22:07 UTC 2024`) is
+    never taken for the line's. Yearless stamps get `year`, else the year `infer_year` gives for `now`.
+    """
+    head = line[:1]
+    if head == "[":
+        up = _DMESG_UPTIME.match(line)
+        if up:
+            return Prefix(uptime_s=float(up["up"]), format="dmesg")
+        ct = _DMESG_CTIME.match(line)
+        month = month_number(ct["mon"]) if ct else None
+        if ct and month:
+            return Prefix(timestamp=_yearless(month, int(ct["day"]), ct["time"], None, int(ct["year"]), now),
+                          format="dmesg-T")
+        return Prefix()
+    if head == "<":
+        m5 = _RFC5424.match(line)
+        if m5:
+            iso = _ISO.match(m5["ts"])
+            return Prefix(timestamp=_iso(iso) if iso else None, uptime_s=_uptime(line[m5.end():m5.end() + 24]),
+                          format="rfc5424")
+        pri = _PRI.match(line)
+        line = line[pri.end():] if pri else line
+        head = line[:1]
+    if head.isdigit():
+        km = KMSG_HEADER.match(line)
+        if km:
+            return Prefix(uptime_s=int(km["usec"]) / 1_000_000, format="kmsg", kmsg_seq=int(km["seq"]))
+        iso_m = _ISO.match(line)
+        if iso_m:
+            tail = _TAG_UPTIME.match(line, iso_m.end())
+            return Prefix(timestamp=_iso(iso_m), uptime_s=float(tail["up"]) if tail else None, format="iso-syslog")
+        return Prefix()
+    sm = _RFC3164.match(line)
+    month = month_number(sm["mon"]) if sm else None
+    if sm and month:
+        tail = _TAG_UPTIME.match(line, sm.end())
+        return Prefix(timestamp=_yearless(month, int(sm["day"]), sm["time"], sm["frac"], year, now),
+                      uptime_s=float(tail["up"]) if tail else None, format="syslog")
+    return Prefix()
