@@ -57,7 +57,7 @@ def build_source(
     from agents.kernlog.filetail import FileSource
 
     return FileSource(settings.log_file, cursor, follow=settings.follow, replay_rate=settings.replay_rate,
-                      line_filter=line_filter, block_filter=block_filter)
+                      line_filter=line_filter, block_filter=block_filter, boot_time=settings.boot_time)
 
 
 def _security(settings: AgentSettings) -> dict[str, Any]:
@@ -239,6 +239,8 @@ class Agent:
             priority=line.priority,
             monotonic_us=line.monotonic_us,
             continuation=line.continuation,
+            event_at=line.event_at,
+            boot_time=line.boot_time,
         )
         number = self.publish(record, fault=verdict.fault, cursor=line.cursor)
         self.tracker.note(number, line.cursor)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
@@ -35,6 +36,11 @@ class AgentSettings(BaseSettings):
         default=None, gt=0, description="lines per second when replaying a file (demos, benchmarks)"
     )
     follow: bool = Field(default=True, description="keep reading when the end is reached (False: stop at the end)")
+    boot_time: datetime | None = Field(
+        default=None,
+        description="file source: the boot time of the node that wrote the log, so that lines stamped only "
+        "with an uptime (raw dmesg `[ 1234.567890]`) get their wall-clock time when replaying a recording",
+    )
     keep_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_KEEP_PATTERNS))
     fault_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_FAULT_PATTERNS))
 

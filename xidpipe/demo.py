@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from history.ledger_store import rebuild_ledger
 from history.tables import GpuCard
+from models.event_time import boot_times
 from models.node_records import NodeRecord, decode_node_record
 from models.topics import topology
 from respond.cordon.runtime import build_executor
@@ -71,23 +73,29 @@ def kafka(say: Callable[[str], None]) -> Iterator[str]:
         yield broker.bootstrap
 
 
-def agent_command(log: Path, node: str, bootstrap: str, state_dir: Path) -> list[str]:
+def agent_command(
+    log: Path, node: str, bootstrap: str, state_dir: Path, boot_time: datetime | None = None
+) -> list[str]:
+    """The agent replaying one node's log; `boot_time` (the node's, from its recorded state) places
+    lines stamped only with an uptime on the node's own day rather than on the day of the replay."""
+    boot = ["--boot-time", boot_time.isoformat()] if boot_time is not None else []
     return [sys.executable, "-m", "xidpipe.cli", "agent", "--source", "file", "--log-file", str(log),
             "--no-follow", "--replay-rate", str(REPLAY_RATE), "--node", node, "--bootstrap-servers", bootstrap,
             "--state-dir", str(state_dir), "--no-nvml", "--no-podresources", "--no-evidence", "--no-metrics",
-            "--log-level", "warning"]
+            "--log-level", "warning", *boot]
 
 
 def run_agents(bootstrap: str, say: Callable[[str], None], timeout: float) -> None:
     logs = sorted(sample_dir().glob("*.log"))
+    boots = boot_times(sample_state())
     procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
     for log in logs:
         node = log.stem
         out = WORK / "agents" / f"{node}.log"
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "wb") as sink:
-            procs.append((node, subprocess.Popen(agent_command(log, node, bootstrap, WORK / "agents" / node),
-                                                 stdout=sink, stderr=subprocess.STDOUT), out))
+            command = agent_command(log, node, bootstrap, WORK / "agents" / node, boots.get(node))
+            procs.append((node, subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT), out))
     say(f"Agents: {len(procs)} node agents replaying {', '.join(p[0] for p in procs)}")
     deadline = time.monotonic() + timeout
     for node, proc, out in procs:

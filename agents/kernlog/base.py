@@ -1,9 +1,11 @@
-"""What every kernel-log source yields: lines and gaps, each with the cursor just after it."""
+"""What every kernel-log source yields: lines and gaps, each with the cursor just after it, and for
+each line the time the kernel logged it when the source can tell (`event_at`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from models.node_records import KernelSource
@@ -26,6 +28,8 @@ class SourceLine:
     priority: int | None = None
     monotonic_us: int | None = None
     continuation: dict[str, str] = field(default_factory=dict)
+    event_at: datetime | None = None  # when the kernel logged it, when the source can tell
+    boot_time: datetime | None = None  # the line's boot time, when known
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,10 @@ between the copy and the truncation are lost by design of copytruncate). A resta
 different inode at the path looks for the old inode at `<path>.1` and drains it first.
 
 `replay_rate` (lines per second) paces the reading for demos and benchmarks.
+
+A line's event time is its own wall-clock stamp (syslog's, without a year, completed relative to
+the time of reading), else its uptime stamp plus `boot_time` when that is given (a recorded raw
+`dmesg` replayed with `--boot-time`).
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from agents.kernlog.base import SourceGap, SourceItem, SourceLine, SourceSkip
 from agents.kernlog.inotify import DirectoryWaiter
+from models.event_time import line_event_time
 from models.node_records import KernelSource
 
 log = logging.getLogger(__name__)
@@ -50,10 +56,14 @@ class FileSource:
         replay_rate: float | None = None,
         line_filter: Callable[[str], bool] | None = None,
         block_filter: Callable[[str], bool] | None = None,
+        boot_time: datetime | None = None,
     ) -> None:
         """`line_filter`: lines it rejects come out in bulk as SourceSkip items. `block_filter`: given
-        many lines joined by newlines, False when `line_filter` would reject every one of them."""
+        many lines joined by newlines, False when `line_filter` would reject every one of them.
+        `boot_time`: the boot the file's uptime stamps (`[ 1234.567890]`) count from; without it a
+        line with only an uptime has no event time."""
         self._path = path
+        self._boot_time = boot_time
         self._filter = line_filter
         self._block_filter = block_filter
         self._cursor = cursor or {}
@@ -133,14 +143,17 @@ class FileSource:
                         yield SourceSkip({"path": spath, "inode": inode, "offset": start}, skipped)
                         skipped = []
                 digest = content_hash(line + b"\n")
+                message = line.rstrip(b"\r").decode("utf-8", "replace")
                 yield SourceLine(
                     source="file",
-                    message=line.rstrip(b"\r").decode("utf-8", "replace"),
+                    message=message,
                     record_id=f"file:{digest}:{start}",
                     cursor={"path": spath, "inode": inode, "offset": offset},
                     file_path=spath,
                     file_offset=start,
                     content_hash=digest,
+                    event_at=line_event_time(message, read_at=datetime.now(UTC), boot_time=self._boot_time),
+                    boot_time=self._boot_time,
                 )
             if skipped:
                 yield SourceSkip({"path": spath, "inode": inode, "offset": offset}, skipped)

@@ -5,6 +5,10 @@ We run `journalctl _TRANSPORT=kernel -o json --follow --no-tail --cursor-file=F`
 the previous boot logged after our cursor (often the fault that preceded a crash) are still read.
 journalctl itself would write the cursor of the last line it *printed*; we want the last line
 Kafka *acknowledged*, so F is a scratch copy seeded from our own cursor file at each start.
+
+A line's event time is the entry's `__REALTIME_TIMESTAMP` (when journald received it from the
+kernel); `__MONOTONIC_TIMESTAMP` and `_BOOT_ID` order lines within a boot, and realtime minus
+monotonic is the boot's time.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import os
 import select
 import subprocess
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from agents.kernlog.base import SourceItem, SourceLine
+from models.kernlog.clock import from_epoch_us
 from models.node_records import KernelSource
 
 log = logging.getLogger(__name__)
@@ -122,6 +128,9 @@ class JournaldSource:
         prio = entry.get("PRIORITY")
         fac = entry.get("SYSLOG_FACILITY")
         mono = entry.get("__MONOTONIC_TIMESTAMP")
+        mono_us = int(mono) if str(mono).isdigit() else None
+        realtime = from_epoch_us(entry.get("__REALTIME_TIMESTAMP"))
+        boot_time = realtime - timedelta(microseconds=mono_us) if realtime and mono_us is not None else None
         return SourceLine(
             source="journald",
             message=_message(entry.get("MESSAGE")),
@@ -130,6 +139,8 @@ class JournaldSource:
             boot_id=entry.get("_BOOT_ID"),
             journal_cursor=cursor,
             priority=(int(fac) * 8 + int(prio)) if str(prio).isdigit() and str(fac).isdigit() else None,
-            monotonic_us=int(mono) if str(mono).isdigit() else None,
+            monotonic_us=mono_us,
             continuation=cont,
+            event_at=realtime,
+            boot_time=boot_time,
         )

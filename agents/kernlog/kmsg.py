@@ -3,6 +3,9 @@
 The device (or a regular file / FIFO holding recorded records, for tests) is opened, records with
 `seq <= cursor.seq` of the same boot are skipped, and gaps are reported: when the kernel overwrote
 records before we read them (`EPIPE`, once) or when sequence numbers jump.
+
+A record's event time is its timestamp (microseconds since boot) plus the boot time, read from
+`btime` in /proc/stat once per boot (whole seconds: the event time is good to about a second).
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import os
 import select
 import stat
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from agents.kernlog.base import SourceGap, SourceItem, SourceLine
+from models.kernlog.clock import at_uptime, boot_time_from_stat
 from models.node_records import KernelSource
 
 log = logging.getLogger(__name__)
@@ -52,6 +57,14 @@ def read_boot_id(path: Path) -> str:
     return path.read_text().strip()
 
 
+def read_boot_time(stat_path: Path = Path("/proc/stat")) -> datetime | None:
+    """The running kernel's boot time (`btime` of /proc/stat, whole seconds); None when unreadable."""
+    try:
+        return boot_time_from_stat(stat_path.read_text())
+    except OSError:
+        return None
+
+
 class KmsgSource:
     name: KernelSource = "kmsg"
 
@@ -64,12 +77,16 @@ class KmsgSource:
         follow: bool = True,
         read: Callable[[int, int], bytes] = os.read,
         one_record_per_read: bool | None = None,
+        boot_time: Callable[[], datetime | None] = read_boot_time,
     ) -> None:
         """`one_record_per_read`: None detects it (a character device is read record by record,
-        a regular file or FIFO holding a recording is split into records)."""
+        a regular file or FIFO holding a recording is split into records). `boot_time` reads the
+        boot time of the current boot; it is called once per boot."""
         self._path = path
         self._boot_id_path = boot_id_path
         self._boot_id = read_boot_id(boot_id_path)
+        self._read_boot_time = boot_time
+        self._boot_time = boot_time()
         self._follow = follow
         self._read = read
         self._per_read = one_record_per_read
@@ -171,6 +188,7 @@ class KmsgSource:
         log.info("boot id changed in the stream: reading the new boot from its start",
                  extra={"boot_id": boot, "previous_boot_id": self._boot_id})
         self._boot_id, self.last_seq, self._new_boot = boot, None, True
+        self._boot_time = self._read_boot_time()
         return True
 
     def items(self) -> Iterator[SourceItem | None]:
@@ -222,4 +240,6 @@ class KmsgSource:
                 priority=prio,
                 monotonic_us=ts,
                 continuation=cont,
+                event_at=at_uptime(self._boot_time, ts / 1_000_000) if self._boot_time is not None else None,
+                boot_time=self._boot_time,
             )

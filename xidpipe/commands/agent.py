@@ -29,6 +29,8 @@ def register(subparsers: Any) -> None:
     src.add_argument("--log-file", type=Path, help="kernel log file (file source, default /var/log/kern.log)")
     src.add_argument("--replay-rate", type=float, metavar="LINES_PER_S", help="pace a file source")
     src.add_argument("--no-follow", action="store_true", help="stop at the end of the source once published")
+    src.add_argument("--boot-time", metavar="ISO_TIME",
+                     help="file source: the recorded node's boot time, for lines stamped only with an uptime")
     kafka = p.add_argument_group("Kafka and state")
     kafka.add_argument("--node", help="node name (default $NODE_NAME or the host name)")
     kafka.add_argument("--bootstrap-servers", help="Kafka bootstrap servers, comma-separated")
@@ -52,7 +54,7 @@ def register(subparsers: Any) -> None:
 _SIMPLE = (
     "source", "kmsg_path", "boot_id_path", "journal_file", "journal_directory", "journalctl", "log_file",
     "replay_rate", "node", "bootstrap_servers", "state_dir", "nvml_enabled", "podresources_socket",
-    "podresources_enabled", "evidence_enabled", "proc_root", "metrics_port", "log_level",
+    "podresources_enabled", "evidence_enabled", "proc_root", "metrics_port", "log_level", "boot_time",
 )
 
 
