@@ -6,11 +6,14 @@ Pure functions over a node's state history:
   identity lines in the kernel log (`NVRM: GPU at PCI:...: GPU-<uuid>`, `GPU Board Serial Number`);
 - MIG device → its parent GPU;
 - GPU (or MIG device) → the pod, namespace and container the kubelet had allocated it to at the
-  fault's time (PodResources history);
+  fault's time (PodResources history); when pods share the GPU, the faulting process's pod UID
+  (from its cgroup) says which;
 - pid → process, container and pod from the GPU process snapshots.
 
 A snapshot is valid at time t when it is the latest one taken at or before t (plus the policy's
-clock skew). When nothing matches, the attribution says "unknown" explicitly and why.
+clock skew). t is the fault's event time (the kernel's clock, `models.event_time`), never the time
+the line was read: a backlog read an hour late is joined with the pods of the fault's time. When
+nothing matches, the attribution says "unknown" explicitly and why.
 """
 
 from __future__ import annotations
@@ -90,7 +93,7 @@ class PodAttribution:
     pod: str | None
     namespace: str | None
     container: str | None
-    source: str  # "podresources", "ambiguous", "unknown"
+    source: str  # "podresources", "pod_uid", "ambiguous", "unknown"
     reason: str
     candidates: tuple[str, ...] = ()
 
@@ -208,9 +211,12 @@ def _identity(history: NodeHistory, pci: str, at: datetime) -> IdentityLine | No
 
 
 def resolve_pod(
-    history: NodeHistory, at: datetime, gpu: GpuAttribution, *, skew_s: float = 0.0
+    history: NodeHistory, at: datetime, gpu: GpuAttribution, *, skew_s: float = 0.0, pod_uid: str | None = None
 ) -> PodAttribution:
-    """The pod that held the GPU (or its MIG device) at `at`, from the PodResources history."""
+    """The pod that held the GPU (or its MIG device) at `at`, from the PodResources history.
+
+    When several pods share the GPU (time-slicing, MIG), `pod_uid` (the faulting process's pod, from
+    its cgroup) picks the one whose UID it is (`pod_by_uid`)."""
     if gpu.uuid is None and gpu.mig_uuid is None:
         return PodAttribution(None, None, None, UNKNOWN, "the GPU is unknown, so its pod is too")
     snap = valid_at(history.pods, at, skew_s)
@@ -235,9 +241,58 @@ def resolve_pod(
         return PodAttribution(pod, ns, container, "podresources",
                               f"allocated to {ns}/{pod} ({container}) in the snapshot of {snap.at.isoformat()}")
     names = tuple(f"{ns}/{pod}/{c}" for ns, pod, c in pods)
+    if pod_uid:
+        chosen = pod_by_uid(history, snap, hits, pod_uid, at, skew_s)
+        if chosen is not None:
+            return chosen
+    why = (f"the faulting process's pod UID {pod_uid} names none of them" if pod_uid
+           else "no pod UID of the faulting process settles it")
     return PodAttribution(None, None, None, "ambiguous",
-                          f"{len(pods)} containers shared the GPU (time-slicing or MIG): {', '.join(names)}",
+                          f"{len(pods)} containers shared the GPU (time-slicing or MIG): {', '.join(names)}; {why}",
                           candidates=names)
+
+
+def pod_by_uid(
+    history: NodeHistory, snap: PodSnapshot, hits: Sequence[DeviceAssignment], pod_uid: str, at: datetime,
+    skew_s: float = 0.0,
+) -> PodAttribution | None:
+    """Which of the pods sharing a GPU (`hits`) has the UID `pod_uid`; None when that cannot be told.
+
+    An assignment that carries its pod's UID says so directly. The kubelet's PodResources API names
+    pods by namespace and name only, so otherwise the UID is learnt from the node itself: a pod that
+    holds a GPU alone in `snap` owns the pod UIDs of the processes on that GPU (the process snapshot
+    valid at `at`)."""
+    direct = [a for a in hits if a.pod_uid == pod_uid]
+    how = "the PodResources record carries its UID"
+    if not direct:
+        learnt = _uids_of_lone_pods(history, snap, at, skew_s).get(pod_uid)
+        direct = [a for a in hits if (a.namespace, a.pod) == learnt[0]] if learnt else []
+        how = f"its processes on {learnt[1]}, which it holds alone, run in that pod" if learnt else ""
+    pods = sorted({(a.namespace, a.pod) for a in direct})
+    if len(pods) != 1:
+        return None
+    (ns, pod), containers = pods[0], sorted({a.container for a in direct})
+    container = containers[0] if len(containers) == 1 else None
+    return PodAttribution(pod, ns, container, "pod_uid",
+                          f"{len(set((a.namespace, a.pod) for a in hits))} pods shared the GPU; the faulting "
+                          f"process's cgroup names pod UID {pod_uid}, which is {ns}/{pod} ({how})",
+                          candidates=tuple(f"{a.namespace}/{a.pod}/{a.container}" for a in hits))
+
+
+def _uids_of_lone_pods(
+    history: NodeHistory, snap: PodSnapshot, at: datetime, skew_s: float
+) -> dict[str, tuple[tuple[str, str], str]]:
+    """Pod UID → ((namespace, pod), GPU) for pods that hold a GPU alone in `snap`, from the processes on it."""
+    holders: dict[str, set[tuple[str, str]]] = {}
+    for a in snap.assignments:
+        holders.setdefault(a.gpu_id, set()).add((a.namespace, a.pod))
+    procs = valid_at(history.processes, at, skew_s)
+    out: dict[str, tuple[tuple[str, str], str]] = {}
+    for proc in procs.processes if procs is not None else ():
+        owners = holders.get(proc.gpu_uuid, set())
+        if proc.pod_uid and len(owners) == 1:
+            out.setdefault(proc.pod_uid, (next(iter(owners)), proc.gpu_uuid))
+    return out
 
 
 def resolve_process(
@@ -279,8 +334,8 @@ def correlate(
 ) -> Attribution:
     """GPU, pod and process of one fault, joined with the state valid at `at`."""
     gpu = resolve_gpu(history, at, pci=pci, uuid=gpu_uuid, gpu_instance_id=gpu_instance_id, skew_s=skew_s)
-    pod = resolve_pod(history, at, gpu, skew_s=skew_s)
     proc = resolve_process(history, at, pid=pid, process=process, gpu_uuid=gpu.uuid, skew_s=skew_s)
+    pod = resolve_pod(history, at, gpu, skew_s=skew_s, pod_uid=proc.pod_uid)
     return Attribution(gpu, pod, proc)
 
 

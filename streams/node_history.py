@@ -1,4 +1,7 @@
-"""The node state a batch attributes faults with, read from node_states and kept between batches."""
+"""The node state a batch attributes faults with, read from node_states and kept between batches.
+
+A history starts `history_s` before the earliest fault (by event time) it attributes, and includes
+the snapshot of each kind that was valid at that start."""
 
 from __future__ import annotations
 
@@ -10,6 +13,9 @@ from sqlalchemy.orm import Session
 from history.tables import NodeState
 from models.correlate import IdentityLine, InventorySnapshot, NodeHistory, PodSnapshot, ProcessSnapshot
 from models.node_records import DeviceAssignment, GpuInfo, GpuProcess
+
+# Snapshot kinds (each replaces the one before); identity lines are facts of their own and are not.
+_SNAPSHOT_KINDS = ("inventory", "pods", "processes")
 
 # Per node: (highest node_state id, start, history) of the last history loaded.
 HistoryCache = dict[str, tuple[int, datetime, NodeHistory]]
@@ -33,10 +39,10 @@ class NodeHistories:
         cached = self.cache.get(node)
         if cached is not None and cached[0] == top and cached[1] <= start:
             return cached[2]
-        rows = self.s.scalars(
+        rows = [*self._before(node, start), *self.s.scalars(
             sa.select(NodeState).where(NodeState.node == node, NodeState.valid_from >= start)
             .order_by(NodeState.valid_from, NodeState.id)
-        ).all()
+        )]
         h = NodeHistory(node)
         for r in rows:
             p = r.payload
@@ -54,6 +60,21 @@ class NodeHistories:
         h.sort()
         self.cache[node] = (top, start, h)
         return h
+
+    def _before(self, node: str, start: datetime) -> list[NodeState]:
+        """The snapshot of each kind still valid at `start`: the latest taken before it. Pod assignments
+        are published only when they change, so a job that has run for longer than the history span
+        is known only from a snapshot older than it."""
+        out: list[NodeState] = []
+        for kind in _SNAPSHOT_KINDS:
+            row = self.s.scalars(
+                sa.select(NodeState).where(NodeState.node == node, NodeState.kind == kind,
+                                           NodeState.valid_from < start)
+                .order_by(NodeState.valid_from.desc(), NodeState.id.desc()).limit(1)
+            ).first()
+            if row is not None:
+                out.append(row)
+        return out
 
     def load_tops(self, nodes: set[str]) -> None:
         """The highest node_state id of each node (the key of its cached history), in one query."""
