@@ -92,6 +92,11 @@ class Dossier(BaseModel):
     gpu_history: list[HistoryItem] = Field(default_factory=list)  # this card's incidents, by serial
     node_history: list[HistoryItem] = Field(default_factory=list)
     actions: list[ActionItem] = Field(default_factory=list)
+    # A fleet incident (component `fleet`, `node` is the cluster) names no GPU: the nodes it spans
+    # and their own incidents instead.
+    component: str = "gpu"
+    nodes: list[str] = Field(default_factory=list)
+    node_incidents: list[HistoryItem] = Field(default_factory=list)
 
 
 def _v(value: object) -> str:
@@ -110,9 +115,27 @@ def _cap(text: str, cap: int = EVIDENCE_CAP_BYTES) -> tuple[str, bool]:
 
 
 def title(d: Dossier) -> str:
-    gpu = d.gpu.serial or d.gpu.uuid or d.gpu.pci or "node"
     codes = ", ".join(c.code for c in d.codes[:3])
+    if d.component == "fleet":
+        return f"[xidpipe] fleet: {d.family} ({codes or 'no codes'}) on {len(d.nodes)} nodes of cluster {d.node}"
+    if d.component == "nvswitch":
+        return f"[xidpipe] {d.category}: {codes} on {d.node} NVSwitch {d.gpu.pci or 'unknown'}"
+    if d.component == "node":
+        return f"[xidpipe] {d.category}: {codes} on {d.node} (the node's driver)"
+    gpu = d.gpu.serial or d.gpu.uuid or d.gpu.pci or "node"
     return f"[xidpipe] {d.category}: {codes} on {d.node} GPU {gpu}"
+
+
+def _summary_place(d: Dossier) -> list[str]:
+    """The summary's rows that say where: the node and GPU, or a fleet incident's cluster and nodes."""
+    if d.component == "fleet":
+        return [f"| Cluster | {_v(d.node)} |", f"| Nodes | {len(d.nodes)}: {_v(', '.join(d.nodes))} |"]
+    if d.component == "nvswitch":
+        return [f"| Node | {_v(d.node)}{f' (cluster {d.cluster})' if d.cluster else ''} |",
+                f"| NVSwitch | PCI address {_v(d.gpu.pci)} |"]
+    return [f"| Node | {_v(d.node)}{f' (cluster {d.cluster})' if d.cluster else ''} |",
+            f"| GPU | {_v(d.gpu.model)}, UUID {_v(d.gpu.uuid)}, serial {_v(d.gpu.serial)} |",
+            f"| PCI address | {_v(d.gpu.pci)}, NUMA node {_v(d.gpu.numa_node)} |"]
 
 
 def render_markdown(d: Dossier) -> str:
@@ -124,9 +147,7 @@ def render_markdown(d: Dossier) -> str:
         "| | |",
         "|---|---|",
         f"| Incident | {_v(d.incident_id)} (`{d.fingerprint}`), {d.status} |",
-        f"| Node | {_v(d.node)}{f' (cluster {d.cluster})' if d.cluster else ''} |",
-        f"| GPU | {_v(d.gpu.model)}, UUID {_v(d.gpu.uuid)}, serial {_v(d.gpu.serial)} |",
-        f"| PCI address | {_v(d.gpu.pci)}, NUMA node {_v(d.gpu.numa_node)} |",
+        *_summary_place(d),
         f"| Fault family | {d.family} |",
         f"| Occurrences | {d.count}, first {_v(d.first_seen)}, last {_v(d.last_seen)} |",
         f"| Classification | **{d.category}**: {_v(d.reason)} |",
@@ -159,8 +180,12 @@ def render_markdown(d: Dossier) -> str:
     else:
         out.append("None yet.")
     out += ["", "## History", ""]
-    out += _history("This card (by serial)", d.gpu_history)
-    out += _history(f"Node {d.node}", d.node_history)
+    if d.component == "fleet":
+        out += _history("Incidents of its nodes", d.node_incidents)
+        out += _history(f"Cluster {d.node}: earlier fleet incidents", d.node_history)
+    else:
+        out += _history("This card (by serial)", d.gpu_history)
+        out += _history(f"Node {d.node}", d.node_history)
     out += ["## Evidence", ""]
     if not d.evidence:
         out += ["No evidence captured yet.", ""]

@@ -12,6 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from history.fleet_incidents import member_incidents
 from history.tables import EvidenceRecord, FaultEvent, Incident, NodeState
 from models.catalog import load_catalog
 from models.dossier import ActionItem, Attribution, CodeInfo, Dossier, DossierGpu, EvidenceItem, HistoryItem
@@ -100,6 +101,8 @@ def _history(rows: Sequence[Incident]) -> list[HistoryItem]:
 def build_dossier(s: Session, incident: Incident, actions: Sequence[ActionItem] = (),
                   cluster: str | None = None) -> Dossier:
     """The dossier of `incident` as the database knows it now."""
+    if incident.component == "fleet":
+        return _fleet_dossier(s, incident, actions, cluster)
     events = list(s.scalars(
         sa.select(FaultEvent).where(FaultEvent.incident_id == incident.incident_id).order_by(FaultEvent.occurred_at)
     ))
@@ -115,9 +118,26 @@ def build_dossier(s: Session, incident: Incident, actions: Sequence[ActionItem] 
         incident_id=incident.incident_id, fingerprint=incident.fingerprint, cluster=cluster, node=incident.node,
         family=incident.family, category=incident.category, reason=incident.reason, status=incident.status,
         count=incident.count, first_seen=incident.first_seen, last_seen=incident.last_seen,
-        codes=_codes(events, incident), catalog_version=load_catalog().version, driver_version=driver,
-        gpu=gpu, attribution=_attribution(events), evidence=_evidence(s, events),
-        gpu_history=_history(gpu_history), node_history=_history(node_history), actions=list(actions),
+        codes=_codes(events, incident), catalog_version=incident.catalog_version or load_catalog().version,
+        driver_version=incident.driver_version or driver, gpu=gpu, attribution=_attribution(events),
+        evidence=_evidence(s, events), gpu_history=_history(gpu_history), node_history=_history(node_history),
+        actions=list(actions), component=incident.component or "gpu",
+    )
+
+
+def _fleet_dossier(s: Session, incident: Incident, actions: Sequence[ActionItem], cluster: str | None) -> Dossier:
+    """A fleet incident's dossier: no GPU, no attribution; the nodes it spans and their own
+    incidents, and the cluster's earlier fleet incidents."""
+    earlier = list(s.scalars(sa.select(Incident).where(
+        Incident.incident_id != incident.incident_id, Incident.node == incident.node, Incident.component == "fleet",
+    ).order_by(Incident.first_seen.desc()).limit(HISTORY_LIMIT)))
+    return Dossier(
+        incident_id=incident.incident_id, fingerprint=incident.fingerprint, cluster=cluster or incident.node,
+        node=incident.node, family=incident.family, category=incident.category, reason=incident.reason,
+        status=incident.status, count=incident.count, first_seen=incident.first_seen, last_seen=incident.last_seen,
+        codes=_codes([], incident), catalog_version=load_catalog().version, node_history=_history(earlier),
+        actions=list(actions), component="fleet", nodes=[str(n) for n in incident.nodes or []],
+        node_incidents=_history(member_incidents(s, incident)),
     )
 
 
