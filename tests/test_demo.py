@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +50,7 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     assert lost
     assert list((tmp_path / "var" / "outbox" / "slack").glob("*/*.json"))
     assert (tmp_path / "var" / "xidpipe.db").exists()
+    assert_replay_gives_the_demos_incidents(tmp_path / "var" / "xidpipe.db")
 
     # The history after the demo, with nothing configured: the CLI and the API read var/xidpipe.db.
     def cli(*args: str) -> dict[str, object]:
@@ -86,3 +88,25 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     finally:
         server.terminate()
         server.wait(10)
+
+
+def incident_facts(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What the Kafka path and replay must agree on, per incident (times and ids hold read times)."""
+    return sorted((r["component"], r["node"], r["gpu_uuid"] or "", r["classification"], tuple(sorted(r["codes"])),
+                   r["count"]) for r in rows)
+
+
+def assert_replay_gives_the_demos_incidents(db: Path) -> None:
+    """`xidpipe replay` of the sample cluster, in one process, finds the incidents the demo's Kafka path stored."""
+    from streams.store import Store
+    from xidpipe.demo import sample_dir
+    from xidpipe.replay import run_replay
+    from xidpipe.replay.run import incident_view
+
+    store = Store(f"sqlite:///{db}")
+    try:
+        demo = [incident_view(r) for r in store.incidents() if not r.get("merged_into")]
+    finally:
+        store.dispose()
+    replayed = run_replay(sample_dir()).incidents
+    assert demo and incident_facts(replayed) == incident_facts(demo)
