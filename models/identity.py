@@ -53,6 +53,10 @@ _COMPANIONS = {
     "application": "application",  # one crash logs Xid 13 then Xid 43
 }
 
+# Faults that put the GPU in a state it stays in until it is reset (off the bus; GSP down): every
+# report within the window, repeats of one line included, is the one fault.
+ONE_SHOT_GROUPS = frozenset({"gpu_lost", "gsp"})
+
 # Node-level reports (no PCI address, no UUID) that belong to the GPU fault of their own kind they
 # come with ("GPU lost" assertions with an Xid 79, GSP timeouts with an Xid 119) ...
 NODE_LEVEL_COMPANION_FAMILIES = frozenset({"gpu_lost", "gsp", "recovery_action"})
@@ -158,10 +162,14 @@ def joins_occurrence(occurrence_at: datetime | None, signals: list[str] | tuple[
     same code from another sensor (NVML's copy of a kernel Xid) within `duplicate_window_s`; the same
     code from the same sensor never (that is the next fault).
     """
-    if occurrence_at is None or not signals or report in signals:
+    if occurrence_at is None or not signals:
         return False
     group, _, rest = report.partition("/")
     if occurrence_group(signals) != group:
+        return False
+    if group in ONE_SHOT_GROUPS:  # a lost GPU cannot be lost again until it is back: every report is one fault
+        return abs((at - occurrence_at).total_seconds()) <= window_s
+    if report in signals:
         return False
     code = rest.partition(":")[2]
     same_code = any(s.partition(":")[2] == code for s in signals)

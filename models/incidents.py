@@ -234,7 +234,8 @@ def apply_fault(
                            codes=codes, family=primary_family(current.family, family))
             if joins_occurrence(current.occurrence_at, current.occurrence_signals, at, signal,
                                 policy.occurrence_window_s, policy.duplicate_window_s):
-                joined = replace(seen, occurrence_signals=(*current.occurrence_signals, signal))
+                signals = current.occurrence_signals
+                joined = replace(seen, occurrence_signals=signals if signal in signals else (*signals, signal))
                 return IncidentChange("updated", joined, f"{code} is another report of the fault counted at "
                                       f"{_hms(current.occurrence_at)} in incident {current.incident_id}", counted=False)
             updated = replace(seen, count=current.count + 1, occurrence_at=at, occurrence_signals=(signal,))

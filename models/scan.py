@@ -51,7 +51,8 @@ class ScanIncident:
         at = _at(rec)
         sig = signal(family, "kernel", _code(rec), group)
         if at is not None and joins_occurrence(self.occurrence_at, self.occurrence_signals, at, sig, window_s, 5.0):
-            self.occurrence_signals.append(sig)
+            if sig not in self.occurrence_signals:
+                self.occurrence_signals.append(sig)
             return
         self.count += 1
         self.occurrence_at, self.occurrence_signals = at, [sig]

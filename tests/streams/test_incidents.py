@@ -135,11 +135,21 @@ def test_every_sensor_view_of_one_fault_counts_once() -> None:
     assert [c.counted for c in (aer, xid, nvml, bus)] == [True, False, False, False]
     assert bus.incident.count == 1 and bus.incident.family == "gpu_lost"
     assert bus.incident.codes == ("AER", "Xid 79", "fallen off the bus")
-    # The same report again is a second fault; so is a companion outside the window.
-    again = fault(bus.incident, "Xid 79", T0 + s(3), "gpu_lost")
-    late = fault(again.incident, "AER", T0 + s(3 + P.occurrence_window_s + 1), "pcie")
-    assert (again.counted, again.incident.count) == (True, 2)
-    assert (late.counted, late.incident.count) == (True, 3)
+    # A lost GPU cannot be lost again until it is back: the driver's second "fallen off the bus" is the
+    # same fault; a report after the window is the next one.
+    again = fault(bus.incident, "fallen off the bus", T0 + s(3), "gpu_lost")
+    late = fault(again.incident, "AER", T0 + s(P.occurrence_window_s + 1), "pcie")
+    assert (again.counted, again.incident.count) == (False, 1)
+    assert (late.counted, late.incident.count) == (True, 2)
+
+
+def test_the_same_report_again_is_the_next_fault_unless_another_sensor_copied_it() -> None:
+    first = fault(None, "Xid 74", T0, "nvlink")
+    nvml = fault(first.incident, "Xid 74", T0 + s(1), "nvlink", source="nvml")
+    second = fault(nvml.incident, "Xid 74", T0 + s(1.5), "nvlink")
+    late_copy = fault(second.incident, "Xid 74", T0 + s(1.5 + P.duplicate_window_s + 1), "nvlink", source="nvml")
+    assert [c.counted for c in (first, nvml, second, late_copy)] == [True, False, True, True]
+    assert late_copy.incident.count == 3
 
 
 def test_gsp_failure_its_recovery_action_and_an_unrelated_memory_error() -> None:
