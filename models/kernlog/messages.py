@@ -11,32 +11,48 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.kernlog.driver_lines import (
+    BODY,
+    BODY_CLASSES,
+    BODY_XIDS,
+    driver_error_class,
+    function_of,
+    is_benign,
+    looks_like_error,
+    pci_in,
+)
 from models.pci import BDF, normalize_pci
 
 # pid=<n|'<unknown>'>[, name=<comm>][, <message>]; a comm may hold spaces (not commas).
 XID = re.compile(
-    r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)(?:,\s*pid=(?P<pid>[^,]*)(?:,\s*name=(?P<name>[^,]*))?)?"
+    r"NVRM: Xid\s*\((?P<pci>[^)]*)\):\s*(?P<xid>\d+)(?:,\s*pid=(?P<pid>[^,]*)(?:,\s*name=(?P<name>[^,]*))?)?"
     r"(?:,\s*(?P<msg>.*))?$"
 )
 SXID = re.compile(
     r"(?P<switch>nvidia-nvswitch\d*): SXid \((?P<pci>[^)]*)\): (?P<sxid>\d+)(?:,\s*(?P<rest>.*))?$"
 )
-IDENTITY = re.compile(r"NVRM: GPU at (?P<pci>PCI:[0-9a-fA-F:.]+): (?P<uuid>GPU-[0-9a-fA-F-]{36})\b")
-SERIAL = re.compile(r"NVRM: GPU Board Serial Number: (?P<serial>\S+)")
-FALLEN_START = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>" + BDF + r")")
+IDENTITY = re.compile(r"NVRM: GPU at (?P<pci>PCI:[0-9a-fA-Fx:.]+): (?P<uuid>\S*)\s*$")
+UUID = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+SERIAL = re.compile(r"NVRM: GPU Board Serial Number:[ \t]*(?P<serial>\S*)")
+SERIAL_IS = re.compile(r"NVRM: GPU (?P<pci>" + BDF + r"): GPU serial number is[ \t]*(?P<serial>\S*?)\.?\s*$")
+# Values people redact before posting a log, or the driver prints when it has none.
+_REDACTED = re.compile(r"[xX*#?.\-_]+|<[^>]*>|\[[^\]]*\]|N/?A|none|unknown|redacted|0+", re.IGNORECASE)
+FALLEN_START = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>\S+)(?:\s|$)")
 FALLEN_ONE = re.compile(
-    r"NVRM: GPU (?:at )?(?P<pci>(?:PCI:)?[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):?\s.*"
+    r"NVRM: GPU (?:at )?(?P<pci>(?:PCI:)?(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):?\s.*"
     r"fallen off the bus"
 )
-NVRM = re.compile(r"NVRM: (?P<text>.*)$")
+NVRM = re.compile(r"NVRM:?[ \t](?P<text>.*)$")
 _NVRM_GPU = re.compile(r"^GPU (?:at )?(?P<pci>(?:PCI:)?[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):")
 DEVICE_LINE = re.compile(r"(?P<drv>[\w.-]+) (?P<bdf>" + BDF + r"): (?P<text>.*)$")
 _AER_RECEIVED = re.compile(
     r"(?:AER: )?(?P<what>(?:Multiple )?(?:Corrected|Correctable|Uncorrected|Uncorrectable)"
-    r"(?: \((?P<sev>Non-Fatal|Fatal)\))? error(?: message)?) received(?::| from) (?P<src>" + BDF + r")"
+    r"(?: \((?P<sev>Non-Fatal|Fatal)\))? error(?: message)?) received"
+    r"(?:(?::| from) (?P<src>" + BDF + r")|: id=(?P<rid>[0-9a-fA-F]{4}))"
 )
 _AER_HEADER = re.compile(
-    r"(?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]+), type=(?P<type>[^,]+), \((?P<agent>[^)]*)\)"
+    r"(?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]+), type=(?P<type>[^,]+), (?:id=[0-9a-fA-F]{4})?"
+    r"\((?P<agent>[^)]*)\)"
 )
 _AER_DEVICE = re.compile(r"device \[(?P<vendor>[0-9a-fA-F]{4}):(?P<devid>[0-9a-fA-F]{4})\] error status/mask=")
 _AER_ERRNAME = re.compile(
@@ -51,7 +67,7 @@ _MMU = re.compile(
 )
 _RECOVERY = re.compile(
     r"GPU recovery action changed from (?P<old_code>0x[0-9a-fA-F]+) \((?P<old>[^)]*)\) to "
-    r"(?P<new_code>0x[0-9a-fA-F]+) \((?P<new>[^)]*)\)"
+    r"(?P<new_code>0x[0-9a-fA-F]+)(?: \((?P<new>[^)]*)\)?)?"
 )
 _LINKS = re.compile(r"\b[Ll]inks? (?P<ids>\d+(?:\s*(?:,|and)\s*\d+)*)")
 _LINK_MASK = re.compile(r"\b[Ll]inks? (?:mask )?(?P<mask>0x[0-9a-fA-F]+)")
@@ -61,19 +77,6 @@ _ECC_WORDS = re.compile(
     r"\b(?:ECC|DBE|SBE|double[- ]bit|single[- ]bit|row remap\w*|remapped rows|row remapper|page retirement|"
     r"retired pages?)\b",
     re.IGNORECASE,
-)
-_DRIVER_ERRORS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("rm_init_adapter_failed", re.compile(r"RmInitAdapter failed|rm_init_adapter failed", re.IGNORECASE)),
-    ("gsp_heartbeat_timeout", re.compile(r"GSP.*heartbeat|heartbeat.*(?:timed out|timeout)", re.IGNORECASE)),
-    ("gsp_rpc_timeout", re.compile(r"Timeout after \S+ of waiting for RPC response from GPU\d* GSP|GSP RPC timeout|"
-                                   r"GSP.*timed? ?out", re.IGNORECASE)),
-    ("gsp_error", re.compile(r"\bGSP\b.*\b(?:error|crash|fail)", re.IGNORECASE)),
-    ("crash_dump", re.compile(r"GPU crash dump has been created|GPU crash dump created", re.IGNORECASE)),
-    ("gpu_lost", re.compile(r"(?:Assertion|Check) failed.*(?:GPU_IS_LOST|GPU lost|lost from the bus)", re.IGNORECASE)),
-    ("reset_required", re.compile(r"(?:Assertion|Check) failed.*(?:RESET_REQUIRED|reset required)", re.IGNORECASE)),
-    ("no_gpu_found", re.compile(r"No NVIDIA (?:graphics adapter|GPU)s? found", re.IGNORECASE)),
-    ("api_mismatch", re.compile(r"API mismatch", re.IGNORECASE)),
-    ("probe_failed", re.compile(r"The NVIDIA probe routine failed", re.IGNORECASE)),
 )
 CRASH_DUMP_TAIL = re.compile(r"nvidia-bug-report\.sh|kernel module is unloaded")
 
@@ -95,6 +98,7 @@ class Match:
     # Multi-line assembly: what the parser may still merge into this record.
     expects: str | None = None
     driver: str | None = None
+    function: str | None = None
     # Catalog enrichment, filled in by the parser once per distinct message.
     mnemonic: str | None = None
     immediate_action: str | None = None
@@ -126,7 +130,7 @@ def _xid_details(xid: int, msg: str) -> dict[str, Any]:
     rec = _RECOVERY.search(msg) if "recovery action" in msg else None
     if rec:
         d["recovery_action_old"] = rec["old"]
-        d["recovery_action_new"] = rec["new"]
+        d["recovery_action_new"] = (rec["new"] or "").strip()
         d["recovery_action_old_code"] = int(rec["old_code"], 16)
         d["recovery_action_new_code"] = int(rec["new_code"], 16)
     if "ink" in msg or "INK" in msg:
@@ -164,6 +168,7 @@ def _match_xid(line: str) -> Match | None:
         pid=pid,
         process=process,
         details=_xid_details(xid, msg) if msg else {},
+        expects="body" if xid in BODY_XIDS else None,
     )
 
 
@@ -194,7 +199,7 @@ def _match_device_line(line: str) -> Match | None:
     rcv = _AER_RECEIVED.search(text)
     if rcv:
         return Match(kind="pcie_aer", start=m.start(), message=f"{drv} {bdf}: {text}", pci=bdf,
-                     source_pci=normalize_pci(rcv["src"]),
+                     source_pci=normalize_pci(rcv["src"]) if rcv["src"] else requester_pci(bdf, rcv["rid"]),
                      details={"severity": _severity(rcv["what"], rcv["sev"]), "errors": []},
                      expects="aer", driver=drv)
     hdr = _AER_HEADER.search(text)
@@ -203,7 +208,30 @@ def _match_device_line(line: str) -> Match | None:
                      details={"severity": _severity(hdr["sev"], None), "error_type": hdr["type"].strip(),
                               "agent": hdr["agent"], "errors": []},
                      expects="aer", driver=drv)
+    dev = _AER_DEVICE.search(text) if "error status" in text else None
+    if dev:  # a report whose header lines were rate-limited away
+        return Match(kind="pcie_aer", start=m.start(), message=f"{drv} {bdf}: {text}", pci=bdf, source_pci=bdf,
+                     details={"severity": "unknown", "vendor_id": dev["vendor"].lower(),
+                              "device_id": dev["devid"].lower(), "errors": []},
+                     expects="aer", driver=drv)
     return Match(kind="device_line", start=m.start(), message=text, pci=bdf, driver=drv)
+
+
+def requester_pci(port: str | None, rid: str | None) -> str | None:
+    """The device an old-style `error received: id=00e5` names: bus 0x00, device 0x1c, function 5,
+    in the reporting port's PCI domain."""
+    if not rid or not port:
+        return None
+    value = int(rid, 16)
+    return f"{port[:4]}:{value >> 8:02x}:{(value >> 3) & 0x1F:02x}.{value & 7}"
+
+
+# AER error names (as the kernel spells them, old and new) that only a correctable error carries.
+CORRECTABLE_NAMES = frozenset({
+    "RxErr", "Receiver Error", "BadTLP", "Bad TLP", "BadDLLP", "Bad DLLP", "Rollover", "REPLAY_NUM Rollover",
+    "RELAY_NUM Rollover",
+    "Timeout", "Replay Timer Timeout", "NonFatalErr", "Advisory Non-Fatal", "CorrIntErr", "HeaderOF",
+})
 
 
 def _severity(what: str, sev: str | None) -> str:
@@ -231,20 +259,69 @@ def aer_continuation(text: str) -> dict[str, Any] | None:
     return None
 
 
+def _value_state(value: str) -> str:
+    """`ok`, `empty` or `redacted` (a placeholder such as `xxxx`, `N/A`, `<redacted>`)."""
+    if not value:
+        return "empty"
+    return "redacted" if _REDACTED.fullmatch(value) else "ok"
+
+
+def _identity(line: str, text: str, start: int) -> Match | None:
+    ident = IDENTITY.search(line)
+    if ident:
+        raw_uuid = ident["uuid"]
+        uuid_ok = UUID.fullmatch(raw_uuid) is not None
+        state = "ok" if uuid_ok else _value_state(raw_uuid[4:] if raw_uuid[:4].upper() == "GPU-" else raw_uuid)
+        return Match(kind="gpu_identity", start=start, message=text, pci=normalize_pci(ident["pci"]),
+                     gpu_uuid="GPU-" + raw_uuid[4:].lower() if uuid_ok else None, expects="serial",
+                     details={} if uuid_ok else {"uuid_state": "malformed" if state == "ok" else state,
+                                                 "uuid_text": raw_uuid})
+    ser = SERIAL.search(line) or SERIAL_IS.search(line)
+    if ser:
+        value = ser["serial"]
+        state = _value_state(value)
+        pci = normalize_pci(ser["pci"]) if "pci" in ser.groupdict() else None
+        return Match(kind="gpu_identity", start=start, message=text, pci=pci,
+                     serial=value if state == "ok" else None,
+                     details={} if state == "ok" else {"serial_state": state, "serial_text": value})
+    return None
+
+
+def _driver_line(text: str, raw_text: str, start: int) -> Match:
+    """A named driver error, ECC report, body line, benign line or unclassified error."""
+    if raw_text[:1].isspace():
+        return Match(kind="nvrm_body", start=start, message=text)
+    if is_benign(text):
+        return Match(kind="nvrm_benign", start=start, message=text)
+    gpu = _NVRM_GPU.match(text)
+    name = driver_error_class(text)
+    if name is not None:
+        pci_text = gpu["pci"] if gpu else pci_in(text)
+        return Match(kind="driver_error", start=start, message=text, pci=normalize_pci(pci_text),
+                     details={"error": name}, function=function_of(text),
+                     expects="crash_dump" if name == "crash_dump" else "body" if name in BODY_CLASSES else None)
+    if BODY.match(text):
+        return Match(kind="nvrm_body", start=start, message=text)
+    pci = normalize_pci(gpu["pci"]) if gpu else None
+    if _ECC_WORDS.search(text):
+        return Match(kind="ecc", start=start, message=text, pci=pci)
+    if looks_like_error(text):
+        return Match(kind="driver_error", start=start, message=text, pci=pci or normalize_pci(pci_in(text)),
+                     details={"error": "unclassified"}, function=function_of(text))
+    return Match(kind="nvrm_other", start=start, message=text)
+
+
 def _match_nvrm(line: str) -> Match | None:
-    """Every other NVRM message: identity, fallen off the bus, ECC, driver errors, or nothing."""
+    """Every other NVRM message: identity, fallen off the bus, ECC, driver lines."""
     m = NVRM.search(line)
     if not m:
         return None
-    text = m["text"].strip()
+    raw_text = m["text"]
+    text = raw_text.strip()
     start = m.start()
-    ident = IDENTITY.search(line)
-    if ident:
-        return Match(kind="gpu_identity", start=start, message=text, pci=normalize_pci(ident["pci"]),
-                     gpu_uuid=ident["uuid"].lower().replace("gpu-", "GPU-", 1), expects="serial")
-    ser = SERIAL.search(line)
-    if ser:
-        return Match(kind="gpu_identity", start=start, message=text, serial=ser["serial"])
+    got = _identity(line, text, start)
+    if got:
+        return got
     fs = FALLEN_START.search(line)
     if fs and "fallen off the bus" not in text:
         return Match(kind="gpu_fallen_off_bus", start=start, message=text, pci=normalize_pci(fs["pci"]),
@@ -253,15 +330,7 @@ def _match_nvrm(line: str) -> Match | None:
         fo = FALLEN_ONE.search(line) or fs
         return Match(kind="gpu_fallen_off_bus", start=start, message=text,
                      pci=normalize_pci(fo["pci"]) if fo else None)
-    gpu = _NVRM_GPU.match(text)
-    pci = normalize_pci(gpu["pci"]) if gpu else None
-    for name, pattern in _DRIVER_ERRORS:
-        if pattern.search(text):
-            return Match(kind="driver_error", start=start, message=text, pci=pci, details={"error": name},
-                         expects="crash_dump" if name == "crash_dump" else None)
-    if _ECC_WORDS.search(text):
-        return Match(kind="ecc", start=start, message=text, pci=pci)
-    return None
+    return _driver_line(text, raw_text, start)
 
 
 def recognise(line: str) -> Match | None:

@@ -16,16 +16,26 @@ from datetime import UTC, datetime
 from typing import Any
 
 from models.catalog import Catalog, load_catalog
-from models.kernlog.messages import CRASH_DUMP_TAIL, NVRM, SERIAL, Match, aer_continuation, recognise
+from models.kernlog.driver_lines import BODY, BODY_CLASSES, BODY_XIDS, TEXT_CONTINUED
+from models.kernlog.messages import (
+    CORRECTABLE_NAMES,
+    CRASH_DUMP_TAIL,
+    NVRM,
+    SERIAL,
+    Match,
+    aer_continuation,
+    recognise,
+)
 from models.kernlog.prefix import Prefix, parse_prefix
 from models.kernlog.record import FaultRecord
 from models.pci import normalize_pci
 
 # Every line that starts a record carries one of these (NVRM: the driver's messages; SXid: NVSwitch
-# errors; AER: PCIe error reports for a GPU or its root port); continuation lines are read while a
+# errors; "rror": every line that can open a PCIe AER report, `AER: ... error received`,
+# `PCIe Bus Error: ...`, `device [..] error status/mask=...`); continuation lines are read while a
 # record is open. Other lines cost three substring tests, which keeps the parser near the speed of
 # reading the file. `feed()` and `parse()` spell the tests out for speed.
-ANCHORS = ("NVRM", "SXid", "AER")
+ANCHORS = ("NVRM", "SXid", "rror")
 # In journal JSON, '"MESSAGE":[' marks an entry whose message is a byte array.
 JSON_ANCHOR = '"MESSAGE":['
 
@@ -47,15 +57,16 @@ class ParseOptions:
 class _Open:
     """A record still accepting continuation lines."""
 
-    __slots__ = ("complete", "driver", "expects", "kmsg", "record")
+    __slots__ = ("complete", "driver", "expects", "function", "kmsg", "record")
 
     def __init__(self, record: FaultRecord, expects: str | None, kmsg: bool, complete: bool,
-                 driver: str | None) -> None:
+                 driver: str | None, function: str | None = None) -> None:
         self.record = record
         self.expects = expects
         self.kmsg = kmsg
         self.complete = complete
         self.driver = driver
+        self.function = function
 
 
 class KernelLogParser:
@@ -69,6 +80,12 @@ class KernelLogParser:
         self._lineno = 0
         self._message_cache: dict[str, Match | None] = {}
         self._prefix_cache: dict[str, Prefix] = {}
+        self._correctable: dict[str, int] = {}
+        # What became of the driver's lines that are no record of their own: `joined` (a body line
+        # added to its record), `benign` (a documented banner), `unclassified` (error-looking lines
+        # no class names; each is also a record), `orphan_body` (a body line with no record open),
+        # `other` (informational lines).
+        self.stats: dict[str, int] = dict.fromkeys(("joined", "benign", "unclassified", "orphan_body", "other"), 0)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -76,7 +93,7 @@ class KernelLogParser:
         """Consume one input line (without or with its newline); return records now complete."""
         self._lineno = n = lineno if lineno is not None else self._lineno + 1
         opened = self._open
-        anchored = "NVRM" in line or "SXid" in line or "AER" in line
+        anchored = "NVRM" in line or "SXid" in line or "rror" in line
         if opened is None and not anchored and line[:1] != "{":
             return []
         if len(line) > MAX_LINE_CHARS:
@@ -131,7 +148,7 @@ class KernelLogParser:
                 opened = self._open is not None
                 for line in it:
                     n += 1
-                    if opened or "NVRM" in line or "SXid" in line or "AER" in line:
+                    if opened or "NVRM" in line or "SXid" in line or "rror" in line:
                         out = feed(line, n)
                         opened = self._open is not None
                         if out:
@@ -211,6 +228,14 @@ class KernelLogParser:
             self._enrich(match)
         if match is None:
             return []
+        if match.kind[:5] == "nvrm_" or match.kind == "driver_error":
+            if opened is not None and self._driver_body(opened, match, raw or line, n):
+                return []
+            if match.kind[:5] == "nvrm_":
+                self._count_line(match.kind)
+                return []
+            if match.details.get("error") == "unclassified":
+                self.stats["unclassified"] += 1
         if match.kind == "device_line":
             self._note_device(match)
             return []
@@ -237,7 +262,7 @@ class KernelLogParser:
             out.append(record)  # nothing can continue it: complete now
             return out
         self._open = _Open(record, expects=expects, kmsg=kmsg, complete=match.expects != "fallen",
-                           driver=match.driver)
+                           driver=match.driver, function=match.function)
         return out
 
     # -- assembly ---------------------------------------------------------------------------
@@ -335,7 +360,7 @@ class KernelLogParser:
         if fields is None:
             return False
         rec = opened.record
-        if match.kind == "pcie_aer" and "error_type" in rec.details:
+        if match.kind == "pcie_aer" and "error_type" in rec.details and "error_type" in match.details:
             return False  # a second error header: a new error
         if match.driver == "nvidia" and match.pci:
             self._known_gpus.add(match.pci)
@@ -365,6 +390,36 @@ class KernelLogParser:
         self._extend(opened, raw, n, None)
         return True
 
+    def _driver_body(self, opened: _Open, match: Match, raw: str, n: int) -> bool:
+        """Join a driver line to the open record it belongs to (verbatim), if it belongs to one."""
+        rec = opened.record
+        if n - rec.line_end > _GROUP_GAP or rec.kind not in ("xid", "driver_error"):
+            return False
+        error = rec.details.get("error") if rec.kind == "driver_error" else None
+        takes_body = rec.xid in BODY_XIDS if rec.kind == "xid" else error in BODY_CLASSES
+        kind = match.kind
+        if kind == "nvrm_body" or (kind == "driver_error" and BODY.match(match.message)):
+            joins = takes_body
+        elif kind == "driver_error":
+            # One function's multi-line dump (a core dump, a repeated heartbeat report) is one record.
+            joins = error == match.details.get("error") and (
+                (match.function is not None and match.function == opened.function) or error in TEXT_CONTINUED
+            )
+        else:
+            joins = kind == "nvrm_other" and error in TEXT_CONTINUED and n - rec.line_end <= 4
+        if not joins:
+            return False
+        if rec.pci is None and match.pci is not None:
+            rec.pci = match.pci
+        self._extend(opened, raw, n, match.message if error in TEXT_CONTINUED else None)
+        rec.details["body_lines"] = rec.details.get("body_lines", 0) + 1
+        self.stats["joined"] += 1
+        return True
+
+    def _count_line(self, kind: str) -> None:
+        key = {"nvrm_benign": "benign", "nvrm_body": "orphan_body"}.get(kind, "other")
+        self.stats[key] += 1
+
     def _note_device(self, match: Match) -> None:
         if match.driver == "nvidia" and match.pci:
             self._known_gpus.add(match.pci)
@@ -388,9 +443,23 @@ class KernelLogParser:
                 return []
             if rec.source_pci and rec.pci and rec.source_pci != rec.pci:
                 self._gpu_root_ports.add(rec.pci)
-            if not rec.details.get("errors"):
-                rec.details.pop("errors", None)
+            self._aer_severity_and_count(rec)
         return [rec]
+
+
+    def _aer_severity_and_count(self, rec: FaultRecord) -> None:
+        """A header-less report's severity from its error names; the GPU's running count of
+        correctable reports (a trend: a link that logs correctable errors for hours before it fails)."""
+        errors = rec.details.get("errors")
+        if rec.details.get("severity") == "unknown" and errors:
+            rec.details["severity"] = "corrected" if all(e in CORRECTABLE_NAMES for e in errors) else "non-fatal"
+        if not errors:
+            rec.details.pop("errors", None)
+        if rec.details.get("severity") == "corrected":
+            device = rec.source_pci or rec.pci or ""
+            count = self._correctable.get(device, 0) + 1
+            self._correctable[device] = count
+            rec.details["correctable_count"] = count
 
 
 def parse_lines(lines: Iterable[str], options: ParseOptions | None = None) -> Iterator[FaultRecord]:

@@ -269,7 +269,8 @@ RECORD_CASES = [
          "returned from gpuReset @ gpu.c:4410",
          "NVRM: nvAssertFailedNoLog: Assertion failed: pKernelBus != NULL @ kern_bus.c:77"],
         [{"kind": "driver_error", "details": {"error": "gpu_lost"}, "category": "hardware"},
-         {"kind": "driver_error", "details": {"error": "reset_required"}, "category": "hardware"}],
+         {"kind": "driver_error", "details": {"error": "reset_required"}, "category": "hardware"},
+         {"kind": "driver_error", "details": {"error": "assertion_failed"}, "category": "driver"}],
     ),
     RecordCase(
         "no GPU found after a kernel upgrade", "NVIDIA driver probe messages when no device binds",
