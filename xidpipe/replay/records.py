@@ -4,9 +4,10 @@ Each `<node>.log` is read the way the node agent reads a log file (`agents.kernl
 with the agent's pre-filter, `agents.kernlog.prefilter.PreFilter`): only GPU-relevant lines become
 `KernelLine` records, with the record id, offset and content hash the agent would give them. The
 nodes' records and the state file's are merged by event time; a node's own records keep their
-order. A line whose own stamp gives no wall-clock time (raw `dmesg` uptimes) takes its node's
-previous time, or the time of the replay when the node has none yet (as the agent stamps it
-with the time it read the line).
+order. Each log is read once, on its own, into a scratch spool of its kept records, so memory does
+not grow with the number of lines, and the merge holds one record per node. A line whose own
+stamp gives no wall-clock time (raw `dmesg` uptimes) takes its node's previous time, or the time
+of the replay when the node has none yet (as the agent stamps it with the time it read the line).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import heapq
 import json
 import resource
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -83,7 +85,7 @@ class NodeLog:
 
 
 def _allow_open_files(needed: int) -> None:
-    """Every node's log is open at once during the merge: raise the soft limit on open files if needed."""
+    """Every node's spool is open at once during the merge: raise the soft limit on open files if needed."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = needed + 256
     if soft != resource.RLIM_INFINITY and soft < want:
@@ -113,7 +115,26 @@ class ClusterRecords:
         return sum(n.lines_kept for n in self.logs)
 
     def __iter__(self) -> Iterator[NodeRecord]:
-        _allow_open_files(len(self.logs))
-        streams: list[Iterator[Entry]] = [iter_state(self.state), *(n.entries() for n in self.logs)]
-        for _, _, rec in heapq.merge(*streams, key=lambda e: (e[0], e[1])):
-            yield rec
+        """Each log is read once, alone, its kept records spooled to a scratch file (a twentieth of the
+        log, typically); the merge then holds one record and one small read buffer per node."""
+        with tempfile.TemporaryDirectory(prefix="xidpipe-replay-spool-") as scratch:
+            spools = [p for n, log in enumerate(self.logs) if (p := _spool(log, Path(scratch) / f"{n}.jsonl"))]
+            _allow_open_files(len(spools))
+            streams: list[Iterator[Entry]] = [iter_state(self.state), *(_spooled(p) for p in spools)]
+            for _, _, rec in heapq.merge(*streams, key=lambda e: (e[0], e[1])):
+                yield rec
+
+
+def _spool(log: NodeLog, path: Path) -> Path | None:
+    """Write `log`'s entries to `path` (time, tab, record JSON per line); None when it kept no line."""
+    with open(path, "w", encoding="utf-8") as out:
+        for at, _, rec in log.entries():
+            out.write(f"{at.isoformat()}\t{rec.model_dump_json()}\n")
+    return path if log.lines_kept else None
+
+
+def _spooled(path: Path) -> Iterator[Entry]:
+    with open(path, encoding="utf-8", buffering=1 << 14) as fh:
+        for line in fh:
+            at, _, body = line.partition("\t")
+            yield datetime.fromisoformat(at), 1, KernelLine.model_validate_json(body)
