@@ -15,7 +15,7 @@ import csv
 import sys
 from pathlib import Path
 
-CATALOG_VERSION = "2026.11-1"
+CATALOG_VERSION = "2026.11-2"
 OUT = Path(__file__).resolve().parent.parent / "models" / "catalog"
 
 APP_LEVEL_ACTIONS = {"RESTART_APP", "IGNORE", "WORKFLOW_XID_45"}
@@ -26,6 +26,8 @@ OVERRIDES = {
     45: ("application", "preemptive cleanup after an earlier error; NVIDIA's workflow follows the other Xid"),
     79: ("hardware", "GPU has fallen off the bus"),
     154: ("driver", "informational: the driver's GPU recovery action changed"),
+    167: ("hardware", "PCIe fatal timeout: the GPU's link stopped answering"),
+    169: ("hardware", "internal micro-controller (SEC2) halt, as Xid 62 for the PMU"),
 }
 
 
@@ -48,8 +50,10 @@ def category(code: int, row: dict[str, str]) -> tuple[str, str]:
         return "hardware", f"NVIDIA action {action}; causes include hardware"
     if causes & {"DRIVER"} or action in {"UPDATE_SWFW", "CHECK_UVM"}:
         return "driver", f"NVIDIA action {action}; causes point at the driver or firmware"
-    if action in RESET_LEVEL_ACTIONS:
+    if action in RESET_LEVEL_ACTIONS or action == "CONTACT_SUPPORT":
         return "hardware", f"NVIDIA action {action}"
+    if action in APP_LEVEL_ACTIONS:
+        return "application", f"NVIDIA action {action}: restarting the application (or nothing) recovers"
     return "unknown", "no published action or cause"
 
 

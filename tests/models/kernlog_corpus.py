@@ -105,7 +105,7 @@ RECORD_CASES = [
         [{"kind": "xid", "line": 1, "line_end": 1, "pci": "0000:3b:00.0", "xid": 79, "pid": 1234,
           "process": "python3", "message": "GPU has fallen off the bus.",
           "mnemonic": "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "immediate_action": "RESTART_BM",
-          "category": "hardware", "catalog_version": "2026.11-1"}],
+          "category": "hardware", "catalog_version": "2026.11-2"}],
     ),
     RecordCase(
         "Xid with unknown pid", "NVIDIA driver r525+ form for faults outside a process context",

@@ -5,13 +5,15 @@ from __future__ import annotations
 from importlib import resources
 
 from models.catalog import CATEGORIES, load_catalog
+from models.families import FAMILIES, family_of
+from models.kernlog.record import FaultRecord
 
 
 def test_catalog_has_provenance_and_a_version() -> None:
     text = resources.files("models.catalog").joinpath("xid.tsv").read_text(encoding="utf-8")
     assert text.startswith("# catalog_version: ")
     assert "docs.nvidia.com/deploy/xid-errors" in text.splitlines()[1]
-    assert load_catalog().version == "2026.11-1"
+    assert load_catalog().version == "2026.11-2"
 
 
 def test_every_xid_from_1_to_172_with_a_known_category() -> None:
@@ -42,3 +44,33 @@ def test_sxid_fatality() -> None:
     assert s1 is not None and not s1.fatal
     assert s2 is not None and s2.fatal
     assert len(cat.sxids) == 93
+
+
+NVIDIA_ACTIONS = {"RESTART_APP", "IGNORE", "RESET_GPU", "RESTART_BM", "RESTART_VM", "CONTACT_SUPPORT",
+                  "CHECK_MECHANICALS", "CHECK_UVM", "UPDATE_SWFW", "WORKFLOW_XID_45", "WORKFLOW_XID_48",
+                  "WORKFLOW_NVLINK_ERR", "WORKFLOW_NVLINK5_ERR", "XID_154"}
+
+
+def test_every_code_in_use_has_a_category_a_reason_and_a_known_action() -> None:
+    for info in load_catalog().xids.values():
+        assert info.immediate_action is None or info.immediate_action in NVIDIA_ACTIONS, info.code
+        assert info.category_reason, info.code
+        if info.description != "Unused":
+            assert info.category != "unknown", (info.code, info.description)
+
+
+def test_no_code_in_use_falls_into_the_unmapped_family() -> None:
+    for info in load_catalog().xids.values():
+        rec = FaultRecord(line=1, kind="xid", raw="", message="", xid=info.code, category=info.category)
+        family = family_of(rec)
+        assert family in FAMILIES
+        assert family != "other" or info.description == "Unused", info.code
+
+
+def test_nvlink5_codes_take_the_nvlink5_workflow_and_154_its_own() -> None:
+    cat = load_catalog()
+    for code in range(144, 151):
+        info = cat.xid(code)
+        assert info is not None and (info.immediate_action, info.category) == ("WORKFLOW_NVLINK5_ERR", "interconnect")
+    info = cat.xid(154)
+    assert info is not None and (info.immediate_action, info.category) == ("XID_154", "driver")
