@@ -40,6 +40,7 @@ class IncidentFilter:
     namespace: str | None = None
     owner: str | None = None  # a part of a workload name: `<namespace>/<owner>/<container>`
     lifecycle: str | None = None  # open, mitigated, ticketed, repaired, rma, returned, closed
+    component: str | None = None  # gpu, nvswitch, node, workload, fleet
 
 
 def _incident_conds(f: IncidentFilter) -> list[Any]:
@@ -55,6 +56,8 @@ def _incident_conds(f: IncidentFilter) -> list[Any]:
         conds.append(Incident.status == f.status)
     if f.lifecycle:
         conds.append(Incident.lifecycle == f.lifecycle)
+    if f.component:
+        conds.append(Incident.component == f.component)
     if f.since:
         conds.append(Incident.last_seen >= f.since)
     if f.until:

@@ -4,10 +4,11 @@
 - `fault_events`: one row per fault, with its raw lines and attribution; a kernel-log Xid and the
   NVML event for the same fault share a row (`sources`).
 - `incidents`: one open row per fingerprint (node, GPU, family); recurrences link to the previous.
+  Fleet incidents (one fault family on many nodes, a tripped cordon breaker) are incidents of
+  component `fleet` on the cluster, with the nodes they span in `nodes`.
 - `evidence`: what a node captured at fault time, linked to the fault event that triggered it.
 - `node_state`: inventory, identity, PodResources and process snapshots, for joins at fault time.
 - `gpu_assignments`: which workload held which GPU when (from PodResources), for classification.
-- `fleet_incidents`: one open row per (cluster, family) burst across nodes.
 - `outbox`: incident updates and action requests to publish, written in the same transaction as the
   change that made them and marked sent once Kafka acknowledged them.
 - `incident_codes`, `incident_namespaces`: the codes each incident has seen and the namespaces its
@@ -177,6 +178,7 @@ class Incident(Base):
     driver_version: Mapped[str | None] = mapped_column(sa.String(64))
     rule: Mapped[str | None] = mapped_column(sa.String(64))
     merged_into: Mapped[str | None] = mapped_column(sa.String(128))  # the incident that absorbed this one
+    nodes: Mapped[list[Any] | None]  # fleet incidents: the nodes the burst (or the breaker's cordons) spans
 
 
 class EvidenceRecord(Base):
@@ -224,25 +226,6 @@ class GpuAssignment(Base):
     namespace: Mapped[str] = mapped_column(sa.String(253))
     container: Mapped[str] = mapped_column(sa.String(253))
     seen_at: Mapped[datetime]
-
-
-class FleetIncident(Base):
-    __tablename__ = "fleet_incidents"
-    __table_args__ = (
-        sa.Index("uq_fleet_open", "cluster", "family", unique=True,
-                 postgresql_where=sa.text("status = 'open'"), sqlite_where=sa.text("status = 'open'")),
-    )
-
-    fleet_id: Mapped[str] = mapped_column(sa.String(160), primary_key=True)
-    cluster: Mapped[str] = mapped_column(sa.String(128))
-    family: Mapped[str] = mapped_column(sa.String(32))
-    status: Mapped[str] = mapped_column(sa.String(16))
-    reason: Mapped[str] = mapped_column(sa.Text)
-    nodes: Mapped[list[Any]]
-    first_seen: Mapped[datetime]
-    last_seen: Mapped[datetime]
-    updated_at: Mapped[datetime]
-    resolved_at: Mapped[datetime | None]
 
 
 class OutboxMessage(Base):

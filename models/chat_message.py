@@ -14,7 +14,7 @@ from models.dossier import Dossier, title
 from models.redact import redact
 
 _EMOJI = {"hardware": ":rotating_light:", "suspected_hardware": ":warning:", "interconnect": ":link:",
-          "driver": ":gear:", "application": ":bug:", "thermal": ":fire:"}
+          "driver": ":gear:", "application": ":bug:", "thermal": ":fire:", "fleet": ":globe_with_meridians:"}
 INFRA_CATEGORIES = frozenset({"hardware", "suspected_hardware", "interconnect", "driver", "thermal", "fleet"})
 
 
@@ -46,6 +46,10 @@ def render_message(d: Dossier, ticket_url: str | None = None, action: str | None
     a = d.attribution
     where = f"{d.node} · GPU {d.gpu.pci or 'unknown'} · serial {d.gpu.serial or 'unknown'}"
     who = f"{a.namespace or 'unknown'}/{a.pod or 'unknown'} ({a.process or 'unknown'}, pid {a.pid or 'unknown'})"
+    if d.component == "fleet":  # a fleet incident is the cluster's: its nodes, not a GPU or a workload
+        shown = ", ".join(d.nodes[:10]) + (" …" if len(d.nodes) > 10 else "")
+        where = f"cluster {d.node} · {len(d.nodes)} nodes: {shown or 'none listed'}"
+        who = f"{len(d.node_incidents)} incidents on those nodes"
     codes = ", ".join(f"{c.code}×{c.count}" for c in d.codes)
     actions = action or (", ".join(f"{x.action} ({x.outcome})" for x in d.actions) if d.actions else "none yet")
     fallback = (f"{title(d)}. {d.category}: {d.reason}. Where: {where}. Workload: {who}. "

@@ -4,7 +4,7 @@ Each topic has a partition count, a key and a value schema, and a dead-letter tw
 (`<name>.dlq`). The four input topics carry the node agent's records (`models.node_records`),
 keyed by node name; they share one partition count, so one partition holds everything one node
 published (co-partitioning: no repartition topics). The outputs are keyed by node, except the
-fleet incidents, which are keyed by cluster and go to the incidents topic. The responder reports
+fleet incidents (incidents of component `fleet`), which are keyed by cluster. The responder reports
 what it did with each action request on `<actions>.completed`.
 """
 
@@ -83,7 +83,7 @@ def topology(prefix: str = "", partitions: int = 8) -> Topology:
         nvml=spec("nvml", node_records.NVML_TOPIC, "node", f"{nr}.NvmlEvent | GpuMissing"),
         evidence=spec("evidence", node_records.EVIDENCE_TOPIC, "node", f"{nr}.Evidence"),
         incidents=spec("incidents", INCIDENTS_TOPIC, "node (incident) or cluster (fleet incident)",
-                       "JSON {type: incident|fleet_incident, change, reason, incident}"),
+                       "JSON {type: incident, change, reason, incident} (a fleet incident: component fleet)"),
         actions=spec("actions", ACTIONS_TOPIC, "node",
                      "JSON {kind: cordon_candidate|ticket|notification, operation, incident_id, idempotency_key, ...}"),
         completed=spec("completed", COMPLETED_TOPIC, "node",

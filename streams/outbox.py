@@ -1,7 +1,7 @@
 """The outbox: messages to publish, written in the transaction that decided them, marked sent after.
 
-Incident changes go to the incidents stream keyed by node, fleet incidents keyed by cluster, and
-action requests to the actions stream. Each row has an idempotency key: a message already in the
+Incident changes go to the incidents stream keyed by node (a fleet incident's node is its
+cluster), and action requests to the actions stream. Each row has an idempotency key: a message already in the
 outbox (an action already requested) is not written again.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from history.incident_rows import incident_to_dict, iso, row_dict
-from history.tables import FleetIncident, Incident, OutboxMessage
+from history.incident_rows import incident_to_dict
+from history.tables import Incident, OutboxMessage
 from models.incidents import action_to_dict
 
 
@@ -47,15 +47,6 @@ def action_message(a: Any, row: Incident) -> OutboxMessage:
                  "immediate_action": row.immediate_action})
     return OutboxMessage(idempotency_key=a.idempotency_key, stream="actions", key=row.node, payload=body,
                          created_at=utcnow(), sent_at=None)
-
-
-def fleet_message(row: FleetIncident, change: str, reason: str) -> OutboxMessage:
-    return OutboxMessage(
-        idempotency_key=f"{row.fleet_id}:{change}:{len(row.nodes)}:{iso(row.resolved_at) or ''}",
-        stream="incidents", key=row.cluster,
-        payload={"type": "fleet_incident", "change": change, "reason": reason, "incident": row_dict(row)},
-        created_at=utcnow(), sent_at=None,
-    )
 
 
 def insert_outbox(s: Session, rows: list[OutboxMessage]) -> list[OutboxMessage]:

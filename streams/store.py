@@ -24,7 +24,6 @@ from history.ledger_store import apply_inventory_payload
 from history.tables import (
     EvidenceRecord,
     FaultEvent,
-    FleetIncident,
     GpuAssignment,
     Incident,
     NodeState,
@@ -39,11 +38,11 @@ from models.stream_policy import PipelinePolicy
 from streams import outbox
 from streams.batch import BatchTransaction, StoreCaches
 from streams.decode import DeadLetter
+from streams.fleet import sweep_fleet
 from streams.ingest import EvidenceItem, FaultItem, Item, StateItem
 from streams.outbox import (
     Outgoing,
     action_message,
-    fleet_message,
     incident_message,
     insert_outbox,
     outgoing,
@@ -262,13 +261,9 @@ class Store:
                 log.info("incident %s resolved: %s", row.incident_id, change.reason,
                          extra={"node": row.node, "gpu": row.gpu, "incident": row.incident_id})
                 messages.append(incident_message(row, "resolved", change.reason))
-                for a in actions_for(change, [], p):
+                for a in actions_for(change, version=row.version):
                     messages.append(action_message(a, row))
-            fleet_before = now - timedelta(seconds=p.fleet_window_s)
-            for fleet in s.scalars(sa.select(FleetIncident).where(FleetIncident.status == "open",
-                                                                    FleetIncident.updated_at <= fleet_before)):
-                fleet.status, fleet.resolved_at, fleet.updated_at = "resolved", now, now
-                messages.append(fleet_message(fleet, "resolved", "no new node in the fleet window"))
+            messages.extend(sweep_fleet(s, p, now))
             messages = insert_outbox(s, messages)
             s.flush()
             return [outgoing(o) for o in messages]
@@ -293,9 +288,11 @@ class Store:
             return [row_dict(r) for r in rows]
 
     def fleet_incidents(self) -> list[dict[str, Any]]:
+        """The incidents of component `fleet`, oldest first."""
         with Session(self.engine) as s:
-            rows = s.scalars(sa.select(FleetIncident).order_by(FleetIncident.first_seen)).all()
-            return [row_dict(r) for r in rows]
+            rows = s.scalars(sa.select(Incident).where(Incident.component == "fleet")
+                             .order_by(Incident.first_seen, Incident.incident_id)).all()
+            return [incident_to_dict(r) for r in rows]
 
     def counts(self) -> dict[str, int]:
         with Session(self.engine) as s:

@@ -107,6 +107,10 @@ class ChatNotifier:
 
     # --- entry points ------------------------------------------------------------------------------
     def submit(self, notice: IncidentNotice) -> ChatOutcome:
+        return self.flush_group(self.enqueue(notice))
+
+    def enqueue(self, notice: IncidentNotice) -> str:
+        """Record the notice as an alert of its group, for the next flush to send; returns the group key."""
         d = notice.dossier
         channel, why = route(d.category, d.attribution.namespace, notice.namespace_meta, self.routing)
         labels = notice.alert_labels()
@@ -116,7 +120,7 @@ class ChatNotifier:
         self.store.upsert_alert(fingerprint=notice.incident_id, group_key=gk, channel=channel,
                                 incident_id=notice.incident_id, labels=labels, status=notice.alert_status,
                                 starts_at=d.first_seen, payload=notice.to_json(), now=self.clock())
-        return self.flush_group(gk)
+        return gk
 
     def flush(self) -> list[ChatOutcome]:
         """Decide again for every group: group_wait and group_interval ends, retries, repeats."""

@@ -93,8 +93,12 @@ class TicketSink:
     # --- entry points ------------------------------------------------------------------------------
     def submit(self, notice: IncidentNotice) -> TicketOutcome:
         """Record the notice, then handle it (a failure leaves it pending for `drain`)."""
-        self.store.enqueue_ticket(notice.incident_id, notice.to_json(), self.clock())
+        self.enqueue(notice)
         return self.process(notice.incident_id)
+
+    def enqueue(self, notice: IncidentNotice) -> None:
+        """Record the notice for the next `drain` to handle (it is due at once)."""
+        self.store.enqueue_ticket(notice.incident_id, notice.to_json(), self.clock())
 
     def drain(self, limit: int = 100) -> list[TicketOutcome]:
         """Handle every pending notice whose next attempt is due."""

@@ -22,13 +22,15 @@ from history.schema import POSTGRESQL_ONLY_INDEXES, metadata
 from xidpipe.cli import main
 
 T = datetime(2026, 11, 29, 12, tzinfo=UTC)
-HEAD = "0006"
+HEAD = "0007"
 
 # The tables migration 0004 brings under the migrations (before it, their stores created them).
 STORE_TABLES = frozenset({"tickets", "ticket_queue", "chat_alerts", "notification_log", "chat_failures", "silences",
                           "actions", "cordon_breaker"})
 # Tables that migrations after 0004 add.
 LATER_TABLES = frozenset({"pending_cordons"})
+# Tables that migrations after 0004 drop (0007: fleet incidents are incidents).
+DROPPED_TABLES = frozenset({"fleet_incidents"})
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -73,7 +75,7 @@ def test_up_down_and_the_schema_matches_the_models(url: str) -> None:
         if engine.dialect.name == "postgresql":  # the local server has pg_trgm
             assert "ix_incidents_workloads_trgm" in {i["name"] for i in sa.inspect(engine).get_indexes("incidents")}
         downgrade(engine, "0003")
-        assert tables(engine) == set(metadata.tables) - STORE_TABLES - LATER_TABLES
+        assert tables(engine) == (set(metadata.tables) - STORE_TABLES - LATER_TABLES) | DROPPED_TABLES
         downgrade(engine, "0001")
         assert current_revision(engine) == "0001"
         assert "lifecycle" not in {c["name"] for c in sa.inspect(engine).get_columns("incidents")}
@@ -124,6 +126,37 @@ def test_incident_codes_are_filled_from_existing_incidents(url: str) -> None:
         assert [tuple(r) for r in rows] == [("i0", "Xid 13", 13), ("i0", "Xid 31", 31), ("i1", "SXid 12028", None)]
         downgrade(engine, "0002")
         assert "incident_codes" not in tables(engine)
+    finally:
+        engine.dispose()
+
+
+def test_fleet_incidents_move_into_incidents_and_back(url: str) -> None:
+    from models.fleet import fleet_fingerprint
+
+    engine = make_engine(url)
+    try:
+        upgrade(engine, "0006")
+        t = {"t": T.replace(tzinfo=None)}
+        with engine.begin() as conn:
+            conn.execute(sa.text(
+                "INSERT INTO fleet_incidents (fleet_id, cluster, family, status, reason, nodes, first_seen, last_seen, "
+                "updated_at, resolved_at) VALUES ('fleet:c1:gpu_lost@x', 'c1', 'gpu_lost', 'open', 'gpu_lost on 3 "
+                "nodes', :nodes, :t, :t, :t, NULL)"), {**t, "nodes": json.dumps(["n2", "n1", "n3"])})
+        upgrade(engine)
+        assert "fleet_incidents" not in tables(engine)
+        with engine.connect() as conn:
+            row = conn.execute(sa.text("SELECT fingerprint, node, gpu, component, component_id, category, count, "
+                                       "status, nodes FROM incidents")).one()
+        nodes = row.nodes if isinstance(row.nodes, list) else json.loads(row.nodes)
+        assert (row.fingerprint, row.node, row.gpu, row.component, row.component_id, row.category, row.count,
+                row.status) == (fleet_fingerprint("c1", "gpu_lost"), "c1", "fleet", "fleet", "gpu_lost", "fleet", 3,
+                                "open")
+        assert nodes == ["n1", "n2", "n3"]
+        downgrade(engine, "0006")
+        with engine.connect() as conn:
+            back = conn.execute(sa.text("SELECT cluster, family, status FROM fleet_incidents")).one()
+            assert tuple(back) == ("c1", "gpu_lost", "open")
+            assert conn.execute(sa.text("SELECT count(*) FROM incidents")).scalar_one() == 0
     finally:
         engine.dispose()
 

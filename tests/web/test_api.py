@@ -223,8 +223,8 @@ async def test_openapi_is_public_and_names_every_route(client: TestClient) -> No
     assert set(post["responses"]) == {"200", "400", "401", "403", "404", "409"}
     assert spec["paths"]["/healthz"]["get"]["security"] == []
     params = {p["name"] for p in spec["paths"][f"{API}/incidents"]["get"]["parameters"]}
-    assert params == {"node", "gpu", "xid", "category", "status", "lifecycle", "since", "until", "namespace", "owner",
-                      "sort", "limit", "offset"}
+    assert params == {"node", "gpu", "xid", "category", "status", "lifecycle", "component", "since", "until",
+                      "namespace", "owner", "sort", "limit", "offset"}
 
 
 async def test_tokens_never_appear_in_answers(client: TestClient, seeded: Seeded) -> None:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from history.database import DEFAULT_DB
+from models.fleet import COMPONENTS
 from models.lifecycle import BY_PEOPLE, STATES
 
 
@@ -43,6 +44,9 @@ def register(sub: Any) -> None:
     ls.add_argument("--category", help="application, suspected_hardware, hardware, driver, interconnect, ...")
     ls.add_argument("--status", help="open or resolved (the stream's grouping state)")
     ls.add_argument("--lifecycle", choices=STATES, help="the incident's lifecycle state")
+    ls.add_argument("--component", choices=COMPONENTS,
+                    help="what the incident is about: a GPU, an NVSwitch, a node's driver, a workload, or the fleet "
+                    "(one fault family on many nodes, a tripped cordon breaker)")
     ls.add_argument("--since", type=_when, help="last seen at or after this ISO 8601 time")
     ls.add_argument("--until", type=_when, help="first seen before this ISO 8601 time")
     ls.add_argument("--namespace", help="a pod of this namespace was hit")
@@ -103,7 +107,7 @@ def run_list(args: argparse.Namespace) -> int:
 
     f = IncidentFilter(node=args.node, gpu=args.gpu, xid=args.xid, category=args.category, status=args.status,
                        since=args.since, until=args.until, namespace=args.namespace, owner=args.owner,
-                       lifecycle=args.lifecycle)
+                       lifecycle=args.lifecycle, component=args.component)
     with history_session(args) as s:
         rows, total = list_incidents(s, f, sort=args.sort, limit=args.limit, offset=args.offset)
         data = [_row(i) for i in rows]
@@ -115,12 +119,19 @@ def run_list(args: argparse.Namespace) -> int:
         print("No incidents match.")
         return 0
     header = ["LAST SEEN", "NODE", "GPU", "FAMILY", "CATEGORY", "COUNT", "STATUS", "LIFECYCLE", "CODES", "ID"]
-    table = [[str(d["last_seen"])[:19], d["node"], d.get("serial") or d.get("gpu_uuid") or d["gpu"], d["family"],
+    table = [[str(d["last_seen"])[:19], d["node"], _what(d), d["family"],
               d["category"], str(d["count"]), d["status"], d["lifecycle"],
               ", ".join(map(str, d.get("codes") or []))[:40], d["incident_id"]] for d in data]
     print_table(header, table)
     print(f"\n{len(data)} of {total} (offset {args.offset})")
     return 0
+
+
+def _what(d: dict[str, Any]) -> str:
+    """The GPU column: the card, or for a fleet incident how many nodes it spans."""
+    if d.get("component") == "fleet":
+        return f"fleet: {len(d.get('nodes') or [])} nodes"
+    return str(d.get("serial") or d.get("gpu_uuid") or d["gpu"])
 
 
 def print_table(header: list[str], table: list[list[str]]) -> None:

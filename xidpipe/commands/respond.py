@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from models.topics import topology
     from respond.cordon.runtime import api_client, build_executor
     from respond.cordon.settings import ActionSettings
+    from respond.fleet_alerts import wire_breaker_trips
     from respond.responder import RespondSettings, build_responder, run_responder
     from respond.sinks.build import build_sinks
     from respond.sinks.settings import SinkSettings
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"xidpipe respond: bad configuration: {exc}", file=sys.stderr)
         return 2
     responder = build_responder(settings, executor, sinks, cluster_api=api)
+    wire_breaker_trips(responder)  # a breaker trip raises a fleet incident with its ticket and message
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from history.queries import GpuFilter, IncidentFilter
+from models.fleet import COMPONENTS
 from xidpipe.web import data
 from xidpipe.web.db import Database
 from xidpipe.web.keys import DB_KEY, PRINCIPAL_KEY
@@ -45,6 +46,8 @@ INCIDENT_FILTERS: tuple[Param, ...] = (
     Param("category", "string", "application, suspected_hardware, hardware, driver, interconnect, ..."),
     Param("status", "string", "open: faults still arriving; resolved: quiet", enum=("open", "resolved")),
     Param("lifecycle", "string", "the incident's lifecycle state", enum=LIFECYCLE),
+    Param("component", "string", "what the incident is about: a GPU, an NVSwitch, a node's driver, a workload, "
+          "or the fleet (one fault family on many nodes, a tripped cordon breaker)", enum=COMPONENTS),
     Param("since", "date-time", "last seen at or after this time (RFC 3339; a date means its midnight UTC)"),
     Param("until", "date-time", "first seen before this time"),
     Param("namespace", "string", "a pod of this namespace was hit"),
@@ -107,7 +110,8 @@ async def _openapi(request: web.Request, args: dict[str, Any]) -> web.StreamResp
 def incident_filter(args: dict[str, Any]) -> IncidentFilter:
     return IncidentFilter(node=args["node"], gpu=args["gpu"], xid=args["xid"], category=args["category"],
                           status=args["status"], lifecycle=args["lifecycle"], since=args["since"],
-                          until=args["until"], namespace=args["namespace"], owner=args["owner"])
+                          until=args["until"], namespace=args["namespace"], owner=args["owner"],
+                          component=args["component"])
 
 
 async def _incidents(request: web.Request, args: dict[str, Any]) -> web.StreamResponse:

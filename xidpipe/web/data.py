@@ -35,6 +35,8 @@ def incident_json(i: Incident) -> dict[str, Any]:
         "pods": [str(p) for p in i.pods or []], "processes": [str(p) for p in i.processes or []],
         "workloads": [str(w) for w in i.workloads or []], "immediate_action": i.immediate_action,
         "investigatory_action": i.investigatory_action, "cordon_requested": bool(i.cordon_requested),
+        "component": i.component or "gpu", "component_id": i.component_id,
+        "nodes": [str(n) for n in i.nodes or []],
     }
 
 

@@ -13,6 +13,7 @@ from aiohttp import web
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from history.queries import GpuFilter
+from models.fleet import COMPONENTS
 from xidpipe.web import api, data, svg
 from xidpipe.web.keys import DB_KEY, SESSIONS_KEY, TOKENS_KEY
 from xidpipe.web.params import parse_query
@@ -131,7 +132,7 @@ async def incidents(request: web.Request) -> web.StreamResponse:
     page = await request.app[DB_KEY].read(data.list_incidents, api.incident_filter(args), args["sort"],
                                           args["limit"], args["offset"])
     form = {p.name: request.query.get(p.name, "") for p in api.INCIDENT_FILTERS}
-    return render(request, "incidents.html", page=page, form=form, lifecycles=LIFECYCLE,
+    return render(request, "incidents.html", page=page, form=form, lifecycles=LIFECYCLE, components=COMPONENTS,
                   pager=_pager(request, page["total"], args["limit"], args["offset"]))
 
 

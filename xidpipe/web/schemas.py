@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 from models.dossier import Dossier
+from models.fleet import COMPONENTS
 from models.lifecycle import BY_PEOPLE, STATES
 
 LIFECYCLE: tuple[str, ...] = STATES
@@ -76,6 +77,11 @@ def components() -> dict[str, Any]:
         "updated_at": TIME, "resolved_at": NTIME, "previous_incident_id": NSTR, "codes": arr(STR), "pods": arr(STR),
         "processes": arr(STR), "workloads": arr(STR), "immediate_action": NSTR, "investigatory_action": NSTR,
         "cordon_requested": _s("boolean"),
+        "component": _s("string", enum=list(COMPONENTS), description="what the incident is about"),
+        "component_id": _n("string", description="which one: a GPU UUID or PCI address, an NVSwitch's PCI address, "
+                           "a workload, a fault family (fleet), or `breaker` (a tripped cordon breaker)"),
+        "nodes": _s("array", items=STR, description="a fleet incident's nodes (its `node` is the cluster); "
+                    "empty for the others"),
     })
     event = obj({"id": INT, "at": TIME, "code": STR, "family": STR, "sources": STR, "gpu": STR, "pid": NINT,
                  "process": NSTR, "pod": NSTR, "namespace": NSTR, "workload": NSTR, "message": STR})

@@ -1,0 +1,78 @@
+"""Fleet incidents in SQL: incident rows of component `fleet` (`models.fleet` decides them).
+
+The stream worker writes the fleet incidents of fault bursts (`streams.fleet`), the responder the
+one a breaker trip raises (`respond.fleet_alerts`); the dossier and the read side list the nodes a
+fleet incident spans and those nodes' own incidents of its family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from history.tables import Incident
+from models.fleet import BREAKER, FLEET, breaker_incident, fleet_fingerprint
+from models.incidents import IncidentState
+
+MEMBERS_LIMIT = 200  # per-node incidents listed on one fleet incident
+
+
+def new_fleet_row(state: IncidentState, nodes: Sequence[str], now: datetime, component_id: str) -> Incident:
+    """The row of a fleet incident that `models.fleet` opened."""
+    return Incident(
+        incident_id=state.incident_id, fingerprint=state.fingerprint, node=state.node, gpu=FLEET,
+        family=state.family, status="open", lifecycle="open", category=FLEET, reason=state.reason,
+        count=state.count, first_seen=state.first_seen, last_seen=state.last_seen, opened_at=now, updated_at=now,
+        resolved_at=None, previous_incident_id=state.previous_incident_id, gpu_uuid=None, serial=None, pci=None,
+        codes=list(state.codes), pods=[], processes=[], workloads=[], cordon_requested=False, version=1,
+        component=FLEET, component_id=component_id, nodes=sorted(set(nodes)),
+    )
+
+
+def latest_fleet(s: Session, cluster: str, component_id: str) -> Incident | None:
+    """The cluster's latest fleet incident of `component_id` (a fault family, or `breaker`)."""
+    fp = fleet_fingerprint(cluster, component_id)
+    with s.no_autoflush:
+        return s.scalars(sa.select(Incident).where(Incident.fingerprint == fp)
+                         .order_by(Incident.opened_at.desc(), Incident.incident_id.desc()).limit(1)).first()
+
+
+def record_breaker_trip(s: Session, *, cluster: str, at: datetime, pool: str, reason: str, family: str,
+                        node: str, incident_id: str, cordoned: Sequence[str], now: datetime) -> tuple[Incident, bool]:
+    """Write the fleet incident of the breaker trip at `at`; returns it, and False when it was written
+    already (a redelivered trip). The incident that was held and the incidents of `cordoned` nodes lend it their
+    codes; an earlier breaker incident still open is resolved by the new trip. Flushes, never commits."""
+    latest = latest_fleet(s, cluster, BREAKER)
+    held = s.get(Incident, incident_id)
+    codes = [str(c) for c in (held.codes or [])] if held is not None else []
+    state = breaker_incident(cluster=cluster, at=at, pool=pool, reason=reason, family=family,
+                             nodes=[*cordoned, node], codes=codes,
+                             previous=latest.incident_id if latest is not None else None)
+    known = s.get(Incident, state.incident_id)
+    if known is not None:
+        return known, False
+    if latest is not None and latest.status == "open":
+        latest.status, latest.resolved_at, latest.updated_at = "resolved", at, now
+        latest.version += 1
+        s.flush()  # one open incident per fingerprint
+    row = new_fleet_row(state, [*cordoned, node], now, BREAKER)
+    s.add(row)
+    s.flush()
+    return row, True
+
+
+def member_incidents(s: Session, row: Incident) -> list[Incident]:
+    """The per-node incidents a fleet incident gathers: for a burst, the incidents of its family on
+    its nodes seen during it; for a breaker trip, the incidents of its nodes seen in the hour before."""
+    nodes = [str(n) for n in row.nodes or []]
+    if not nodes:
+        return []
+    since = row.first_seen - (timedelta(hours=1) if row.component_id == BREAKER else timedelta(0))
+    q = sa.select(Incident).where(Incident.node.in_(nodes), Incident.component != FLEET,
+                                  Incident.last_seen >= since, Incident.first_seen <= row.last_seen)
+    if row.component_id != BREAKER:
+        q = q.where(Incident.family == row.family)
+    return list(s.scalars(q.order_by(Incident.node, Incident.first_seen).limit(MEMBERS_LIMIT)))
