@@ -11,7 +11,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-
 # Keys of earlier versions that are gone, with what replaced them (a clear error instead of "extra inputs").
 REMOVED_KEYS = {
     key: "cordons are decided by the YAML cordon policy alone (XIDPIPE_ACTIONS_POLICY_FILE; "

@@ -321,8 +321,8 @@ class BatchTransaction:
             if kind == "updated" and not others:
                 # Repeats reach the ticket sink at the update interval; it decides whether they make a
                 # (rate-limited) comment or nothing.
-                actions = [*actions, ActionRequest("ticket", f"update:v{row.version}", row.incident_id, row.node, row.gpu,
-                                         reason, f"{row.incident_id}:ticket:update:v{row.version}")]
+                actions = [*actions, ActionRequest("ticket", f"update:v{row.version}", row.incident_id, row.node,
+                                                   row.gpu, reason, f"{row.incident_id}:ticket:update:v{row.version}")]
         self.outbox.extend(action_message(a, row) for a in actions)
 
 
