@@ -72,7 +72,7 @@ def test_scan_json(tmp_path: Path) -> None:
     (inc,) = json.loads(proc.stdout)
     assert inc["host"] == "n" and inc["gpu_uuid"] == "GPU-2b7e9c4a-1111-2222-3333-444455556666"
     assert inc["category"] == "hardware" and inc["codes"] == ["Xid 79"] and inc["catalog_version"]
-    assert inc["fingerprint"].startswith("v1:")
+    assert inc["fingerprint"].startswith("v2:") and inc["component"] == "gpu"
 
 
 def test_bad_input_never_crashes_nor_invents_a_fault(tmp_path: Path) -> None:
@@ -104,7 +104,8 @@ def test_demo_scan_only_scans_the_sample_cluster() -> None:
     out = proc.stdout.decode()
     lines = {line.split()[0] + " " + line.split()[3]: line for line in out.splitlines()
              if line.startswith("gpu-node-")}
-    assert "suspected_hardware" in lines["gpu-node-02 application"]
+    # The failing GPU is one incident: the jobs it crashed and its ECC errors.
+    assert "hardware" in lines["gpu-node-02 memory"] and "Xid 13" in lines["gpu-node-02 memory"]
     assert "hardware" in lines["gpu-node-03 gpu_lost"]
     assert " 800 " in lines["gpu-node-04 nvlink"]
     assert "interconnect" in lines["gpu-node-04 nvswitch"]
