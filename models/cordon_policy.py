@@ -176,6 +176,10 @@ class CordonPolicy(_Strict):
     breaker: Breaker = Field(default_factory=Breaker)
     drain: Drain = Field(default_factory=Drain)
 
+    def longest_window_s(self) -> float:
+        """The longest `cordon_after` window: how far back an incident's occurrences can matter (0: none)."""
+        return max((r.window_s for r in self.rules if r.window_s is not None), default=0.0)
+
     @model_validator(mode="after")
     def _unique_rule_names(self) -> CordonPolicy:
         names = [r.name for r in self.rules]

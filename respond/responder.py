@@ -1,5 +1,6 @@
-"""Act on the stream's action requests: cordon through the guarded executor, tickets and chat
-through the sinks, each from the incident's current state in SQL.
+"""Act on the stream's action requests: cordon through the cordon lane (`respond.cordon_lane`: the
+one cordon decision, retries and breaker holds), tickets and chat through the sinks, each from the
+incident's current state in SQL.
 
 Delivery is at-least-once: a message's offset is committed after it was handled, and every effect
 is idempotent (the executor checks the node, the sinks check their own records). A message that
@@ -23,11 +24,11 @@ from sqlalchemy.orm import Session
 from history.engine import make_engine
 from history.migrate import upgrade
 from history.tables import Incident
-from models.cordon import cordon_request_for
-from models.incidents import IncidentState
+from models.cordon_retry import RetryBackoff
 from models.node_records import dead_letter_topic
 from models.topics import topology
 from respond.cordon.executor import CordonExecutor
+from respond.cordon_lane import CordonLane, CordonOffer
 from respond.dossier_builder import action_items, build_dossier
 from respond.sinks.build import Sinks
 from respond.sinks.model import IncidentNotice
@@ -50,6 +51,13 @@ class RespondSettings(BaseSettings):
     partitions: int = Field(default=8, ge=1, description="for the pipeline's topics `xidpipe respond` creates when "
                             "missing: the stream worker's partition count")
     replication_factor: int = Field(default=1, ge=1, description="for the topics `xidpipe respond` creates")
+    cordon_retry_initial_s: float = Field(
+        default=2.0, gt=0, description="a cordon that failed as retryable (API 429/5xx or unreachable past its "
+        "own call deadline) is tried again after this, then after twice as long each time")
+    cordon_retry_max_s: float = Field(default=300.0, gt=0, description="longest wait between cordon retries")
+    cordon_pending_interval_s: float = Field(
+        default=1.0, gt=0, description="how often due cordon retries are run and the breaker is checked for a "
+        "reset (held cordons are offered again within this long of `xidpipe breaker reset`)")
 
 
 @dataclass(slots=True)
@@ -63,8 +71,6 @@ class HandlingResult:
 
 
 Item = tuple[Any, Any, dict[str, Any] | None, str]  # (partition, message, its JSON object or None, why not)
-
-
 
 
 def completed_topic(settings: RespondSettings) -> str:
@@ -82,13 +88,13 @@ class Responder:
     cluster_api: Any = None
     # Executed cluster actions with their outcome, to publish on the actions-completed topic.
     completed: list[dict[str, Any]] = field(default_factory=list)
+    retry: RetryBackoff = field(default_factory=RetryBackoff)
+    # Incidents whose ticket should show a cordon action: refreshed in the ticket lane, never the cordon's.
+    ticket_refresh: list[str] = field(default_factory=list)
+    cordons: CordonLane = field(init=False)
 
-    def _load(self, incident_id: str) -> Incident | None:
-        with Session(self.engine) as s:
-            row = s.get(Incident, incident_id)
-            if row is not None:
-                s.expunge(row)
-            return row
+    def __post_init__(self) -> None:
+        self.cordons = CordonLane(self.engine, self.executor, backoff=self.retry, after=self._after_cordon)
 
     def _notice(self, incident_id: str) -> IncidentNotice | None:
         with Session(self.engine) as s:
@@ -121,28 +127,10 @@ class Responder:
         if not isinstance(incident_id, str) or kind not in ("cordon_candidate", "ticket", "notification"):
             raise ValueError(f"not an action request: kind={kind!r} incident_id={incident_id!r}")
         if kind == "cordon_candidate":
-            row = await asyncio.to_thread(self._load, incident_id)
-            if row is None:
-                raise LookupError(f"incident {incident_id} is not in the database")
-            state = IncidentState(
-                incident_id=row.incident_id, fingerprint=row.fingerprint, node=row.node, gpu=row.gpu,
-                family=row.family, status=row.status, count=row.count,  # type: ignore[arg-type]
-                first_seen=row.first_seen, last_seen=row.last_seen, category=row.category, reason=row.reason,
-                codes=tuple(str(c) for c in row.codes or ()),
-            )
-            result = await self.executor.handle_async(cordon_request_for(state))
-            outcome = HandlingResult(kind, incident_id, f"{result.outcome}{' (dry run)' if result.dry_run else ''}",
-                              result.reason)
-            self.completed.append({"schema_version": 1, "request": message.get("idempotency_key"),
-                                   **result.model_dump(mode="json")})
-            if cordoned(result):
-                await asyncio.to_thread(record_step, self.engine, incident_id, "mitigated",
-                                        f"node {result.node} cordoned: {result.reason}")
-            # The ticket's dossier lists the actions taken: let the tracker refresh it (it decides).
-            notice = await asyncio.to_thread(self._notice, incident_id)
-            if notice is not None:
-                await self.sinks.tickets.submit_async(notice)
-                await asyncio.to_thread(self.record_ticketed, incident_id)
+            offer = await self.cordons.offer(incident_id, message.get("idempotency_key"))
+            r = offer.result
+            what = "skipped" if r is None else f"{r.outcome}{' (dry run)' if r.dry_run else ''}"
+            outcome = HandlingResult(kind, incident_id, what, offer.followup.reason if r is None else r.reason)
         else:
             notice = await asyncio.to_thread(self._notice, incident_id)
             if notice is None:
@@ -160,6 +148,31 @@ class Responder:
         log.info("%s for %s: %s", kind, incident_id, outcome.result,
                  extra={"incident": incident_id, "action": kind, "detail": outcome.detail})
         return outcome
+
+    async def _after_cordon(self, offer: CordonOffer) -> None:
+        """Record what a cordon offer did (the completed topic, the `mitigated` step) and ask the ticket
+        lane to refresh the incident's ticket when it tried or made a cordon."""
+        result = offer.result
+        if result is None:
+            return
+        self.completed.append({"schema_version": 1, "request": offer.request_key, **result.model_dump(mode="json")})
+        if cordoned(result):
+            await asyncio.to_thread(record_step, self.engine, offer.incident_id, "mitigated",
+                                    f"node {result.node} cordoned: {result.reason}")
+        tried = result.action == "cordon" and result.outcome in ("done", "dry_run", "blocked", "failed")
+        if tried and offer.incident_id not in self.ticket_refresh:
+            self.ticket_refresh.append(offer.incident_id)
+
+    def take_ticket_refreshes(self) -> list[str]:
+        taken, self.ticket_refresh = self.ticket_refresh, []
+        return taken
+
+    async def refresh_ticket(self, incident_id: str) -> None:
+        """Offer the ticket sink the incident's dossier again (its actions changed); the tracker decides."""
+        notice = await asyncio.to_thread(self._notice, incident_id)
+        if notice is not None:
+            await self.sinks.tickets.submit_async(notice)
+            await asyncio.to_thread(self.record_ticketed, incident_id)
 
     def record_ticketed(self, incident_id: str) -> bool:
         """The incident's lifecycle step `ticketed`, once the ticket map holds its ticket."""
@@ -186,10 +199,12 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
                         ready: asyncio.Event | None = None) -> None:
     """Consume the actions topic until `stop` is set.
 
-    Cordons are handled as soon as they are fetched: new work must stop landing on a failing GPU
-    within a second. Tickets and chat messages are handled by one background task, in order, so a
-    slow Jira never delays a cordon. A batch's offsets are committed once everything in it was
-    handled (at-least-once; every effect is idempotent).
+    Cordons are handled as soon as they are fetched (the latest offer per incident of a fetch): new
+    work must stop landing on a failing GPU within a second. Tickets, chat messages and the ticket
+    refreshes that cordons ask for are handled by one background chain, in order, so a slow Jira never
+    delays a cordon. Pending cordons (retries, breaker holds) are offered again by a task of their
+    own. A batch's offsets are committed once everything in it was handled (at-least-once; every
+    effect is idempotent).
     """
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.structs import OffsetAndMetadata
@@ -202,7 +217,8 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     await producer.start()
     sinks = responder.sinks
     bg = [asyncio.create_task(responder.drain_tickets(stop, sinks.ticket_drain_interval_s)),
-          asyncio.create_task(sinks.chat.run(stop, sinks.chat_flush_interval_s))]
+          asyncio.create_task(sinks.chat.run(stop, sinks.chat_flush_interval_s)),
+          asyncio.create_task(responder.cordons.run(stop, settings.cordon_pending_interval_s))]
 
     async def handle_one(tp: Any, msg: Any, body: dict[str, Any] | None, why: str) -> None:
         try:
@@ -216,9 +232,14 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
             log.error("action request to dead-letter topic: %s", exc,
                       extra={"topic": tp.topic, "partition": tp.partition, "offset": msg.offset})
 
-    async def handle_later(items: list[Item], after: asyncio.Task[None] | None) -> None:
+    async def handle_later(refresh: list[str], items: list[Item], after: asyncio.Task[None] | None) -> None:
         if after is not None:
             await after  # keep the order of tickets and messages across batches
+        for incident_id in refresh:
+            try:
+                await responder.refresh_ticket(incident_id)
+            except Exception:  # the tracker's own queue retries; the next cordon action asks again
+                log.exception("ticket refresh after a cordon failed", extra={"incident": incident_id})
         for item in items:
             await handle_one(*item)
 
@@ -231,20 +252,23 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
             for item in now:
                 await handle_one(*item)
             await _publish_completed(producer, completed_topic(settings), responder)
-            if offsets:
+            refresh = responder.take_ticket_refreshes()
+            if offsets or refresh:
                 previous = pending[-1][1] if pending else None
-                pending.append((offsets, asyncio.create_task(handle_later(later, previous))))
+                pending.append((offsets, asyncio.create_task(handle_later(refresh, later, previous))))
             while pending and pending[0][1].done():
                 done_offsets, task = pending.pop(0)
                 task.result()  # a failure stops the responder before its offsets are committed
-                await consumer.commit(done_offsets)
+                if done_offsets:
+                    await consumer.commit(done_offsets)
     finally:
         stop.set()
         try:
             # Commit what was fully handled, in order; stop at the first batch that failed.
             for done_offsets, task in pending:
                 await task
-                await consumer.commit(done_offsets)
+                if done_offsets:
+                    await consumer.commit(done_offsets)
         finally:
             for t in bg:
                 await t
@@ -254,10 +278,12 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
 
 def _sort_batch(batches: dict[Any, list[Any]]) -> tuple[list[Item], list[Item], dict[Any, Any]]:
     """The fetched messages as cordon requests (handled at once) and the rest (in order, in the
-    background), and the offsets to commit once all of them were handled."""
+    background), and the offsets to commit once all of them were handled. Of several cordon offers
+    for one incident in a fetch only the latest is handled: each is decided from the incident's
+    current row, so the earlier ones would decide the same."""
     from aiokafka.structs import OffsetAndMetadata
 
-    now: list[Item] = []
+    cordons: dict[Any, Item] = {}
     later: list[Item] = []
     offsets: dict[Any, OffsetAndMetadata] = {}
     for tp, messages in batches.items():
@@ -267,10 +293,15 @@ def _sort_batch(batches: dict[Any, list[Any]]) -> tuple[list[Item], list[Item], 
                 item: Item = (tp, msg, body if isinstance(body, dict) else None, "not a JSON object")
             except ValueError as exc:
                 item = (tp, msg, None, f"not JSON: {exc}")
-            is_cordon = item[2] is not None and item[2].get("kind") == "cordon_candidate"
-            (now if is_cordon else later).append(item)
+            if item[2] is not None and item[2].get("kind") == "cordon_candidate":
+                incident = item[2].get("incident_id")
+                key = incident if isinstance(incident, str) else (tp, msg.offset)
+                cordons.pop(key, None)
+                cordons[key] = item
+            else:
+                later.append(item)
             offsets[tp] = OffsetAndMetadata(msg.offset + 1, "")
-    return now, later, offsets
+    return list(cordons.values()), later, offsets
 
 
 async def _publish_completed(producer: Any, topic: str, responder: Responder) -> None:
@@ -288,4 +319,5 @@ def build_responder(settings: RespondSettings, executor: CordonExecutor, sinks: 
     upgrade(engine)
     if sinks.store.engine.url != engine.url:
         upgrade(sinks.store.engine)
-    return Responder(engine, executor, sinks, cluster=settings.cluster, cluster_api=cluster_api)
+    return Responder(engine, executor, sinks, cluster=settings.cluster, cluster_api=cluster_api,
+                     retry=RetryBackoff(initial_s=settings.cordon_retry_initial_s, max_s=settings.cordon_retry_max_s))

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from history.queries import incident_transitions
 from history.tables import Incident, IncidentTransition
+from models.cordon_policy import CordonPolicy
 from respond.cordon.action_log import JsonlActionStore
 from respond.cordon.executor import ActionResult
 from respond.cordon.runtime import build_executor
@@ -40,6 +41,7 @@ class CordoningExecutor:
 
     def __init__(self, path: Path) -> None:
         self.store = JsonlActionStore(path)
+        self.policy = CordonPolicy()
 
     async def handle_async(self, req: Any) -> ActionResult:
         return ActionResult(action="cordon", outcome="done", node=req.node, incident_id=req.incident_id,
@@ -94,9 +96,12 @@ def test_a_dry_run_cordon_is_not_a_mitigation(tmp_path: Path) -> None:
 
     async def go() -> None:
         await responder.handle({"kind": "cordon_candidate", "incident_id": "inc-2"})
+        assert steps(url, "inc-2") == []  # the cordon lane waits on no ticket
+        for incident_id in responder.take_ticket_refreshes():
+            await responder.refresh_ticket(incident_id)
 
     asyncio.run(go())
-    # The cordon handling offers the ticket sink a refreshed dossier: that creates the ticket.
+    # The cordon asks the ticket lane to offer the ticket sink a refreshed dossier: that creates the ticket.
     assert steps(url, "inc-2") == [("open", "ticketed", "xidpipe-respond")]
     assert responder.record_ticketed("inc-2") is False  # already recorded
 

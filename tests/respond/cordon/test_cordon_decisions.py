@@ -233,16 +233,13 @@ def test_drain_skips(pod: PodInfo, reason: str | None) -> None:
 
 
 def test_a_request_from_the_streams_incident() -> None:
-    from dataclasses import replace
+    from models.incidents import IncidentState
 
-    from models.incidents import apply_fault
-    from models.stream_policy import PipelinePolicy
+    opened = IncidentState(incident_id="v2:0123456789abcdef@x", fingerprint="v2:0123456789abcdef", node="n1",
+                           gpu="GPU-5d8c", family="gpu_lost", status="open", count=1, first_seen=T0, last_seen=T0,
+                           codes=("Xid 79", "fallen off the bus"))
 
-    opened = apply_fault(None, node="n1", gpu="GPU-5d8c", family="gpu_lost", code="Xid 79", at=T0,
-                         policy=PipelinePolicy()).incident
-    incident = replace(opened, category="hardware", reason="GPU fell off the bus")
-
-    request_ = cordon_request_for(incident, pods=(PodRef(namespace="ml", name="trainer-0"),))
+    request_ = cordon_request_for(opened, pods=(PodRef(namespace="ml", name="trainer-0"),))
 
     assert (request_.node, request_.incident_id, request_.fingerprint) == ("n1", opened.incident_id,
                                                                            opened.fingerprint)

@@ -1,0 +1,167 @@
+"""The cordon lane: each offer of an incident's cordon is decided afresh, from the incident's current
+row, its occurrence times and its pods, by the one cordon decision (`models.cordon.decide_cordon`
+through the executor), and what is left pending is kept and offered again.
+
+- The request carries the incident's occurrence times (`fault_events.occurred_at` of the reports
+  that counted an occurrence, `counted` true or NULL, within the policy's longest window), so the
+  policy's `cordon_after` windows count faults, not sensor reports; and its pods (the incident's
+  `pods` list and its fault events' namespace/pod), so the GPU-scoped drain evicts them.
+- Refused by the policy: recorded (the action record), nothing pending; the next change is offered again.
+- A retryable failure: kept as a pending retry with exponential backoff (`models.cordon_retry`) and
+  tried again by `run` until it succeeds or the incident ends (resolved, or taken over by people).
+- Held by the breaker: kept, and offered again by `run` once the breaker is no longer tripped
+  (`xidpipe breaker reset`).
+
+Nothing here waits on a dossier, cluster evidence, a ticket or a chat call: the responder refreshes
+the ticket in its own lane after the cordon (`after`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from history.tables import FaultEvent, Incident
+from models.cordon import CordonRequest, PodRef, cordon_request_for
+from models.cordon_retry import CordonFollowup, RetryBackoff, cordon_followup, incident_ended
+from models.incidents import IncidentState
+from respond.cordon.executor import ActionResult, CordonExecutor
+from respond.cordon.pending import PendingCordons
+
+log = logging.getLogger(__name__)
+
+OCCURRENCES_READ = 1000  # the latest occurrences read per offer (a storm's incident may have many more)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class CordonOffer:
+    """One offer of an incident's cordon: the executor's result (None when the incident had ended) and
+    what is left pending."""
+
+    incident_id: str
+    result: ActionResult | None
+    followup: CordonFollowup
+    request_key: str | None = None
+
+
+class CordonLane:
+    def __init__(self, engine: sa.Engine, executor: CordonExecutor, *, backoff: RetryBackoff | None = None,
+                 clock: Callable[[], datetime] = utcnow,
+                 after: Callable[[CordonOffer], Awaitable[None]] | None = None) -> None:
+        self.engine = engine
+        self.executor = executor
+        self.backoff = backoff or RetryBackoff()
+        self.clock = clock
+        self.after = after
+        self.pending = PendingCordons(engine)
+
+    async def offer(self, incident_id: str, request_key: str | None = None) -> CordonOffer:
+        """Decide and act on the incident's cordon now; LookupError when the incident is not in the database."""
+        loaded = await asyncio.to_thread(self._request, incident_id)
+        if loaded is None:
+            raise LookupError(f"incident {incident_id} is not in the database")
+        req, ended = loaded
+        previous = await asyncio.to_thread(self.pending.get, incident_id)
+        result = None if ended is not None else await self.executor.handle_async(req)
+        followup = cordon_followup(
+            ended=ended, outcome=result.outcome if result else "skipped", decision=result.decision if result else None,
+            retryable=result.retryable if result else False, dry_run=result.dry_run if result else False,
+            attempts=previous.attempts if previous is not None and previous.kind == "retry" else 0,
+            now=self.clock(), backoff=self.backoff, reason=result.reason if result else "",
+        )
+        if previous is not None or followup.kind != "settled":
+            await asyncio.to_thread(self.pending.settle, incident_id, req.node, followup, self.clock())
+        if followup.kind != "settled":
+            log.warning("cordon for %s pending: %s", incident_id, followup.reason,
+                        extra={"incident": incident_id, "node": req.node, "pending": followup.kind})
+        offer = CordonOffer(incident_id, result, followup, request_key)
+        if self.after is not None:
+            await self.after(offer)
+        return offer
+
+    def _request(self, incident_id: str) -> tuple[CordonRequest, str | None] | None:
+        with Session(self.engine) as s:
+            row = s.get(Incident, incident_id)
+            if row is None:
+                return None
+            state = IncidentState(
+                incident_id=row.incident_id, fingerprint=row.fingerprint, node=row.node, gpu=row.gpu,
+                family=row.family, status="open" if row.status == "open" else "resolved", count=row.count,
+                first_seen=row.first_seen, last_seen=row.last_seen, category=row.category, reason=row.reason,
+                codes=tuple(str(c) for c in row.codes or ()),
+            )
+            since = row.last_seen - timedelta(seconds=self.executor.policy.longest_window_s())
+            occurrences = incident_occurrences(s, incident_id, since)
+            pods = incident_pods(s, row)
+            ended = incident_ended(row.status, row.lifecycle)
+        return cordon_request_for(state, pods=pods, occurrences=occurrences), ended
+
+    async def tick(self) -> list[CordonOffer]:
+        """Offer again what is due: every cordon held by the breaker once it is no longer tripped, and
+        the retries whose time has come."""
+        offers: list[CordonOffer] = []
+        breaker = await asyncio.to_thread(self.executor.breaker_status)
+        if not breaker.tripped:
+            for held in await asyncio.to_thread(self.pending.held):
+                log.info("breaker reset: offering the held cordon of %s again", held.incident_id,
+                         extra={"incident": held.incident_id, "node": held.node})
+                offers.append(await self._again(held.incident_id))
+                if (await asyncio.to_thread(self.executor.breaker_status)).tripped:
+                    break  # tripped again: the rest stay held
+        for due in await asyncio.to_thread(self.pending.due, self.clock()):
+            offers.append(await self._again(due.incident_id))
+        return offers
+
+    async def _again(self, incident_id: str) -> CordonOffer:
+        try:
+            return await self.offer(incident_id)
+        except LookupError as exc:  # the incident is gone (its history pruned): nothing left to cordon
+            followup = CordonFollowup(kind="settled", reason=str(exc))
+            await asyncio.to_thread(self.pending.settle, incident_id, "", followup)
+            return CordonOffer(incident_id, None, followup)
+
+    async def run(self, stop: asyncio.Event, interval_s: float = 1.0) -> None:
+        """`tick` every `interval_s` until `stop` is set."""
+        while not stop.is_set():
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("pending cordons: pass failed; retrying in %.1f s", interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)
+
+
+def incident_occurrences(s: Session, incident_id: str, since: datetime) -> tuple[datetime, ...]:
+    """When the incident's fault occurrences happened (its reports that counted one), since `since`."""
+    q = (sa.select(FaultEvent.occurred_at)
+         .where(FaultEvent.incident_id == incident_id, FaultEvent.occurred_at >= since,
+                sa.or_(FaultEvent.counted.is_(True), FaultEvent.counted.is_(None)))
+         .order_by(FaultEvent.occurred_at.desc()).limit(OCCURRENCES_READ))
+    return tuple(sorted(s.scalars(q)))
+
+
+def incident_pods(s: Session, row: Incident) -> tuple[PodRef, ...]:
+    """The pods the incident's faults hit: its `pods` list (namespace/pod/container) and its fault events."""
+    found: dict[tuple[str, str], None] = {}
+    for entry in row.pods or ():
+        parts = str(entry).split("/")
+        if len(parts) >= 2 and parts[0] and parts[1]:
+            found[(parts[0], parts[1])] = None
+    q = (sa.select(FaultEvent.namespace, FaultEvent.pod).distinct()
+         .where(FaultEvent.incident_id == row.incident_id, FaultEvent.pod.is_not(None),
+                FaultEvent.namespace.is_not(None)))
+    for namespace, pod in s.execute(q):
+        if namespace and pod:
+            found[(namespace, pod)] = None
+    return tuple(PodRef(namespace=ns, name=name) for ns, name in found)
