@@ -6,8 +6,9 @@ with the agent's pre-filter, `agents.kernlog.prefilter.PreFilter`): only GPU-rel
 nodes' records and the state file's are merged by event time; a node's own records keep their
 order. Each log is read once, on its own, into a scratch spool of its kept records, so memory does
 not grow with the number of lines, and the merge holds one record per node. A line whose own
-stamp gives no wall-clock time (raw `dmesg` uptimes) takes its node's previous time, or the time
-of the replay when the node has none yet (as the agent stamps it with the time it read the line).
+stamp gives no wall-clock time (raw `dmesg` uptimes) is placed by its uptime and the boot time the
+node's recorded inventory names (`boot_time`), as the agent given `--boot-time` does; without one it
+takes its node's previous time, or the time of the replay when the node has none yet.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from agents.kernlog.base import SourceLine
 from agents.kernlog.filetail import FileSource
 from agents.kernlog.prefilter import DEFAULT_FAULT_PATTERNS, DEFAULT_KEEP_PATTERNS, PreFilter
+from models.event_time import boot_times
 from models.incidents import parse_time
 from models.kernlog.prefix import parse_prefix
 from models.node_records import KernelLine, NodeRecord
@@ -56,17 +58,19 @@ def kernel_line(node: str, line: SourceLine, fault: bool) -> KernelLine:
 class NodeLog:
     """One node's kernel log as merge entries (time, 1, KernelLine); counts the lines it read."""
 
-    def __init__(self, node: str, path: Path, prefilter: PreFilter, now: datetime) -> None:
+    def __init__(self, node: str, path: Path, prefilter: PreFilter, now: datetime,
+                 boot_time: datetime | None = None) -> None:
         self.node = node
         self.path = path
         self.prefilter = prefilter
         self.now = now
+        self.boot_time = boot_time
         self.lines_read = 0
         self.lines_kept = 0
 
     def entries(self) -> Iterator[Entry]:
         source = FileSource(self.path, None, follow=False, line_filter=lambda m: self.prefilter(m).keep,
-                            block_filter=self.prefilter.may_match)
+                            block_filter=self.prefilter.may_match, boot_time=self.boot_time)
         last: datetime | None = None
         try:
             for item in source.items():
@@ -103,8 +107,10 @@ class ClusterRecords:
         self.cluster = cluster
         self.now = now or datetime.now(UTC)
         self.prefilter = PreFilter(list(keep_patterns), list(fault_patterns))
-        self.logs = [NodeLog(node, path, self.prefilter, self.now) for node, path in sorted(cluster.logs.items())]
         self.state = state_records(cluster)
+        booted = boot_times(self.state)
+        self.logs = [NodeLog(node, path, self.prefilter, self.now, booted.get(node))
+                     for node, path in sorted(cluster.logs.items())]
 
     @property
     def lines_read(self) -> int:
