@@ -12,29 +12,22 @@ decisions over an incident of component `fleet`.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from functools import lru_cache
 from typing import Literal
 
+from models.identity import incident_fingerprint
 from models.incidents import ActionRequest, IncidentChange, IncidentState, new_incident_id
 from models.stream_policy import PipelinePolicy
 
 FLEET = "fleet"  # the component, the category and the `gpu` column of every fleet incident
 BREAKER = "breaker"  # the component id of the fleet incident a breaker trip raises
-FINGERPRINT_VERSION = 2
-# What an incident can be about (`incidents.component`): the history's component filter offers these.
-COMPONENTS: tuple[str, ...] = ("gpu", "nvswitch", "node", "workload", "fleet")
 
 
-@lru_cache(maxsize=4096)
 def fleet_fingerprint(cluster: str, component_id: str) -> str:
-    """`v2:<16 hex>` over ("fleet", cluster, component id): the same key `models.identity` gives a
-    component of kind `fleet` on node `cluster`."""
-    payload = "\x1f".join((FLEET, cluster, component_id)).encode("utf-8")
-    return f"v{FINGERPRINT_VERSION}:{hashlib.sha256(payload).hexdigest()[:16]}"
+    """`v2:<16 hex>` over ("fleet", cluster, component id) (`models.identity.incident_fingerprint`)."""
+    return incident_fingerprint(FLEET, cluster, component_id)
 
 
 def _fresh(cluster: str, component_id: str, family: str, nodes: Sequence[str], codes: Sequence[str],

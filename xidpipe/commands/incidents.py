@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from history.database import DEFAULT_DB
-from models.fleet import COMPONENTS
+from models.identity import COMPONENTS
 from models.lifecycle import BY_PEOPLE, STATES
 
 

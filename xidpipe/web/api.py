@@ -13,7 +13,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from history.queries import GpuFilter, IncidentFilter
-from models.fleet import COMPONENTS
+from models.identity import COMPONENTS
 from xidpipe.web import data
 from xidpipe.web.db import Database
 from xidpipe.web.keys import DB_KEY, PRINCIPAL_KEY

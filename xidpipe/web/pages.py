@@ -13,7 +13,7 @@ from aiohttp import web
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from history.queries import GpuFilter
-from models.fleet import COMPONENTS
+from models.identity import COMPONENTS
 from xidpipe.web import api, data, svg
 from xidpipe.web.keys import DB_KEY, SESSIONS_KEY, TOKENS_KEY
 from xidpipe.web.params import parse_query

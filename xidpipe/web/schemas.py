@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 from models.dossier import Dossier
-from models.fleet import COMPONENTS
+from models.identity import COMPONENTS
 from models.lifecycle import BY_PEOPLE, STATES
 
 LIFECYCLE: tuple[str, ...] = STATES
