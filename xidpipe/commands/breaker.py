@@ -2,7 +2,9 @@
 
 Once tripped (too many nodes of a pool, or too many cordons in an hour), no automatic cordon
 happens until an operator resets it here. A reset does not raise the limits: a cordon that would
-still pass them trips the breaker again.
+still pass them trips the breaker again. The cordons the breaker held are offered again by the
+responder once it sees the reset (`respond.cordon_lane`); with the SQL action record, `reset` says
+how many are waiting.
 """
 
 from __future__ import annotations
@@ -44,12 +46,20 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_reset(args: argparse.Namespace) -> int:
     from models.cordon_policy import CordonPolicy
+    from respond.cordon.action_log import SqlActionStore
     from respond.cordon.executor import CordonExecutor
+    from respond.cordon.pending import PendingCordons
     from respond.cordon.runtime import store_from
 
-    executor = CordonExecutor(CordonPolicy(), store_from(settings_from_args(args)), None)
+    store = store_from(settings_from_args(args))
+    executor = CordonExecutor(CordonPolicy(), store, None)
     was = executor.breaker_status()
     state = executor.reset_breaker(by=args.by or getpass.getuser(), reason=args.reason)
     print(("breaker reset" if was.tripped else "breaker was not tripped; reset recorded")
           + f": {json.dumps(state.model_dump(mode='json'))}")
+    if isinstance(store, SqlActionStore):
+        held = PendingCordons(store.engine).held()
+        if held:
+            shown = ", ".join(f"{p.node} ({p.incident_id})" for p in held[:10]) + (" ..." if len(held) > 10 else "")
+            print(f"{len(held)} cordon(s) held by the breaker will be offered again by the responder: {shown}")
     return 0

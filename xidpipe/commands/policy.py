@@ -1,5 +1,10 @@
 """`xidpipe policy check FILE` and `xidpipe policy test ...`: validate a cordon policy, and ask it
-what it would decide for a fault on a node, without touching a cluster."""
+what it would decide for a fault on a node, without touching a cluster.
+
+`policy test` runs the responder's own decision (`models.cordon.decide_cordon`) on a request built
+from the options, with the incident's occurrence times (`--at`, or `--occurrences N --within S`) as
+the responder reads them from the history, so "would two contained-ECC faults a day apart cordon?"
+has the answer the responder would give."""
 
 from __future__ import annotations
 
@@ -37,9 +42,16 @@ def register(sub: Any) -> None:
     fault.add_argument("--category", help="category, e.g. suspected_hardware (default: from the Xid catalog)")
     fault.add_argument("--action", dest="actions", action="append", default=[],
                        help="NVIDIA immediate action (default: from the Xid catalog; repeatable)")
-    fault.add_argument("--count", type=int, default=1, help="occurrences of the incident (default 1)")
+    fault.add_argument("--at", dest="times", action="append", default=[], metavar="TIME",
+                       help="when an occurrence of the incident happened, ISO 8601 (repeatable: one per occurrence)")
+    fault.add_argument("--occurrences", type=int, metavar="N",
+                       help="N occurrences, evenly spread over --within seconds up to now")
+    fault.add_argument("--within", type=float, default=0.0, metavar="S",
+                       help="seconds from the first to the last of --occurrences (default 0)")
+    fault.add_argument("--count", type=int, default=1,
+                       help="occurrences of the incident, when no times are given (default 1)")
     fault.add_argument("--span-s", type=float, default=0.0,
-                       help="seconds from the first to the last occurrence (default 0)")
+                       help="with --count: seconds from the first to the last occurrence (default 0)")
     fault.add_argument("--incident", default="policy-test", help="incident id (default policy-test)")
     node = test.add_argument_group("the node")
     node.add_argument("--node", required=True, help="node name")
@@ -104,6 +116,26 @@ def derive_fault(xids: list[int]) -> tuple[str, str, list[str]]:
     return family, category, actions
 
 
+def occurrence_times(args: argparse.Namespace, now: datetime) -> tuple[datetime, ...]:
+    """The occurrence times the options state (`--at`, or `--occurrences N --within S`), oldest first."""
+    if args.times and args.occurrences is not None:
+        raise SystemExit("xidpipe policy test: give either --at times or --occurrences, not both")
+    times = []
+    for text in args.times:
+        try:
+            at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise SystemExit(f"xidpipe policy test: --at expects an ISO 8601 time, got {text!r}") from None
+        times.append(at if at.tzinfo else at.replace(tzinfo=UTC))
+    if args.occurrences is not None:
+        n = args.occurrences
+        if n < 1 or args.within < 0:
+            raise SystemExit("xidpipe policy test: --occurrences needs N >= 1 and --within S >= 0")
+        step = args.within / (n - 1) if n > 1 else 0.0
+        times = [now - timedelta(seconds=args.within - i * step) for i in range(n)]
+    return tuple(sorted(times))
+
+
 def run_test(args: argparse.Namespace) -> int:
     from models.cordon import (
         ANN_CORDONED_AT,
@@ -125,11 +157,14 @@ def run_test(args: argparse.Namespace) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_INVALID
     family, category, actions = derive_fault(args.xid)
-    last = datetime.now(UTC)
+    now = datetime.now(UTC)
+    times = occurrence_times(args, now)
+    last = times[-1] if times else now
+    first = times[0] if times else last - timedelta(seconds=args.span_s)
     req = CordonRequest(
         node=args.node, incident_id=args.incident, family=args.family or family, xids=tuple(args.xid),
-        category=args.category or category, immediate_actions=tuple(args.actions or actions), count=args.count,
-        first_seen=last - timedelta(seconds=args.span_s), last_seen=last,
+        category=args.category or category, immediate_actions=tuple(args.actions or actions),
+        count=len(times) or args.count, first_seen=first, last_seen=last, occurrences=times,
     )
     labels = _parse_labels(args.labels)
     annotations = {}
@@ -145,6 +180,6 @@ def run_test(args: argparse.Namespace) -> int:
     decision = decide_cordon(req, node, fleet, breaker, policy)
     out = {"cordon": decision.changes_node, **decision.model_dump(),
            "request": req.model_dump(mode="json", include={"node", "family", "xids", "category",
-                                                           "immediate_actions", "count"})}
+                                                           "immediate_actions", "count", "occurrences"})}
     print(json.dumps(out, indent=2))
     return EXIT_OK

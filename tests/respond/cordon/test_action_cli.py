@@ -65,6 +65,25 @@ def test_policy_test_shows_the_decision_and_its_reason(args: list[str], cordon: 
     assert reason_part in out["reason"]
 
 
+@pytest.mark.parametrize(("times", "outcome", "reason_part"), [
+    (["--at", "2026-11-29T08:00:00Z", "--at", "2026-11-30T04:00:00Z"], "cordon", "2 occurrence(s) within 86400 s"),
+    (["--at", "2026-11-28T08:00:00Z", "--at", "2026-11-30T04:00:00Z"], "not_needed", "1 occurrence(s)"),
+    (["--occurrences", "2", "--within", "72000"], "cordon", "contained-ecc-repeats: 2 occurrence(s)"),
+    (["--occurrences", "2", "--within", "100000"], "not_needed", "below the threshold of 2"),
+])
+def test_policy_test_takes_occurrence_times(times: list[str], outcome: str, reason_part: str) -> None:
+    """Would two contained-ECC faults a day apart cordon? The example policy counts them in its window."""
+    out = decision("--policy", "deploy/policy.example.yaml", "--xid", "94", "--node", "n1", *times)
+
+    assert (out["outcome"], out["rule"]) == (outcome, "contained-ecc-repeats")
+    assert reason_part in out["reason"] and len(out["request"]["occurrences"]) == 2
+
+
+def test_policy_test_refuses_a_bad_time() -> None:
+    proc = xidpipe("policy", "test", "--xid", "94", "--node", "n1", "--at", "yesterday")
+    assert proc.returncode != 0 and "--at expects an ISO 8601 time, got 'yesterday'" in proc.stderr
+
+
 def test_policy_test_with_a_policy_file(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text("dry_run: true\nrules: [{name: all-nvlink, match: {xids: [74]}, action: cordon_now}]\n")
