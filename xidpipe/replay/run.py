@@ -21,9 +21,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from history.incident_rows import incident_state
+from history.cordon_inputs import cordon_request
 from history.tables import Incident
-from models.cordon import cordon_request_for
 from models.cordon_policy import CordonPolicy
 from models.node_records import NodeRecord, topic_for
 from models.stream_policy import PipelinePolicy
@@ -151,7 +150,7 @@ class _Feeder:
         with Session(self.store.engine) as s:
             rows = s.scalars(sa.select(Incident).where(Incident.incident_id.in_(candidates))).all()
             for row in sorted(rows, key=lambda r: (r.last_seen, r.incident_id)):  # as their faults happened
-                self.cluster.decide(cordon_request_for(incident_state(row)), row.gpu_uuid)
+                self.cluster.decide(cordon_request(s, row, self.cluster.policy.longest_window_s()), row.gpu_uuid)
 
 
 def run_replay(
