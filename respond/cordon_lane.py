@@ -2,10 +2,10 @@
 row, its occurrence times and its pods, by the one cordon decision (`models.cordon.decide_cordon`
 through the executor), and what is left pending is kept and offered again.
 
-- The request carries the incident's occurrence times (`fault_events.occurred_at` of the reports
-  that counted an occurrence, `counted` true or NULL, within the policy's longest window), so the
-  policy's `cordon_after` windows count faults, not sensor reports; and its pods (the incident's
-  `pods` list and its fault events' namespace/pod), so the GPU-scoped drain evicts them.
+- The request (`history.cordon_inputs.cordon_request`, which `xidpipe replay` asks too) carries the
+  occurrence times of the incident's component within the policy's longest window, so the policy's
+  `cordon_after` windows count faults, not sensor reports, across a quiet period; and its pods, so
+  the GPU-scoped drain evicts them.
 - Refused by the policy: recorded (the action record), nothing pending; the next change is offered again.
 - A retryable failure: kept as a pending retry with exponential backoff (`models.cordon_retry`) and
   tried again by `run` until it succeeds or the incident ends (resolved, or taken over by people).
@@ -23,21 +23,20 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from history.tables import FaultEvent, Incident
-from models.cordon import CordonRequest, PodRef, cordon_request_for
+from history.cordon_inputs import cordon_request
+from history.tables import Incident
+from models.cordon import CordonRequest
 from models.cordon_retry import CordonFollowup, RetryBackoff, cordon_followup, incident_ended
-from models.incidents import IncidentState
 from respond.cordon.executor import ActionResult, CordonExecutor
 from respond.cordon.pending import PendingCordons
 
 log = logging.getLogger(__name__)
 
-OCCURRENCES_READ = 1000  # the latest occurrences read per offer (a storm's incident may have many more)
 
 
 def utcnow() -> datetime:
@@ -95,17 +94,9 @@ class CordonLane:
             row = s.get(Incident, incident_id)
             if row is None:
                 return None
-            state = IncidentState(
-                incident_id=row.incident_id, fingerprint=row.fingerprint, node=row.node, gpu=row.gpu,
-                family=row.family, status="open" if row.status == "open" else "resolved", count=row.count,
-                first_seen=row.first_seen, last_seen=row.last_seen, category=row.category, reason=row.reason,
-                codes=tuple(str(c) for c in row.codes or ()),
-            )
-            since = row.last_seen - timedelta(seconds=self.executor.policy.longest_window_s())
-            occurrences = incident_occurrences(s, incident_id, since)
-            pods = incident_pods(s, row)
+            request = cordon_request(s, row, self.executor.policy.longest_window_s())
             ended = incident_ended(row.status, row.lifecycle)
-        return cordon_request_for(state, pods=pods, occurrences=occurrences), ended
+        return request, ended
 
     async def tick(self) -> list[CordonOffer]:
         """Offer again what is due: every cordon held by the breaker once it is no longer tripped, and
@@ -140,28 +131,3 @@ class CordonLane:
                 log.exception("pending cordons: pass failed; retrying in %.1f s", interval_s)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval_s)
-
-
-def incident_occurrences(s: Session, incident_id: str, since: datetime) -> tuple[datetime, ...]:
-    """When the incident's fault occurrences happened (its reports that counted one), since `since`."""
-    q = (sa.select(FaultEvent.occurred_at)
-         .where(FaultEvent.incident_id == incident_id, FaultEvent.occurred_at >= since,
-                sa.or_(FaultEvent.counted.is_(True), FaultEvent.counted.is_(None)))
-         .order_by(FaultEvent.occurred_at.desc()).limit(OCCURRENCES_READ))
-    return tuple(sorted(s.scalars(q)))
-
-
-def incident_pods(s: Session, row: Incident) -> tuple[PodRef, ...]:
-    """The pods the incident's faults hit: its `pods` list (namespace/pod/container) and its fault events."""
-    found: dict[tuple[str, str], None] = {}
-    for entry in row.pods or ():
-        parts = str(entry).split("/")
-        if len(parts) >= 2 and parts[0] and parts[1]:
-            found[(parts[0], parts[1])] = None
-    q = (sa.select(FaultEvent.namespace, FaultEvent.pod).distinct()
-         .where(FaultEvent.incident_id == row.incident_id, FaultEvent.pod.is_not(None),
-                FaultEvent.namespace.is_not(None)))
-    for namespace, pod in s.execute(q):
-        if namespace and pod:
-            found[(namespace, pod)] = None
-    return tuple(PodRef(namespace=ns, name=name) for ns, name in found)
