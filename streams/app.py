@@ -7,9 +7,13 @@ wrote come back and are published. A message that cannot be decoded goes to its 
 dead-letter twin with the reason and the original bytes; the stream keeps going.
 
 Delivery is at least once. A batch is acknowledged only after its transaction committed, and the
-transaction drops records already handled, so a redelivered batch changes nothing. Messages to
-publish are rows of the outbox, written in the same transaction and marked sent after Kafka
-acknowledged them; a sweep resends any left unsent by a crash.
+transaction drops records already handled, so a redelivered batch changes nothing. A kernel line
+whose multi-line record is still open in its node's parser is *held*: it, and every later message
+of its partition, is acknowledged only once that record is stored (`_Acks`), so the committed
+offset never passes it. A worker that dies, stops or loses the partition leaves the record's lines
+to whoever reads the partition next, who parses the whole record again. Messages to publish are
+rows of the outbox, written in the same transaction and marked sent after Kafka acknowledged
+them; a sweep resends any left unsent by a crash.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import faust
@@ -28,7 +32,8 @@ import sqlalchemy as sa
 
 from models.topics import Topology, topology
 from streams.decode import DeadLetter
-from streams.intake import Message
+from streams.ingest import Ref
+from streams.intake import IntakeResult, Message
 from streams.outbox import Outgoing
 from streams.settings import WorkerSettings
 from streams.store import BatchResult
@@ -105,6 +110,9 @@ class Pipeline:
         self.store = AsyncStore(settings.database_url, settings.policy, settings.cluster, kinds=self.kinds,
                                 process=settings.store_process, log_level=logging.getLogger().level)
         self._batch_id = 0
+        self._acks = _Acks()
+        self._stream: Any = None  # the agent's stream, once it runs: acknowledgements go through it
+        self._store_lock = asyncio.Lock()  # a store call and the noting of its holds, as one step
         self.dead_letters = {t.name: self._topic(t.dead_letter) for t in topo.inputs}
         self.outputs = {"incidents": self._topic(topo.incidents.name), "actions": self._topic(topo.actions.name)}
         source = self._topic(*(t.name for t in topo.inputs))
@@ -112,6 +120,7 @@ class Pipeline:
         app.timer(settings.parser_idle_flush_s, name=f"{settings.app_id}.flush_parsers")(self.flush_parsers)
         app.timer(settings.sweep_interval_s, on_leader=True, name=f"{settings.app_id}.sweep")(self.sweep)
         app.on_before_shutdown.connect(self.on_shutdown)
+        app.on_partitions_revoked.connect(self.on_partitions_revoked)
         app.task(self.publisher)
         app.task(self.store.start)
 
@@ -131,6 +140,7 @@ class Pipeline:
         only after the transaction that stored them committed.
         """
         stream.enable_acks = False  # acknowledged by the committer, after the commit
+        self._stream = stream
         batches = _Batches(self.settings.batch_max, self.settings.batch_max * _PENDING_BATCHES)
         committer = asyncio.create_task(self._committer(stream, batches), name="xidpipe-committer")
         try:
@@ -160,37 +170,43 @@ class Pipeline:
                 await batches.wait_full(pause)
             events = batches.take()
             started = loop.time()
-            await self._commit([e.message for e in events])
-            for event in events:
+            for event in await self._commit(events):
                 await stream.ack(event)
             ended = loop.time()
             next_start = ended + min(ended - started, self.settings.batch_within_s)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("batch of %d messages handled in %.1f ms", len(events), (ended - started) * 1000)
 
-    async def _commit(self, batch: Sequence[Any]) -> None:
-        """Decode, parse and store the messages in one transaction; dead-letter what cannot be handled.
+    async def _commit(self, events: Sequence[Any]) -> list[Any]:
+        """Decode, parse and store the events' messages in one transaction; dead-letter what cannot be
+        handled. Returns the events to acknowledge now (see `_Acks`).
 
         If the transaction fails for another reason than an unavailable database, the messages are
         stored one by one, and the ones that still fail go to the dead-letter topic.
         """
         self._batch_id += 1
-        messages = [Message(m.topic, m.partition, m.offset, m.key, m.value) for m in batch]
-        try:
-            result = await self._process(self._batch_id, messages)
-        except _PermanentError:
-            log.warning("a batch of %d messages could not be stored; storing them one by one", len(messages))
+        messages = [Message(m.topic, m.partition, m.offset, m.key, m.value) for m in (e.message for e in events)]
+        async with self._store_lock:
+            result: BatchResult
             try:
-                result = await self._process(self._batch_id, messages, per_message=True)
-            except _PermanentError as exc:  # not even one by one: keep them all, say why, go on
-                error = str(exc.__cause__ or exc)
-                result = BatchResult(dead_letters=[DeadLetter("processing_error", error, m.topic, m.partition,
-                                                              m.offset, m.key, m.value) for m in messages])
+                result = await self._process(self._batch_id, messages)
+            except _PermanentError:
+                log.warning("a batch of %d messages could not be stored; storing them one by one", len(messages))
+                try:
+                    result = await self._process(self._batch_id, messages, per_message=True)
+                except _PermanentError as exc:  # not even one by one: keep them all, say why, go on
+                    error = str(exc.__cause__ or exc)
+                    result = BatchResult(dead_letters=[DeadLetter("processing_error", error, m.topic, m.partition,
+                                                                  m.offset, m.key, m.value) for m in messages])
+            if isinstance(result, IntakeResult):
+                self._acks.note(result.held, result.released)
+            ready = self._acks.done(events)
         for dl in result.dead_letters:
             await self.dead_letter(dl)
         await self._publish(result.outgoing)
+        return ready
 
-    async def _process(self, batch_id: int, messages: Sequence[Message], per_message: bool = False) -> BatchResult:
+    async def _process(self, batch_id: int, messages: Sequence[Message], per_message: bool = False) -> IntakeResult:
         """One transaction; transient database failures are retried with backoff until they pass.
 
         It also marks the outbox rows published since the last transaction as sent.
@@ -206,7 +222,7 @@ class Pipeline:
         return result
 
     async def _process_marking(self, batch_id: int, messages: Sequence[Message], sent: list[int],
-                               per_message: bool) -> BatchResult:
+                               per_message: bool) -> IntakeResult:
         delay = 0.2
         conflicts = 0
         while True:
@@ -286,21 +302,46 @@ class Pipeline:
     # -- timers -----------------------------------------------------------------------------------
 
     async def flush_parsers(self) -> None:
+        """Store the kernel records of quiet nodes, then acknowledge the lines they held.
+
+        Not while a rebalance pauses the stream: every node would look quiet, and a record closed
+        then may belong to a partition that another worker reads next, from its first line.
+        """
+        if self.app.rebalancing:
+            return
         try:
             await self.mark_published(older_than_s=self.settings.parser_idle_flush_s)
-            await self._publish((await self.store.flush_idle(self.settings.parser_idle_flush_s)).outgoing)
+            async with self._store_lock:
+                result = await self.store.flush_idle(self.settings.parser_idle_flush_s)
+                self._acks.note((), result.released)
+                ready = self._acks.drain()
+            await self._publish(result.outgoing)
+            for event in ready:
+                await self._stream.ack(event)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("flushing kernel records or marking published outbox rows failed; the next run retries")
 
+    async def on_partitions_revoked(self, sender: Any, /, *args: Any, signal: Any = None, **__: Any) -> None:
+        """Forget what the revoked partitions' open records held: whoever reads a partition next
+        starts at its committed offset, at or before the first held line, and parses them again."""
+        revoked: Iterable[Any] = args[0] if args else ()
+        partitions = sorted({(tp.topic, tp.partition) for tp in revoked})
+        async with self._store_lock:
+            dropped = self._acks.drop(partitions)
+            parsers = await self.store.forget(partitions)
+        if dropped or parsers:
+            log.info("partitions revoked: %d messages left unacknowledged, the open kernel records of %d nodes "
+                     "left to the next reader", dropped, parsers)
+
     async def on_shutdown(self, sender: Any, /, *_: Any, signal: Any = None, **__: Any) -> None:
-        """Store the kernel records still open in the parsers: their lines are already acknowledged."""
+        """Mark the published outbox rows sent. Open kernel records are left as they are: their lines
+        are not acknowledged, and the next worker parses them again."""
         try:
-            await self.store.flush_all(self._sent)  # published by the next worker's outbox sweep
-            self._sent = []
+            await self.mark_published()
         except Exception:
-            log.exception("open kernel records could not be stored at shutdown")
+            log.exception("published outbox rows could not be marked sent at shutdown; the sweep resends them")
 
     async def sweep(self) -> None:
         try:
@@ -317,6 +358,70 @@ _PUBLISH_QUEUE_BATCHES = 1000  # committed batches waiting to be published befor
 
 class _PermanentError(Exception):
     pass
+
+
+class _Acks:
+    """Which stored events may be acknowledged: per partition in offset order, none from a held one on.
+
+    Faust commits acknowledged offsets up to the first gap, but not reliably so at the start of
+    the list (just after its committed offset or a rebalance it commits past an unacknowledged
+    message), so the order is kept here. An event waiting behind a held one is *parked*: marked
+    acknowledged on its Faust message, which keeps Faust from waiting for it at a rebalance or at
+    shutdown without adding its offset to those Faust commits. It is unparked before it is acknowledged.
+    """
+
+    def __init__(self) -> None:
+        self._held: set[Ref] = set()
+        self._waiting: dict[tuple[str, int], deque[Any]] = {}  # per partition, in offset order
+        self._touched: set[tuple[str, int]] = set()  # partitions with a released message since `drain`
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._waiting.values())
+
+    def note(self, held: Iterable[Ref], released: Iterable[Ref]) -> None:
+        self._held.update(held)
+        for ref in released:
+            self._held.discard(ref)
+            self._touched.add(ref[:2])
+
+    def done(self, events: Iterable[Any]) -> list[Any]:
+        """The stored `events` (in arrival order) and the waiting ones that may be acknowledged now."""
+        ready: list[Any] = []
+        for event in events:
+            m = event.message
+            queue = self._waiting.get((m.topic, m.partition))
+            if queue is None:
+                if (m.topic, m.partition, m.offset) not in self._held:
+                    ready.append(event)
+                    continue
+                queue = self._waiting[(m.topic, m.partition)] = deque()
+            m.acked = True  # parked
+            queue.append(event)
+        return ready + self.drain()
+
+    def drain(self) -> list[Any]:
+        """The waiting events that may be acknowledged now, unparked."""
+        ready: list[Any] = []
+        for tp in self._touched:
+            queue = self._waiting.get(tp)
+            while queue:
+                m = queue[0].message
+                if (m.topic, m.partition, m.offset) in self._held:
+                    break
+                m.acked = False
+                ready.append(queue.popleft())
+            if queue is not None and not queue:
+                del self._waiting[tp]
+        self._touched.clear()
+        return ready
+
+    def drop(self, partitions: Iterable[tuple[str, int]]) -> int:
+        """Forget the events of `partitions` (they stay parked, never acknowledged); returns how many."""
+        gone = set(partitions)
+        n = sum(len(self._waiting.pop(tp, ())) for tp in gone)
+        self._held = {r for r in self._held if r[:2] not in gone}
+        self._touched -= gone
+        return n
 
 
 class _Batches:

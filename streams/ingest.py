@@ -3,17 +3,21 @@
 Kernel lines go through one `KernelLogParser` per node, so records that span lines (an identity
 line and its serial number, the three lines of "fallen off the bus", AER groups) are assembled as
 in `xidpipe parse`. A record still open when its node goes quiet is closed by `flush_idle`.
-Records of a health signal (`models.signals`: NVML events, missing GPUs, any signal registered
-there) become fault observations through the signal's own mapping.
+The lines of a record still open are *held* (see `Ingest.holds`): the worker acknowledges them
+in Kafka only once the record is complete and stored, so a worker that dies before that leaves
+them to the next one. Records of a health signal (`models.signals`: NVML events, missing GPUs,
+any signal registered there) become fault observations through the signal's own mapping.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from models.event_time import record_time
@@ -36,6 +40,8 @@ from models.signals import observations
 log = logging.getLogger(__name__)
 
 _LINES_KEPT = 256  # lines remembered per node to map a finished record back to its first line
+
+Ref = tuple[str, int, int]  # where a kernel line came from: topic, partition, offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,16 +69,27 @@ class EvidenceItem:
 Item = StateItem | FaultItem | EvidenceItem
 
 
+class _Parser(KernelLogParser):
+    @property
+    def open_since(self) -> int | None:
+        """The first line of the record still open (later lines may still change it); None if none is."""
+        return self._open.record.line if self._open is not None else None
+
+
 class _NodeParser:
-    __slots__ = ("emitted", "last_fed", "lineno", "lines", "parser", "topic")
+    __slots__ = ("emitted", "last_fed", "lineno", "lines", "parser", "pending", "reported", "topic")
 
     def __init__(self, topic: str) -> None:
-        self.parser = KernelLogParser()
+        self.parser = _Parser()
         self.lines: OrderedDict[int, KernelLine] = OrderedDict()
         self.emitted: dict[int, int] = {}
         self.lineno = 0
         self.last_fed = time.monotonic()
         self.topic = topic
+        # (line number, where it came from) of the lines from the open record's first one on; the
+        # first `reported` of them were reported held by `Ingest.holds`
+        self.pending: deque[tuple[int, Ref]] = deque()
+        self.reported = 0
 
 
 class Ingest:
@@ -80,10 +97,13 @@ class Ingest:
 
     def __init__(self) -> None:
         self._parsers: dict[str, _NodeParser] = {}
+        self._unreported: set[str] = set()  # nodes with held lines not yet reported by `holds`
+        self._released: list[Ref] = []  # lines reported held whose record has since been closed
 
-    def items(self, record: NodeRecord, topic: str) -> list[Item]:
+    def items(self, record: NodeRecord, topic: str, ref: Ref | None = None) -> list[Item]:
+        """The items of one record; `ref` (where a kernel line came from) makes `holds` track its line."""
         if isinstance(record, KernelLine):
-            return self._kernel(record, topic)
+            return self._kernel(record, topic, ref)
         if isinstance(record, GpuInventory):
             return [StateItem(record.node, record.record_id, topic, "inventory", record.emitted_at,
                               record.model_dump(mode="json"))]
@@ -109,7 +129,7 @@ class Ingest:
                         extra={"node": record.node, "kind": record.kind})
         return []
 
-    def _kernel(self, line: KernelLine, topic: str) -> list[Item]:
+    def _kernel(self, line: KernelLine, topic: str, ref: Ref | None) -> list[Item]:
         np = self._parsers.get(line.node)
         if np is None:
             np = self._parsers[line.node] = _NodeParser(topic)
@@ -118,7 +138,48 @@ class Ingest:
         while len(np.lines) > _LINES_KEPT:
             np.lines.popitem(last=False)
         np.last_fed = time.monotonic()
-        return self._convert(np, np.parser.feed(line.message, np.lineno))
+        out = self._convert(np, np.parser.feed(line.message, np.lineno))
+        since = np.parser.open_since
+        if ref is not None and since is not None:
+            np.pending.append((np.lineno, ref))
+            self._unreported.add(line.node)
+        if np.pending:
+            self._settle(np, since)
+        return out
+
+    def _settle(self, np: _NodeParser, since: int | None) -> None:
+        """Let go of the lines before the open record (of all of them when none is open)."""
+        pending = np.pending
+        while pending and (since is None or pending[0][0] < since):
+            _, ref = pending.popleft()
+            if np.reported:
+                np.reported -= 1
+                self._released.append(ref)
+
+    def holds(self) -> tuple[list[Ref], list[Ref]]:
+        """Since the last call: the tracked lines now held (their record is still open, so
+        acknowledging them would let a restart skip it), and the lines reported held before that are
+        free now (their record was closed: it is among the items returned since)."""
+        held: list[Ref] = []
+        for node in self._unreported:
+            np = self._parsers.get(node)
+            if np is not None:
+                held.extend(ref for _, ref in islice(np.pending, np.reported, None))
+                np.reported = len(np.pending)
+        self._unreported.clear()
+        released, self._released = self._released, []
+        return held, released
+
+    def forget(self, partitions: Iterable[tuple[str, int]]) -> int:
+        """Drop the parsers of the nodes with held lines from `partitions`: whoever reads those
+        partitions next starts at or before those lines. Returns how many parsers were dropped."""
+        gone = set(partitions)
+        nodes = [node for node, np in self._parsers.items() if any(r[:2] in gone for _, r in np.pending)]
+        for node in nodes:
+            del self._parsers[node]
+            self._unreported.discard(node)
+        self._released = [r for r in self._released if r[:2] not in gone]
+        return len(nodes)
 
     def flush_idle(self, idle_s: float) -> list[Item]:
         """Close the records of nodes that sent no kernel line for `idle_s` seconds."""
@@ -126,13 +187,19 @@ class Ingest:
         out: list[Item] = []
         for np in self._parsers.values():
             if now - np.last_fed >= idle_s:
-                out.extend(self._convert(np, np.parser.finish()))
+                out.extend(self._finish(np))
         return out
 
     def flush_all(self) -> list[Item]:
         out: list[Item] = []
         for np in self._parsers.values():
-            out.extend(self._convert(np, np.parser.finish()))
+            out.extend(self._finish(np))
+        return out
+
+    def _finish(self, np: _NodeParser) -> list[Item]:
+        out = self._convert(np, np.parser.finish())
+        if np.pending:
+            self._settle(np, None)
         return out
 
     def _convert(self, np: _NodeParser, records: list[FaultRecord]) -> list[Item]:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields
 
 import sqlalchemy as sa
 
 from streams.decode import DeadLetter, decode_message
-from streams.ingest import Ingest, Item
+from streams.ingest import Ingest, Item, Ref
 from streams.outbox import Outgoing
 from streams.store import BatchResult, Store
 
@@ -27,6 +27,25 @@ class Message:
     value: bytes | None
 
 
+@dataclass(slots=True)
+class IntakeResult(BatchResult):
+    """A transaction's result, and which input messages the worker must not acknowledge yet.
+
+    `held`: messages of this call whose kernel record is still open. `released`: messages
+    held by an earlier call whose record this call stored. A held message is acknowledged once
+    it is released; a worker that stops before that leaves it (and every later message of its
+    partition) uncommitted, and whoever reads the partition next parses the record again.
+    """
+
+    held: list[Ref] = field(default_factory=list)
+    released: list[Ref] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, result: BatchResult, held: Sequence[Ref] = (), released: Sequence[Ref] = ()) -> IntakeResult:
+        values = {f.name: getattr(result, f.name) for f in fields(BatchResult)}
+        return cls(**values, held=list(held), released=list(released))
+
+
 class Intake:
     """Input messages in, one transaction out: decode, parse (one kernel-log parser per node) and store.
 
@@ -39,25 +58,28 @@ class Intake:
         self.store = store
         self.kinds = kinds
         self.ingest = Ingest()
-        self._prepared: tuple[int, list[tuple[Message, list[Item]]], list[DeadLetter]] | None = None
+        self._prepared: _Prepared | None = None
+        self._unstored: tuple[list[Item], list[Ref]] = ([], [])  # closed by `flush_idle`, not yet stored
 
     def ping(self) -> bool:
         return True
 
     def handle(self, batch_id: int, messages: Sequence[Message], sent: Sequence[int],
-               per_message: bool = False) -> BatchResult:
+               per_message: bool = False) -> IntakeResult:
         """Store the batch in one transaction (or, `per_message`, one per message, dead-lettering the
         messages that fail); database errors of the one transaction are raised for the caller to retry."""
-        if self._prepared is None or self._prepared[0] != batch_id:
-            self._prepared = (batch_id, *self._prepare(messages))
-        _, prepared, dead = self._prepared
+        if self._prepared is None or self._prepared.batch_id != batch_id:
+            prepared_, dead_ = self._prepare(messages)
+            self._prepared = _Prepared(batch_id, prepared_, dead_, *self.ingest.holds())
+        p = self._prepared
+        prepared, dead = p.items, p.dead
         if not prepared:  # nothing to store (lines that are no faults, dead letters): no transaction
-            return BatchResult(dead_letters=list(dead), marked=False)
+            return IntakeResult(dead_letters=list(dead), marked=False, held=p.held, released=p.released)
         if not per_message:
             res = self.store.process([i for _, its in prepared for i in its], sent=sent)
             res.dead_letters = list(dead)
-            return res
-        res = BatchResult(dead_letters=list(dead))
+            return IntakeResult.of(res, p.held, p.released)
+        res = IntakeResult(dead_letters=list(dead), held=p.held, released=p.released)
         if sent:
             self.store.mark_sent(sent)
         for msg, its in prepared:
@@ -80,7 +102,7 @@ class Intake:
                 dead.append(rec)
                 continue
             try:
-                items = self.ingest.items(rec, msg.topic)
+                items = self.ingest.items(rec, msg.topic, (msg.topic, msg.partition, msg.offset))
             except Exception as exc:  # a record the pure code cannot handle: keep it, say why, go on
                 log.exception("record %s of %s could not be mapped", rec.record_id, rec.node)
                 dead.append(dead_letter(msg, "processing_error", f"{type(exc).__name__}: {exc}"))
@@ -89,19 +111,25 @@ class Intake:
                 prepared.append((msg, items))
         return prepared, dead
 
-    def flush_idle(self, idle_s: float) -> BatchResult:
-        """Store the kernel records of nodes quiet for `idle_s` seconds (see `Ingest.flush_idle`)."""
-        items = self.ingest.flush_idle(idle_s)
-        return self.store.process(items) if items else BatchResult()
+    def flush_idle(self, idle_s: float) -> IntakeResult:
+        """Store the kernel records of nodes quiet for `idle_s` seconds (see `Ingest.flush_idle`).
 
-    def flush_all(self, sent: Sequence[int]) -> int:
-        """At shutdown: store every open kernel record; returns how many items were stored."""
-        items = self.ingest.flush_all()
-        if items:
-            self.store.process(items, sent=sent)
-        elif sent:
-            self.store.mark_sent(sent)
-        return len(items)
+        If the transaction fails, the records (and the messages they release) are stored by the next call.
+        """
+        items, released = self._unstored
+        items = items + self.ingest.flush_idle(idle_s)
+        released = released + self.ingest.holds()[1]  # closing records holds no new line
+        self._unstored = (items, released)
+        result = self.store.process(items) if items else BatchResult()
+        self._unstored = ([], [])
+        return IntakeResult.of(result, released=released)
+
+    def forget(self, partitions: Iterable[tuple[str, int]]) -> int:
+        """The worker no longer reads `partitions`: drop what its open records held (see `Ingest.forget`)."""
+        gone = set(partitions)
+        items, released = self._unstored
+        self._unstored = (items, [r for r in released if r[:2] not in gone])
+        return self.ingest.forget(gone)
 
     def create_schema(self) -> None:
         self.store.create_schema()
@@ -117,6 +145,17 @@ class Intake:
 
     def dispose(self) -> None:
         self.store.dispose()
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A batch decoded and parsed once (a retry stores the same items and reports the same holds)."""
+
+    batch_id: int
+    items: list[tuple[Message, list[Item]]]
+    dead: list[DeadLetter]
+    held: list[Ref]
+    released: list[Ref]
 
 
 def dead_letter(msg: Message, reason: str, error: str) -> DeadLetter:

@@ -190,8 +190,9 @@ def run_pipeline_once(
 
     The run uses topics and a consumer group of its own (a unique prefix), so it neither sees nor
     disturbs other runs on the broker. It publishes the records, starts `python -m streams.worker`,
-    waits until the worker committed all of them and any open kernel record was flushed, stops
-    it with SIGTERM, and reads the incidents table of `db_url`.
+    waits until the worker committed all of them (the lines of a kernel record are committed once
+    the record is stored, after the idle flush for the last one of a node), stops it with SIGTERM,
+    and reads the incidents table of `db_url`.
     """
     run = uuid.uuid4().hex[:8]
     workdir = workdir or Path("var") / f"pipeline-{run}"
@@ -205,7 +206,6 @@ def run_pipeline_once(
     worker = WorkerProcess(settings, workdir / "worker.log").start()
     try:
         wait_caught_up(settings, timeout, worker)
-        time.sleep(settings.parser_idle_flush_s * 2 + 0.5)  # the idle flush of any record still open
         worker.terminate()
     finally:
         worker.kill()

@@ -11,9 +11,9 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from models.stream_policy import PipelinePolicy
-from streams.intake import Intake, Message
+from streams.intake import Intake, IntakeResult, Message
 from streams.outbox import Outgoing
-from streams.store import BatchResult, Store
+from streams.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -67,16 +67,16 @@ class AsyncStore:
         await self._run("ping")
 
     async def handle(self, batch_id: int, messages: Sequence[Message], sent: Sequence[int] = (),
-                     per_message: bool = False) -> BatchResult:
-        result: BatchResult = await self._run("handle", batch_id, list(messages), list(sent), per_message)
+                     per_message: bool = False) -> IntakeResult:
+        result: IntakeResult = await self._run("handle", batch_id, list(messages), list(sent), per_message)
         return result
 
-    async def flush_idle(self, idle_s: float) -> BatchResult:
-        result: BatchResult = await self._run("flush_idle", idle_s)
+    async def flush_idle(self, idle_s: float) -> IntakeResult:
+        result: IntakeResult = await self._run("flush_idle", idle_s)
         return result
 
-    async def flush_all(self, sent: Sequence[int] = ()) -> int:
-        n: int = await self._run("flush_all", list(sent))
+    async def forget(self, partitions: Sequence[tuple[str, int]]) -> int:
+        n: int = await self._run("forget", list(partitions))
         return n
 
     async def create_schema(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
@@ -12,11 +13,11 @@ from history.tables import OutboxMessage
 from models.node_records import encode_node_record
 from models.stream_policy import PipelinePolicy
 from models.topics import topology
-from streams.app import _Batches
+from streams.app import _Acks, _Batches
 from streams.intake import Intake, Message
 from streams.store import Store
 from streams.store_process import AsyncStore
-from tests.streams.records import T0, Kmsg, s
+from tests.streams.records import T0, Kmsg, pci, s
 
 TOPO = topology("t.", 2)
 KINDS = {t.name: kinds for t in TOPO.inputs if (kinds := TOPO.kinds_for(t.name))}
@@ -101,3 +102,73 @@ def test_batches_take_what_arrived_up_to_the_most_and_wait_when_full() -> None:
         committer.cancel()
 
     asyncio.run(run())
+
+
+NOTICE = (f"NVRM: The NVIDIA GPU {pci(1)}", "NVRM: (PCI ID: 10de:2330) installed in this system has",
+          "NVRM: fallen off the bus and is not responding to commands.")
+
+
+def _notice(first_offset: int = 0) -> tuple[list[Message], list[Message]]:
+    """The three-line notice of node n5 with another node's Xid after its second line."""
+    bus, other = Kmsg("n5"), Kmsg("n6")
+    lines = [bus.line(text, T0 + s(i)) for i, text in enumerate(NOTICE)]
+    first = messages([lines[0], lines[1], other.xid(0, 48, T0 + s(1), 7, "p")], first_offset)
+    return first, messages([lines[2]], first_offset + 3)
+
+
+def test_the_lines_of_an_open_record_are_held_until_a_transaction_stores_it(tmp_path: Path) -> None:
+    it = intake(tmp_path)
+    first, last = _notice()
+    res = it.handle(1, first, [])
+    assert res.faults == 1  # the other node's Xid
+    assert res.held == [(m.topic, m.partition, m.offset) for m in first[:2]] and res.released == []
+    again = it.handle(1, first, [])  # a retry reports the same holds
+    assert again.held == res.held
+    res = it.handle(2, last, [])
+    assert res.faults == 0 and res.held == [(last[0].topic, 0, 3)]  # complete, but open until a next line
+    flushed = it.flush_idle(0.0)
+    assert flushed.faults == 1 and flushed.held == []
+    assert sorted(flushed.released) == [(first[0].topic, 0, o) for o in (0, 1, 3)]
+    (notice,) = [e for e in it.store.fault_events() if e["node"] == "n5"]
+    assert notice["kind"] == "gpu_fallen_off_bus" and notice["pci"] == pci(1)
+    assert it.flush_idle(0.0).released == []  # released once
+    it.dispose()
+
+
+def test_a_revoked_partition_takes_its_open_records_along(tmp_path: Path) -> None:
+    it = intake(tmp_path)
+    first, _ = _notice()
+    it.handle(1, first, [])
+    assert it.forget([(TOPO.kernel.name, 1)]) == 0  # another partition: nothing to drop
+    assert it.forget([(TOPO.kernel.name, 0)]) == 1
+    flushed = it.flush_idle(0.0)
+    assert flushed.faults == 0 and flushed.released == []  # nothing stored: the next reader parses it
+    assert [e["node"] for e in it.store.fault_events()] == ["n6"]
+    it.dispose()
+
+
+def _event(partition: int, offset: int) -> Any:
+    return SimpleNamespace(message=SimpleNamespace(topic="k", partition=partition, offset=offset, acked=False))
+
+
+def test_acknowledgements_keep_offset_order_and_stop_at_a_held_message() -> None:
+    acks = _Acks()
+    p0 = [_event(0, o) for o in range(4)]
+    p1 = [_event(1, 0)]
+    acks.note(held=[("k", 0, 1)], released=[])
+    assert acks.done([p0[0], p0[1], p1[0], p0[2]]) == [p0[0], p1[0]]
+    assert [e.message.acked for e in p0[1:3]] == [True, True]  # parked: Faust does not wait for them
+    assert acks.done([p0[3]]) == [] and len(acks) == 3
+    acks.note(held=[], released=[("k", 0, 1)])
+    assert acks.drain() == p0[1:] and len(acks) == 0
+    assert not any(e.message.acked for e in p0)  # unparked, for Faust to acknowledge
+
+
+def test_dropped_partitions_are_never_acknowledged() -> None:
+    acks = _Acks()
+    held, later = _event(0, 5), _event(0, 6)
+    acks.note(held=[("k", 0, 5)], released=[])
+    assert acks.done([held, later]) == []
+    assert acks.drop([("k", 0)]) == 2
+    acks.note(held=[], released=[("k", 0, 5)])  # a stale release after the revocation
+    assert acks.drain() == [] and held.message.acked and later.message.acked
