@@ -167,7 +167,8 @@ class BatchTransaction:
                 if inc is None:
                     continue
                 repaired[inc.incident_id] = inc
-                inc.gpu_uuid, inc.serial = inc.gpu_uuid or g.uuid, inc.serial or g.serial
+                if inc.component != "workload":  # a job's incident spans GPUs: it names none
+                    inc.gpu_uuid, inc.serial = inc.gpu_uuid or g.uuid, inc.serial or g.serial
                 add_listed(inc, "pods", f"{p.namespace}/{p.pod}/{p.container}" if p.pod else None)
                 add_listed(inc, "workloads", attr.workload)
         for inc in repaired.values():
@@ -223,12 +224,12 @@ class BatchTransaction:
             incident_id=inc.incident_id, fingerprint=inc.fingerprint, node=obs.node, gpu=inc.gpu, family=obs.family,
             status="open", category=obs.category or "unknown", reason=change.reason, count=1,
             first_seen=inc.first_seen, last_seen=inc.last_seen, opened_at=self.now, updated_at=self.now,
-            resolved_at=None, previous_incident_id=inc.previous_incident_id, gpu_uuid=attr.gpu.uuid,
-            serial=attr.gpu.serial, pci=attr.gpu.pci or normalize_pci(obs.pci), codes=list(inc.codes), pods=[],
+            resolved_at=None, previous_incident_id=inc.previous_incident_id, codes=list(inc.codes), pods=[],
             processes=[], workloads=[], immediate_action=obs.immediate_action,
             investigatory_action=obs.investigatory_action, description=obs.description, cordon_requested=False,
             version=1, component=comp.kind, component_id=comp.id, occurrence_at=inc.occurrence_at,
             occurrence_signals=list(inc.occurrence_signals), catalog_version=obs.catalog_version,
+            **_identity(comp, obs, attr),
         )
 
     def _write_back(self) -> None:
@@ -326,12 +327,23 @@ class BatchTransaction:
         self.outbox.extend(action_message(a, row) for a in actions)
 
 
+def _identity(comp: Component, obs: FaultObservation, attr: Attribution) -> dict[str, str | None]:
+    """The GPU identity columns of a new incident: its GPU's, an NVSwitch's address, none for a workload."""
+    if comp.kind == "workload":
+        return {"gpu_uuid": None, "serial": None, "pci": None}
+    if comp.kind == "nvswitch":
+        return {"gpu_uuid": None, "serial": None, "pci": comp.id}
+    return {"gpu_uuid": attr.gpu.uuid, "serial": attr.gpu.serial, "pci": attr.gpu.pci or normalize_pci(obs.pci)}
+
+
 def _fill_in(row: Incident, obs: FaultObservation, attr: Attribution) -> None:
-    """What the row does not know yet and this fault tells: GPU identity, catalog text, pods, processes."""
-    if attr.gpu.uuid and not row.gpu_uuid:
-        row.gpu_uuid = attr.gpu.uuid
-    if attr.gpu.serial and not row.serial:
-        row.serial = attr.gpu.serial
+    """What the row does not know yet and this fault tells: GPU identity (not for a workload's incident:
+    it spans GPUs), catalog text, pods, processes."""
+    if row.component != "workload":
+        if attr.gpu.uuid and not row.gpu_uuid:
+            row.gpu_uuid = attr.gpu.uuid
+        if attr.gpu.serial and not row.serial:
+            row.serial = attr.gpu.serial
     if obs.immediate_action and not row.immediate_action:
         row.immediate_action = obs.immediate_action
     if obs.investigatory_action and not row.investigatory_action:
