@@ -172,7 +172,8 @@ def _gpu_models(s: Session, uuids: set[str]) -> dict[str, str]:
 def stats(s: Session, since: datetime | None = None, top: int = 10) -> dict[str, Any]:
     """Counts by code, category, node, GPU model and namespace; the GPUs and nodes with the most
     hardware incidents; mean time between faults on one GPU, overall and per GPU model."""
-    inc_since = [Incident.last_seen >= since] if since is not None else []
+    # An incident merged into another (a job's faults found to stay with a GPU) is counted in that one.
+    inc_since = [Incident.merged_into.is_(None), *([Incident.last_seen >= since] if since is not None else [])]
     ev_since = [FaultEvent.occurred_at >= since] if since is not None else []
     hw = [*inc_since, Incident.category.in_(HARDWARE_CATEGORIES)]
     incidents = s.scalar(sa.select(sa.func.count()).select_from(Incident).where(*inc_since)) or 0
