@@ -27,12 +27,13 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def _incident_match(serials: list[str], uuids: list[str]) -> Any:
+    """A card's incidents; one merged into another (a job's faults that stayed with the GPU) is that one."""
     conds = []
     if serials:
         conds.append(Incident.serial.in_(serials))
     if uuids:
         conds.append(Incident.gpu_uuid.in_(uuids))
-    return sa.or_(*conds) if conds else sa.false()
+    return sa.and_(sa.or_(*conds), Incident.merged_into.is_(None)) if conds else sa.false()
 
 
 def list_gpus(s: Session, f: GpuFilter, *, limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:

@@ -167,7 +167,7 @@ class BatchTransaction:
                 if inc is None:
                     continue
                 repaired[inc.incident_id] = inc
-                if inc.component != "workload":  # a job's incident spans GPUs: it names none
+                if inc.component != "nvswitch":
                     inc.gpu_uuid, inc.serial = inc.gpu_uuid or g.uuid, inc.serial or g.serial
                 add_listed(inc, "pods", f"{p.namespace}/{p.pod}/{p.container}" if p.pod else None)
                 add_listed(inc, "workloads", attr.workload)
@@ -328,18 +328,16 @@ class BatchTransaction:
 
 
 def _identity(comp: Component, obs: FaultObservation, attr: Attribution) -> dict[str, str | None]:
-    """The GPU identity columns of a new incident: its GPU's, an NVSwitch's address, none for a workload."""
-    if comp.kind == "workload":
-        return {"gpu_uuid": None, "serial": None, "pci": None}
+    """The GPU identity columns of a new incident: its GPU's (for a workload's, the GPU it first faulted
+    on), an NVSwitch's address."""
     if comp.kind == "nvswitch":
         return {"gpu_uuid": None, "serial": None, "pci": comp.id}
     return {"gpu_uuid": attr.gpu.uuid, "serial": attr.gpu.serial, "pci": attr.gpu.pci or normalize_pci(obs.pci)}
 
 
 def _fill_in(row: Incident, obs: FaultObservation, attr: Attribution) -> None:
-    """What the row does not know yet and this fault tells: GPU identity (not for a workload's incident:
-    it spans GPUs), catalog text, pods, processes."""
-    if row.component != "workload":
+    """What the row does not know yet and this fault tells: GPU identity, catalog text, pods, processes."""
+    if row.component != "nvswitch":
         if attr.gpu.uuid and not row.gpu_uuid:
             row.gpu_uuid = attr.gpu.uuid
         if attr.gpu.serial and not row.serial:

@@ -68,8 +68,8 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     card = cli("gpus", "history", "1654923008817")
     assert card["placements"][0]["node"] == "gpu-node-02"  # type: ignore[index]
     assert [i["category"] for i in card["incidents"]] == ["hardware"]  # type: ignore[index]
-    # The GPUs four incidents are about, and the job and the NVSwitch (no GPU model).
-    assert cli("stats")["by_gpu_model"] == {"NVIDIA H100 80GB HBM3": 4, "unknown": 2}
+    # Five incidents on H100s (the job counts where it first faulted); the NVSwitch is no GPU.
+    assert cli("stats")["by_gpu_model"] == {"NVIDIA H100 80GB HBM3": 5, "unknown": 1}
 
     from tests.web.conftest import start_server
 

@@ -92,7 +92,7 @@ def test_attribution_merge_and_redelivery(store: Store) -> None:
     # An application fault of a known pod is its workload's: two faults (the NVML twin counted once).
     assert inc["component"] == "workload" and inc["component_id"] == "ml/train/main"
     assert inc["count"] == 2 and inc["family"] == "application" and inc["category"] == "application"
-    assert inc["immediate_action"] == "RESTART_APP" and inc["serial"] is None  # a job spans GPUs: none named
+    assert inc["immediate_action"] == "RESTART_APP" and inc["serial"] == serial("n1", 0)  # where it first faulted
     assert inc["pods"] == ["ml/train-7d9f8c6b5-abcde/main"]
     assert {o.stream for o in first.outgoing} == {"incidents", "actions"}
 
