@@ -6,6 +6,7 @@ from datetime import datetime
 
 import pytest
 
+from models.identity import Component, signal
 from models.incidents import (
     ClassifyContext,
     IncidentChange,
@@ -18,7 +19,6 @@ from models.incidents import (
     resolve_if_quiet,
     same_fault,
 )
-from models.identity import Component, signal
 from models.kernlog.parser import KernelLogParser
 from models.stream_policy import PipelinePolicy
 from tests.streams.records import T0, Kmsg, nvml_xid, s
