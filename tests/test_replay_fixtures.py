@@ -115,3 +115,15 @@ def test_scan_replay_and_the_stream_give_one_log_the_same_fingerprints(tmp_path:
     scanned = {i.fingerprint for i in scan(("gpu-n9", r) for r in records)}
     replayed = {i["fingerprint"] for i in run_replay(root).incidents}
     assert len(scanned) == 4 and scanned == replayed
+
+
+def test_a_backlog_read_an_hour_late_is_attributed_to_the_pods_of_the_fault_s_time(tmp_path: Path) -> None:
+    # GPU 0 ran job a until 12:40, then job b. Its Xid at 12:30 is read with everything else, long after.
+    state: list[NodeRecord] = [
+        inventory("n3", T0),
+        pods("n3", T0 + timedelta(minutes=1), {0: ("ml", "a-0", "w")}),
+        pods("n3", T0 + timedelta(minutes=40), {0: ("ml", "b-0", "w")}),
+    ]
+    lines = [xid(T0 + timedelta(minutes=30), 0, 31, "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f")]
+    (incident,) = run_replay(write_cluster(tmp_path / "late", {"n3": lines}, state)).incidents
+    assert incident["component_id"] == "ml/a/w" and incident["pods"] == ["ml/a-0/w"]
