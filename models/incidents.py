@@ -225,7 +225,8 @@ def apply_fault(
     counting; any other report counts a new occurrence of the open incident; after the quiet period,
     or when the latest incident is resolved, a new incident linked to the previous one opens.
     """
-    fingerprint = component.fingerprint
+    # A recurrence keeps the fingerprint of the incident it follows (a GPU first known by its PCI address).
+    fingerprint = current.fingerprint if current is not None else component.fingerprint
     if current is not None and current.status == "open":
         quiet = (at - current.last_seen).total_seconds()
         if quiet <= policy.quiet_period_s:

@@ -62,12 +62,12 @@ class ComponentResolver:
         return comp, None
 
     def row_for(self, comp: Component, pci: str | None) -> Incident | None:
-        """The latest incident of the component; for a GPU known by UUID, an open incident opened
-        under its PCI address (before the UUID was known) too."""
+        """The latest incident of the component; for a GPU known by UUID, the incident opened under its
+        PCI address (before the UUID was known) too: its reports join it, its recurrence links to it."""
         row = self._latest(comp.fingerprint)
         if row is None and comp.kind == "gpu" and pci and pci != comp.id:
             by_pci = self._latest(Component("gpu", comp.node, pci).fingerprint)
-            if by_pci is not None and by_pci.status == "open" and by_pci.gpu_uuid in (None, comp.id):
+            if by_pci is not None and by_pci.gpu_uuid in (None, comp.id):
                 return by_pci
         return row
 
