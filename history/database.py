@@ -30,19 +30,35 @@ def shown(url: str | sa.URL) -> str:
     return sa.make_url(url).render_as_string(hide_password=True)
 
 
+def sqlite_path(url: str) -> str | None:
+    """The file of a SQLite URL (None for another database or an in-memory one)."""
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return url.removeprefix("sqlite:///").split("?", 1)[0]
+    return None
+
+
+def require_database(url: str, setting: str = DATABASE_ENV, what: str = "database") -> None:
+    """Refuse a SQLite file that does not exist (SQLAlchemy would create it empty: a typo'd path must
+    not become a new database that nothing else reads); the message names the setting to fix."""
+    path = sqlite_path(url)
+    if path is not None and not os.path.exists(path):
+        raise HistoryUnavailable(f"no {what} at {path}: give --database-url or set {setting} (run `make demo` "
+                                 "or the worker first to create one)")
+
+
 def open_history(url: str) -> sa.Engine:
-    """An engine on the worker's database at the current schema, or `HistoryUnavailable`."""
+    """An engine on the worker's database at the current schema, or `HistoryUnavailable`. Never
+    creates a database."""
     import sqlalchemy as sa
 
     from history.engine import make_engine
     from history.migrate import current_revision, head_revision
 
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        path = url.removeprefix("sqlite:///")
-        if not os.path.exists(path):  # make_engine would create an empty one
-            raise HistoryUnavailable(f"no incident history at {path}: run `make demo` or the worker first, "
-                                     "or give --database-url")
-    engine = make_engine(url)
+    require_database(url, what="incident history")
+    try:
+        engine = make_engine(url)
+    except sa.exc.ArgumentError as exc:
+        raise HistoryUnavailable(f"not a database URL: {exc}") from None
     try:
         if not sa.inspect(engine).has_table("incidents"):
             raise HistoryUnavailable(f"{shown(url)} has no incidents table: is it the worker's database?")
@@ -50,6 +66,10 @@ def open_history(url: str) -> sa.Engine:
         if current != head:
             raise HistoryUnavailable(f"{shown(url)} is at schema revision {current or 'none'}, this xidpipe needs "
                                      f"{head}: run `xidpipe db upgrade` first")
+    except sa.exc.OperationalError as exc:
+        engine.dispose()
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else "unreachable"
+        raise HistoryUnavailable(f"cannot open {shown(url)}: {reason}") from None
     except BaseException:
         engine.dispose()
         raise

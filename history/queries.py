@@ -15,13 +15,13 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.gpus import HARDWARE_CATEGORIES, GpuFilter, find_card, gpu_history, list_gpus, models_by_uuid
-from history.tables import FaultEvent, Incident, IncidentCode, IncidentNamespace, NodeState
+from history.tables import FaultEvent, GpuCard, GpuPlacement, Incident, IncidentCode, IncidentNamespace, NodeState
 from history.transitions import TransitionError, apply_transition, incident_transitions
 
 __all__ = [
-    "HARDWARE_CATEGORIES", "GpuFilter", "IncidentFilter", "SortKey", "TransitionError", "find_card", "find_incident",
-    "gpu_history", "heatmap", "incident_transitions", "list_gpus", "list_incidents", "stats", "timeline",
-    "transition_incident",
+    "HARDWARE_CATEGORIES", "AmbiguousIdent", "GpuFilter", "IncidentFilter", "SortKey", "TransitionError", "find_card",
+    "find_incident", "gpu_history", "heatmap", "incident_transitions", "list_gpus", "list_incidents", "resolve_card",
+    "resolve_incident", "stats", "timeline", "transition_incident",
 ]
 
 SortKey = Literal["first_seen", "last_seen", "count"]
@@ -125,6 +125,55 @@ def find_incident(s: Session, ident: str) -> Incident | None:
     return matches[0] if len(matches) == 1 else None
 
 
+class AmbiguousIdent(LookupError):
+    """A prefix names more than one incident or card; `candidates` lists some of them."""
+
+    def __init__(self, ident: str, candidates: list[str], what: str = "incidents") -> None:
+        more = len(candidates) > _CANDIDATES
+        shown = ", ".join(candidates[:_CANDIDATES]) + (", ..." if more else "")
+        super().__init__(f"{ident!r} is ambiguous: {'more than ' if more else ''}"
+                         f"{min(len(candidates), _CANDIDATES)} {what} match it: {shown}")
+        self.candidates = candidates
+
+
+_CANDIDATES = 10
+
+
+def resolve_incident(s: Session, ident: str) -> Incident:
+    """The incident `ident` names: its id, or a prefix of its id or fingerprint (`v2:55b4`). Raises
+    `LookupError` when none matches and `AmbiguousIdent`, with the candidates, when several do."""
+    row = s.get(Incident, ident)
+    if row is not None:
+        return row
+    matches = list(s.scalars(sa.select(Incident).where(
+        sa.or_(Incident.incident_id.startswith(ident, autoescape=True),
+               Incident.fingerprint.startswith(ident, autoescape=True)))
+        .order_by(Incident.opened_at.desc(), Incident.incident_id).limit(_CANDIDATES + 1)))
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise LookupError(f"no incident {ident!r}")
+    raise AmbiguousIdent(ident, [f"{m.incident_id} ({m.node} {m.family} {m.category})" for m in matches])
+
+
+def resolve_card(s: Session, ident: str) -> str:
+    """The card key `ident` names: a card key, board serial or any UUID the card had, or a prefix of
+    one (`GPU-5f1c`). Raises `LookupError` or `AmbiguousIdent` as `resolve_incident` does."""
+    card = find_card(s, ident)
+    if card is not None:
+        return card.card
+    keys = set(s.scalars(sa.select(GpuCard.card).where(sa.or_(
+        GpuCard.card.startswith(ident, autoescape=True), GpuCard.serial.startswith(ident, autoescape=True),
+        GpuCard.uuid.startswith(ident, autoescape=True))).limit(_CANDIDATES + 1)))
+    keys |= set(s.scalars(sa.select(GpuPlacement.card).where(GpuPlacement.uuid.startswith(ident, autoescape=True))
+                          .distinct().limit(_CANDIDATES + 1)))
+    if len(keys) == 1:
+        return keys.pop()
+    if not keys:
+        raise LookupError(f"no card {ident!r} in the ledger (a serial, a UUID or a card key, or a prefix of one)")
+    raise AmbiguousIdent(ident, sorted(keys), "cards")
+
+
 def timeline(s: Session, incident_id: str, limit: int = 200) -> list[FaultEvent]:
     return list(s.scalars(sa.select(FaultEvent).where(FaultEvent.incident_id == incident_id)
                           .order_by(FaultEvent.occurred_at).limit(limit)))
@@ -134,11 +183,9 @@ def transition_incident(s: Session, ident: str, to: str, *, actor: str, reason: 
                         at: datetime | None = None) -> dict[str, Any]:
     """A person's lifecycle step (repaired, rma, returned, closed) for the incident `ident` names.
 
-    Raises `LookupError` for an unknown incident and `TransitionError` (a `ValueError`) for a step the
-    rules do not allow. Flushes, never commits."""
-    row = find_incident(s, ident)
-    if row is None:
-        raise LookupError(f"no incident {ident!r} (or the prefix is not unique)")
+    Raises `LookupError` for an unknown incident (`AmbiguousIdent` for a prefix of several) and
+    `TransitionError` (a `ValueError`) for a step the rules do not allow. Flushes, never commits."""
+    row = resolve_incident(s, ident)
     return apply_transition(s, row, to, actor=actor, reason=reason, at=at, by="person")
 
 
@@ -170,8 +217,12 @@ def _gpu_models(s: Session, uuids: set[str]) -> dict[str, str]:
 
 
 def stats(s: Session, since: datetime | None = None, top: int = 10) -> dict[str, Any]:
-    """Counts by code, category, node, GPU model and namespace; the GPUs and nodes with the most
-    hardware incidents; mean time between faults on one GPU, overall and per GPU model."""
+    """Two sections that never mix their units, and fault rates per GPU.
+
+    `incidents` counts incidents (a storm of a thousand lines is one) by category, component, node and
+    GPU model, and the GPUs and nodes with the most hardware incidents; `fault_events` counts the fault
+    events (every sensor's report) by code and namespace; `gpu_rates` gives GPU incidents per GPU per
+    30 days and the mean time between one GPU's incidents, overall and by model (see `_gpu_rates`)."""
     # An incident merged into another (a job's faults found to stay with a GPU) is counted in that one.
     inc_since = [Incident.merged_into.is_(None), *([Incident.last_seen >= since] if since is not None else [])]
     ev_since = [FaultEvent.occurred_at >= since] if since is not None else []
@@ -179,43 +230,89 @@ def stats(s: Session, since: datetime | None = None, top: int = 10) -> dict[str,
     incidents = s.scalar(sa.select(sa.func.count()).select_from(Incident).where(*inc_since)) or 0
     events = s.scalar(sa.select(sa.func.count()).select_from(FaultEvent).where(*ev_since)) or 0
     gpu_key = sa.func.coalesce(Incident.serial, Incident.gpu_uuid, Incident.node + "/" + Incident.gpu)
-
-    # Mean time between faults: per GPU, (last - first) / (distinct fault times - 1), pooled.
-    per_gpu = s.execute(
-        sa.select(FaultEvent.node, FaultEvent.gpu, sa.func.max(FaultEvent.gpu_uuid),
-                  sa.func.min(FaultEvent.occurred_at), sa.func.max(FaultEvent.occurred_at),
-                  sa.func.count(sa.distinct(FaultEvent.occurred_at)))
-        .where(*ev_since).group_by(FaultEvent.node, FaultEvent.gpu)).all()
     by_uuid = s.execute(sa.select(Incident.gpu_uuid, sa.func.count()).where(*inc_since)
                         .group_by(Incident.gpu_uuid)).all()
-    models = _gpu_models(s, {r[2] for r in per_gpu if r[2]} | {u for u, _ in by_uuid if u})
-    span: dict[str | None, float] = {}
-    gaps: dict[str | None, int] = {}
-    for _node, _gpu, uuid, first, last, n in per_gpu:
-        if n < 2:
-            continue
-        for key in (None, models.get(uuid or "", "unknown")):
-            span[key] = span.get(key, 0.0) + (_utc(last) - _utc(first)).total_seconds()
-            gaps[key] = gaps.get(key, 0) + int(n) - 1
+    models = _gpu_models(s, {u for u, _ in by_uuid if u})
     by_model: dict[str, int] = {}
     for uuid, n in by_uuid:
         name = models.get(uuid or "", "unknown")
         by_model[name] = by_model.get(name, 0) + int(n)
-    mtbf = {k: round(span[k] / gaps[k], 1) for k in sorted(span, key=str) if k is not None}
     return {
         "since": since.isoformat() if since else None,
-        "incidents": int(incidents),
-        "fault_events": int(events),
-        "by_code": _counts(s, sa.select(FaultEvent.code).where(*ev_since)),
-        "by_category": _counts(s, sa.select(Incident.category).where(*inc_since)),
-        "by_node": _counts(s, sa.select(Incident.node).where(*inc_since), top),
-        "by_gpu_model": dict(sorted(by_model.items(), key=lambda kv: (-kv[1], kv[0]))),
-        "by_namespace": _counts(s, sa.select(FaultEvent.namespace).where(*ev_since), top),
-        "hardware_incidents_by_gpu": _counts(s, sa.select(gpu_key).where(*hw), top),
-        "hardware_incidents_by_node": _counts(s, sa.select(Incident.node).where(*hw), top),
-        "mean_time_between_faults_s": round(span[None] / gaps[None], 1) if gaps.get(None) else None,
-        "mean_time_between_faults_s_by_model": mtbf,
+        "incidents": {
+            "total": int(incidents),
+            "by_category": _counts(s, sa.select(Incident.category).where(*inc_since)),
+            "by_component": _counts(s, sa.select(Incident.component).where(*inc_since)),
+            "by_node": _counts(s, sa.select(Incident.node).where(*inc_since), top),
+            "by_gpu_model": dict(sorted(by_model.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "hardware_by_gpu": _counts(s, sa.select(gpu_key).where(*hw), top),
+            "hardware_by_node": _counts(s, sa.select(Incident.node).where(*hw), top),
+        },
+        "fault_events": {
+            "total": int(events),
+            "by_code": _counts(s, sa.select(FaultEvent.code).where(*ev_since)),
+            "by_namespace": _counts(s, sa.select(FaultEvent.namespace).where(*ev_since), top),
+        },
+        "gpu_rates": _gpu_rates(s, since, inc_since),
     }
+
+
+_RATE_DAYS = 30.0
+_MIN_WINDOW_DAYS = 1.0  # a rate over less than a day says nothing per 30 days
+
+
+def _gpu_rates(s: Session, since: datetime | None, inc_since: list[Any]) -> dict[str, Any]:
+    """Per GPU, per incident (never per line, so one storm cannot dominate):
+
+    - `incidents_per_gpu_per_30d`: incidents of component gpu / GPUs / (window days / 30). The window
+      runs from `since` (else the first incident) to the latest time the history saw (at least a day);
+      the GPUs are the ledger's cards not retired before the window, else (no ledger) the GPUs with an
+      incident.
+    - `mean_time_between_incidents_s`: per GPU, from its first incident's start to its last's, divided
+      by its incidents less one; pooled over the GPUs with two or more."""
+    rows = s.execute(sa.select(Incident.gpu_uuid, Incident.serial, Incident.node, Incident.gpu, Incident.first_seen,
+                               Incident.last_seen).where(*inc_since, Incident.component == "gpu")).all()
+    start_end = s.execute(sa.select(sa.func.min(Incident.first_seen), sa.func.max(Incident.last_seen))
+                          .where(*inc_since)).one()
+    if start_end[0] is None:
+        return {"window_days": None, "gpus_from": None, **_rate(0, {}, _MIN_WINDOW_DAYS), "by_model": {}}
+    start = _utc(since) if since is not None else _utc(start_end[0])
+    end = max(_utc(start_end[1]), start)
+    days = max((end - start).total_seconds() / 86400, _MIN_WINDOW_DAYS)
+    models = _gpu_models(s, {r[0] for r in rows if r[0]})
+    times: dict[str, list[datetime]] = {}
+    model_of: dict[str, str] = {}
+    for uuid, serial, node, gpu, first, _last in rows:
+        key = serial or uuid or f"{node}/{gpu}"
+        times.setdefault(key, []).append(_utc(first))
+        model_of[key] = models.get(uuid or "", "unknown")
+    fleet = _ledger_gpus(s, start)
+    gpus_from = "ledger" if fleet else "incidents"
+    if not fleet:
+        fleet = {}
+        for model in model_of.values():
+            fleet[model] = fleet.get(model, 0) + 1
+    by_model = {model: _rate(n_gpus, {k: t for k, t in times.items() if model_of[k] == model}, days)
+                for model, n_gpus in sorted(fleet.items())}
+    return {"window_days": round(days, 2), "gpus_from": gpus_from, **_rate(sum(fleet.values()), times, days),
+            "by_model": by_model}
+
+
+def _rate(gpus: int, times: dict[str, list[datetime]], days: float) -> dict[str, Any]:
+    n = sum(len(t) for t in times.values())
+    span = sum((max(t) - min(t)).total_seconds() for t in times.values() if len(t) > 1)
+    gaps = sum(len(t) - 1 for t in times.values() if len(t) > 1)
+    return {"gpus": gpus, "incidents": n,
+            "incidents_per_gpu_per_30d": round(n / gpus / (days / _RATE_DAYS), 3) if gpus else None,
+            "mean_time_between_incidents_s": round(span / gaps, 1) if gaps else None}
+
+
+def _ledger_gpus(s: Session, start: datetime) -> dict[str, int]:
+    """Cards the ledger holds in service (or missing), and those retired since `start`, by model."""
+    rows = s.execute(sa.select(GpuCard.model, sa.func.count())
+                     .where(sa.or_(GpuCard.state != "retired", GpuCard.last_seen >= start))
+                     .group_by(GpuCard.model)).all()
+    return {model or "unknown": int(n) for model, n in rows}
 
 
 def _utc(value: datetime) -> datetime:

@@ -1,11 +1,23 @@
-"""The `xidpipe` command line: one sub-command module per feature, registered below."""
+"""The `xidpipe` command line: one sub-command module per feature, registered below.
+
+Every command ends with one of the exit statuses of `xidpipe.commands.exits` (0 ok, 1 findings,
+2 usage or input, 3 a dependency unavailable, 4 refused), and an error is one line on stderr,
+never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+from xidpipe.commands.exits import EXIT_UNAVAILABLE, EXIT_USAGE, CliError
+from xidpipe.commands.options import database_parent, fill_defaults, suppress_defaults
 
 # Each module exposes `register(subparsers) -> None` and sets `func` on its parsers.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -25,31 +37,101 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xidpipe.commands.gpus",
     "xidpipe.commands.db",
     "xidpipe.commands.serve",
+    "xidpipe.commands.completion",
 )
+
+EPILOG = ("exit status: 0 ok, 1 findings (scan found faults, replay found incidents), 2 usage or input "
+          "error, 3 a dependency unavailable (database, Kafka, cluster, output), 4 refused by policy or "
+          "by the circuit breaker")
+
+
+def package_version() -> str:
+    try:
+        return version("xidpipe")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="xidpipe",
+        prog="xidpipe", parents=[database_parent()], epilog=EPILOG,
         description="GPU fault incident pipeline: NVIDIA Xid faults to attributed, classified incidents.",
     )
+    parser.add_argument("--version", action="version", version=f"xidpipe {package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    suppress_defaults(parser)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _fail(args: argparse.Namespace | None, message: str, code: int) -> int:
+    command = getattr(args, "command", None)
+    prefix = f"xidpipe {command}" if command else "xidpipe"
+    with contextlib.suppress(OSError):
+        print(f"{prefix}: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def _dependency_error(exc: BaseException) -> str | None:
+    """The one-line reason of a database error (the URL's password never in it), or None if not one."""
     try:
-        return int(args.func(args) or 0)
+        from sqlalchemy.exc import DBAPIError
+    except ImportError:  # pragma: no cover - SQLAlchemy is a dependency
+        return None
+    if isinstance(exc, DBAPIError):
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
+        return f"database unavailable: {reason}"
+    return None
+
+
+def _stdout_failed(args: argparse.Namespace, exc: OSError) -> int:
+    # The output cannot be written (`> /dev/full`): say so once, and point standard output at /dev/null
+    # so that what is still buffered in it does not fail again at exit.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):
+        pass
+    return _fail(args, f"cannot write the output: {exc.strerror or exc}", EXIT_UNAVAILABLE)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()
+        return code
+    except CliError as exc:
+        return _fail(args, str(exc), exc.code)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         # The reader went away (`xidpipe parse big.log | head`): not an error of ours.
         sys.stderr.close()
         return 0
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+            return _stdout_failed(args, exc)
+        raise
+    except Exception as exc:
+        message = _dependency_error(exc)
+        if message is None:
+            raise
+        return _fail(args, message, EXIT_UNAVAILABLE)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (see `xidpipe completion`)
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    try:
+        args = fill_defaults(parser.parse_args(argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    return run(args)
 
 
 if __name__ == "__main__":

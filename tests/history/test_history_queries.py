@@ -86,8 +86,8 @@ def test_transition_gpus_stats_heatmap(store: Store) -> None:
         history = gpu_history(ses, serial("node-b", 2))
         assert history is not None and [i["lifecycle"] for i in history["incidents"]] == ["repaired"]
         data = stats(ses)
-        assert data["by_gpu_model"] == {"NVIDIA H100 80GB HBM3": 3}
-        assert data["mean_time_between_faults_s_by_model"] == {"NVIDIA H100 80GB HBM3": 1.0}
+        assert data["incidents"]["by_gpu_model"] == {"NVIDIA H100 80GB HBM3": 3}
+        assert data["gpu_rates"]["gpus_from"] == "ledger"
         hm = heatmap(ses, T0 - timedelta(hours=12), T0 + timedelta(hours=12))  # one UTC day
         assert hm["days"] == ["2026-11-29"] and hm["nodes"] == [{"node": "node-b", "counts": [1], "total": 1}]
 

@@ -67,18 +67,19 @@ def test_show_prints_the_dossier_and_timeline(db: str) -> None:
     (inc,) = listed(db, "--xid", "13")
     proc = xidpipe("incidents", "show", str(inc["incident_id"])[:12], "--database-url", db)
     assert proc.returncode == 0, proc.stderr
-    assert "## Attribution at the time of the fault" in proc.stdout and "bert-1" in proc.stdout
-    assert "## Timeline" in proc.stdout and "Xid 13 (kernel) pid 11 bert" in proc.stdout
+    # Rendered as sections for a terminal, not Markdown: no `#` headings, no `|` table rows.
+    assert "\nTimeline\n" in proc.stdout and "Xid 13 (kernel) pid 11 bert" in proc.stdout and "bert-1" in proc.stdout
+    assert not [line for line in proc.stdout.splitlines() if line.startswith(("#", "|"))]
     missing = xidpipe("incidents", "show", "v1:nothing", "--database-url", db)
-    assert missing.returncode == 1 and "no incident" in missing.stderr
+    assert missing.returncode == 2 and "no incident 'v1:nothing'" in missing.stderr
 
 
 def test_stats(db: str) -> None:
     proc = xidpipe("stats", "--database-url", db, "--json")
     data = json.loads(proc.stdout)
-    assert data["incidents"] == 3 and data["fault_events"] == 4
-    assert data["by_code"] == {"Xid 13": 1, "Xid 43": 1, "Xid 31": 1, "Xid 79": 1}
-    assert data["hardware_incidents_by_node"] == {"node-b": 1}
+    assert data["incidents"]["total"] == 3 and data["fault_events"]["total"] == 4
+    assert data["fault_events"]["by_code"] == {"Xid 13": 1, "Xid 43": 1, "Xid 31": 1, "Xid 79": 1}
+    assert data["incidents"]["hardware_by_node"] == {"node-b": 1}
 
 
 def test_a_missing_history_is_a_clear_error(tmp_path: Path) -> None:

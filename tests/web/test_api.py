@@ -194,10 +194,10 @@ async def test_gpus_and_a_swapped_cards_history(client: TestClient, seeded: Seed
 
 async def test_stats(client: TestClient) -> None:
     body = await get(client, f"{API}/stats")
-    assert body["incidents"] == 5 and body["fault_events"] == 6
-    assert body["by_category"] == {"hardware": 3, "application": 2}
-    assert body["hardware_incidents_by_node"] == {"node-b": 2, "node-c": 1}
-    assert (await get(client, f"{API}/stats", since="2026-11-28"))["incidents"] == 1
+    assert body["incidents"]["total"] == 5 and body["fault_events"]["total"] == 6
+    assert body["incidents"]["by_category"] == {"hardware": 3, "application": 2}
+    assert body["incidents"]["hardware_by_node"] == {"node-b": 2, "node-c": 1}
+    assert (await get(client, f"{API}/stats", since="2026-11-28"))["incidents"]["total"] == 1
     await get(client, f"{API}/stats", expect=400, top="0")
 
 

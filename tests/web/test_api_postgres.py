@@ -40,7 +40,7 @@ async def test_the_api_answers_the_same_on_postgresql(pg: tuple[TestClient, Seed
     history = await (await client.get(f"/api/v1/gpus/{seeded.swapped_serial}", headers=READ)).json()
     assert "replaced" in [e["kind"] for e in history["events"]]
     stats = await (await client.get("/api/v1/stats", headers=READ)).json()
-    assert stats["by_category"] == {"hardware": 3, "application": 2}
+    assert stats["incidents"]["by_category"] == {"hardware": 3, "application": 2}
     done = await client.post(f"/api/v1/incidents/{seeded.lost_c}/transitions",
                              json={"to": "closed", "reason": "card replaced"}, headers=OPERATOR)
     assert done.status == 200 and (await done.json())["actor"] == "ops"

@@ -61,7 +61,7 @@ def test_the_tokens_file_from_the_environment(seeded: Seeded, tokens_file: Path,
                               extra_env={"XIDPIPE_API_TOKENS_FILE": str(tokens_file)})
     try:
         status, body = get(f"{base}/api/v1/stats", READ_TOKEN)
-        assert status == 200 and body["incidents"] == 5
+        assert status == 200 and body["incidents"]["total"] == 5
         assert not (tmp_path / "var").exists()
     finally:
         stop(proc)
@@ -75,7 +75,7 @@ def serve(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_a_missing_history_is_a_clear_error(tokens_file: Path, tmp_path: Path) -> None:
     proc = serve("--database-url", f"sqlite:///{tmp_path / 'none.db'}", "--tokens-file", str(tokens_file),
                  cwd=tmp_path)
-    assert proc.returncode == 2 and "no incident history" in proc.stderr and "make demo" in proc.stderr
+    assert proc.returncode == 3 and "no incident history" in proc.stderr and "make demo" in proc.stderr
 
 
 def test_an_outdated_history_says_to_upgrade(seeded: Seeded, tokens_file: Path, tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_an_outdated_history_says_to_upgrade(seeded: Seeded, tokens_file: Path, 
         conn.execute(sa.text("update xidpipe_streams_version set version_num = '0001'"))
     engine.dispose()
     proc = serve("--database-url", seeded.url, "--tokens-file", str(tokens_file), cwd=tmp_path)
-    assert proc.returncode == 2 and "xidpipe db upgrade" in proc.stderr, proc.stderr
+    assert proc.returncode == 3 and "xidpipe db upgrade" in proc.stderr, proc.stderr
 
 
 def test_a_bad_tokens_file_is_refused(seeded: Seeded, tmp_path: Path) -> None:

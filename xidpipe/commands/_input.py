@@ -18,6 +18,8 @@ class InputError(Exception):
 
 def open_input(path: str) -> BinaryIO:
     if path == "-":
+        if sys.stdin is None or sys.stdin.closed:  # `xidpipe scan - <&-`
+            raise InputError("cannot read standard input: it is closed")
         return sys.stdin.buffer
     try:
         return open(path, "rb")
@@ -40,7 +42,7 @@ def iter_lines(path: str) -> Iterator[str]:
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     finally:
-        if stream is sys.stdin.buffer:
+        if sys.stdin is not None and stream is sys.stdin.buffer:
             text.detach()
         else:
             text.close()

@@ -4,7 +4,7 @@ Once tripped (too many nodes of a pool, or too many cordons in an hour), no auto
 happens until an operator resets it here. A reset does not raise the limits: a cordon that would
 still pass them trips the breaker again. The cordons the breaker held are offered again by the
 responder once it sees the reset (`respond.cordon_lane`); with the SQL action record, `reset` says
-how many are waiting.
+how many are waiting. Both read an existing action record (the responder's); neither creates one.
 """
 
 from __future__ import annotations
@@ -14,34 +14,39 @@ import getpass
 import json
 from typing import Any
 
-from xidpipe.commands.cluster_options import add_store_options, settings_from_args
+from xidpipe.commands.cluster_options import require_record, settings_from_args, store_parent
+from xidpipe.commands.exits import EXIT_OK, EXIT_REFUSED
 
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("breaker", help="show or reset the cordon circuit breaker",
-                                                description="The cordon circuit breaker.")
+                                                description="The cordon circuit breaker.", parents=[store_parent()])
     bsub = p.add_subparsers(dest="breaker_command", metavar="SUBCOMMAND", required=True)
-    status = bsub.add_parser("status", help="print the breaker state as JSON (exit 0 closed, 3 tripped)",
+    status = bsub.add_parser("status", help="print the breaker state as JSON (exit 0 closed, 4 tripped)",
                              description="Print the breaker state and the latest trips as JSON. Exit status 0 "
-                             "when closed, 3 when tripped.")
-    add_store_options(status)
+                             "when closed, 4 when tripped (automatic cordons are refused).", parents=[store_parent()])
     status.set_defaults(func=run_status)
-    reset = bsub.add_parser("reset", help="reset a tripped breaker",
+    reset = bsub.add_parser("reset", help="reset a tripped breaker", parents=[store_parent()],
                             description="Close the breaker so automatic cordons resume; recorded with who and why.")
     reset.add_argument("--reason", required=True, help="why automatic cordons may resume")
-    reset.add_argument("--by", default=None, help="who resets it (default: the login name)")
-    add_store_options(reset)
+    reset.add_argument("--by", default=None, help="who resets it (default: $USER, the login name)")
     reset.set_defaults(func=run_reset)
 
 
-def run_status(args: argparse.Namespace) -> int:
+def _store(args: argparse.Namespace) -> Any:
     from respond.cordon.runtime import store_from
 
-    store = store_from(settings_from_args(args))
+    settings = settings_from_args(args)
+    require_record(settings)
+    return store_from(settings)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    store = _store(args)
     state = store.breaker()
     trips = [r.model_dump(mode="json") for r in store.recent(200) if r.action in ("breaker_trip", "breaker_reset")]
     print(json.dumps({"breaker": state.model_dump(mode="json"), "history": trips[-10:]}, indent=2))
-    return 3 if state.tripped else 0
+    return EXIT_REFUSED if state.tripped else EXIT_OK
 
 
 def run_reset(args: argparse.Namespace) -> int:
@@ -49,9 +54,8 @@ def run_reset(args: argparse.Namespace) -> int:
     from respond.cordon.action_log import SqlActionStore
     from respond.cordon.executor import CordonExecutor
     from respond.cordon.pending import PendingCordons
-    from respond.cordon.runtime import store_from
 
-    store = store_from(settings_from_args(args))
+    store = _store(args)
     executor = CordonExecutor(CordonPolicy(), store, None)
     was = executor.breaker_status()
     state = executor.reset_breaker(by=args.by or getpass.getuser(), reason=args.reason)
@@ -62,4 +66,4 @@ def run_reset(args: argparse.Namespace) -> int:
         if held:
             shown = ", ".join(f"{p.node} ({p.incident_id})" for p in held[:10]) + (" ..." if len(held) > 10 else "")
             print(f"{len(held)} cordon(s) held by the breaker will be offered again by the responder: {shown}")
-    return 0
+    return EXIT_OK

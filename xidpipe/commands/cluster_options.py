@@ -1,33 +1,50 @@
 """Command-line options shared by the action commands (`node`, `breaker`): cluster, store, policy.
 
-Each option falls back to its `XIDPIPE_ACTIONS_*` environment variable (see `ActionSettings`).
+Each option falls back to its `XIDPIPE_ACTIONS_*` environment variable (see `ActionSettings`), and is
+accepted before or after the action (`xidpipe breaker --action-log F status`). A command that needs a
+cluster or an action record and has none configured is refused with the setting to set, never run
+as a silent dry run or against a record it would create empty.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from respond.cordon.settings import ActionSettings
+from xidpipe.commands.exits import Unavailable, UsageError
+
+NO_CLUSTER = ("no cluster configured: give --kubeconfig FILE (and --context), --in-cluster, or set "
+              "XIDPIPE_ACTIONS_CLUSTER; --dry-run records the decision without a cluster")
 
 
-def add_store_options(p: argparse.ArgumentParser) -> None:
+def store_parent() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
     g = p.add_argument_group("action record")
-    g.add_argument("--database-url", help="SQLAlchemy URL of the actions table (default: the JSON Lines log)")
-    g.add_argument("--action-log", help="JSON Lines action log (default xidpipe-actions.jsonl)")
+    g.add_argument("--database-url", metavar="URL",
+                   help="SQLAlchemy URL of the actions table (default: $XIDPIPE_ACTIONS_DATABASE_URL, else the "
+                   "JSON Lines log)")
+    g.add_argument("--action-log", metavar="FILE",
+                   help="JSON Lines action log (default: $XIDPIPE_ACTIONS_ACTION_LOG, else xidpipe-actions.jsonl)")
+    return p
 
 
-def add_cluster_options(p: argparse.ArgumentParser) -> None:
+def cluster_parent() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False, parents=[store_parent()], argument_default=argparse.SUPPRESS)
     g = p.add_argument_group("cluster")
-    g.add_argument("--kubeconfig", help="act on the cluster of this kubeconfig")
+    g.add_argument("--kubeconfig", metavar="FILE", help="act on the cluster of this kubeconfig")
     g.add_argument("--context", help="kubeconfig context")
     g.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
-    g.add_argument("--policy", dest="policy_file", help="cordon policy YAML (default: the documented defaults)")
-    g.add_argument("--dry-run", action="store_true", default=None, help="decide and record, change nothing")
-    add_store_options(p)
+    g.add_argument("--policy", dest="policy_file", metavar="FILE",
+                   help="cordon policy YAML (default: the documented defaults)")
+    g.add_argument("--dry-run", action="store_true", help="decide and record, change nothing")
+    return p
 
 
 def settings_from_args(args: argparse.Namespace) -> ActionSettings:
+    from pydantic import ValidationError
+
     overrides: dict[str, Any] = {}
     for key in ("database_url", "action_log", "kubeconfig", "context", "policy_file", "dry_run"):
         value = getattr(args, key, None)
@@ -37,4 +54,27 @@ def settings_from_args(args: argparse.Namespace) -> ActionSettings:
         overrides["cluster"] = "in-cluster"
     elif overrides.get("kubeconfig") or overrides.get("context"):
         overrides["cluster"] = "kubeconfig"
-    return ActionSettings(**overrides)
+    try:
+        return ActionSettings(**overrides)
+    except ValidationError as exc:
+        raise UsageError(f"bad action settings: {exc}") from None
+
+
+def require_cluster(settings: ActionSettings) -> None:
+    """A command that changes a node needs a cluster, or an explicit --dry-run."""
+    if settings.cluster == "none" and not settings.dry_run:
+        raise UsageError(NO_CLUSTER)
+
+
+def require_record(settings: ActionSettings) -> None:
+    """The action record must already exist: a typo'd path is an error, never a new empty record."""
+    url = settings.database_url.get_secret_value() if settings.database_url else None
+    if url:
+        path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
+        if path and path != ":memory:" and not os.path.exists(path):
+            raise Unavailable(f"no database at {path}: check --database-url (or XIDPIPE_ACTIONS_DATABASE_URL)")
+        return
+    log = settings.action_log
+    if not log.exists() and not log.with_name(log.name + ".breaker.json").exists():
+        raise Unavailable(f"no action record: {log} does not exist; give --action-log FILE, or "
+                         "--database-url URL (or set XIDPIPE_ACTIONS_DATABASE_URL) where the responder records")

@@ -4,45 +4,44 @@ Every table is made by the migrations: the stream pipeline's, the incident histo
 ledger, the sinks' (tickets, chat notifications, silences) and the action record's.
 
 The database is `--database-url`, else `$XIDPIPE_DATABASE_URL`, else the SQLite file `make demo`
-writes. The worker, the responder and the commands that write to it (`silence`, and `node` and
-`breaker` with a database URL) upgrade their database when they start; this command does it ahead
-of a rollout, or for a database the CLI and the API read.
+writes. `upgrade` creates a database that does not exist yet; `current` never does. The worker,
+the responder and the commands that write to an existing one (`silence add|expire`, and `node`
+and `breaker` with a database URL) upgrade it when they start; this command does it ahead of a
+rollout, creates a new one, or upgrades one the CLI and the API read.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
-from history.database import DEFAULT_DB, database_url, shown
+from history.database import HistoryUnavailable, database_url, require_database, shown
+from xidpipe.commands.exits import EXIT_OK, Unavailable, UsageError
+from xidpipe.commands.options import database_parent, json_parent
 
 
 def register(sub: Any) -> None:
     db: argparse.ArgumentParser = sub.add_parser("db", help="apply or show the database schema migrations",
                                                  description="Apply or show the Alembic migrations of every "
                                                  "table: incident history, GPU ledger, sinks and "
-                                                 "action record.")
+                                                 "action record.", parents=_common())
     dsub = db.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
     up: argparse.ArgumentParser = dsub.add_parser("upgrade", help="migrate to the newest schema (or --revision)",
                                                   description="Apply the migrations up to --revision (default "
-                                                  "head). An up-to-date database is left as it is.")
+                                                  "head). An up-to-date database is left as it is.",
+                                                  parents=_common())
     up.add_argument("--revision", default="head", help="target revision (default: head)")
-    _common(up)
     up.set_defaults(func=run_upgrade)
     cur: argparse.ArgumentParser = dsub.add_parser("current", help="the database's revision and the newest one",
                                                    description="Print the database's schema revision and the "
-                                                   "newest revision this xidpipe knows.")
-    _common(cur)
+                                                   "newest revision this xidpipe knows.", parents=_common())
     cur.set_defaults(func=run_current)
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--database-url", default=None,
-                   help=f"SQLAlchemy URL (default: $XIDPIPE_DATABASE_URL, else {DEFAULT_DB})")
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+def _common() -> list[argparse.ArgumentParser]:
+    return [database_parent(), json_parent()]
 
 
 def _url(args: argparse.Namespace) -> str:
@@ -80,28 +79,28 @@ def run_upgrade(args: argparse.Namespace) -> int:
         try:
             upgrade(engine, args.revision)
         except CommandError as exc:
-            print(f"xidpipe db upgrade: {exc}", file=sys.stderr)
-            return 2
+            raise UsageError(str(exc)) from None
         current, head = revisions(engine)
     finally:
         engine.dispose()
     if not args.json and before != current:
         print(f"migrated from {before or '(empty)'} to {current}")
     _report(args, url, current, head, before)
-    return 0
+    return EXIT_OK
 
 
 def run_current(args: argparse.Namespace) -> int:
     from history.engine import make_engine
 
     url = _url(args)
-    if url.startswith("sqlite:///") and not os.path.exists(url.removeprefix("sqlite:///")):
-        print(f"xidpipe db current: no database at {url.removeprefix('sqlite:///')}", file=sys.stderr)
-        return 1
+    try:
+        require_database(url)
+    except HistoryUnavailable as exc:
+        raise Unavailable(str(exc)) from None
     engine = make_engine(url)
     try:
         current, head = revisions(engine)
     finally:
         engine.dispose()
     _report(args, url, current, head, None)
-    return 0
+    return EXIT_OK

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from importlib import resources
 from typing import Any
 
 from models.scan import scan
+from xidpipe.commands.exits import EXIT_OK, Unavailable
 from xidpipe.commands.scan import collect, print_table
 
 SAMPLE_YEAR = 2026
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if args.scan_only:
         incidents = scan(collect(sample_files(), None, SAMPLE_YEAR))
         print_table(incidents)
-        return 0
+        return EXIT_OK
     from xidpipe.demo import DB, OUTBOX, run_demo
 
     def say(text: str) -> None:
@@ -47,13 +47,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = run_demo(say, timeout=args.timeout)
     except (TimeoutError, RuntimeError, OSError) as exc:
-        print(f"xidpipe demo: {exc}", file=sys.stderr)
-        return 1
+        raise Unavailable(str(exc)) from None
     print_incidents(result["incidents"])
     print_actions(result["actions"])
     print(f"\nTickets and chat messages (outbox): {OUTBOX}/jira, {OUTBOX}/slack")
     print(f"Incident history: {DB} (sqlite); the pipeline took {result['seconds']:.0f} s")
-    return 0
+    return EXIT_OK
 
 
 def print_incidents(incidents: list[dict[str, Any]]) -> None:

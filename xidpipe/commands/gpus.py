@@ -8,42 +8,47 @@ inventories already stored (after an upgrade, or for a database written before t
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
-from xidpipe.commands.incidents import add_database_options, history_session, print_table
+from xidpipe.commands import output
+from xidpipe.commands.exits import EXIT_OK, UsageError
+from xidpipe.commands.incidents import history_session, print_json, resolve
+from xidpipe.commands.options import add_enum, history_parents
+from xidpipe.commands.timeflags import format_time
+
+STATES = ("in_service", "missing", "retired")
 
 
 def register(sub: Any) -> None:
     gpus: argparse.ArgumentParser = sub.add_parser("gpus", help="the GPU asset ledger: cards, placements, swaps",
                                                    description="Query the GPU asset ledger: which card is where, "
-                                                   "and what happened to one card.")
+                                                   "and what happened to one card.",
+                                                   parents=history_parents())
     gsub = gpus.add_subparsers(dest="gpus_command", metavar="COMMAND", required=True)
     ls: argparse.ArgumentParser = gsub.add_parser("list", help="cards by node and PCI slot",
                                                   description="List the cards the ledger knows, by node and PCI "
-                                                  "slot, with their incident counts.")
+                                                  "slot, with their incident counts.",
+                                                  parents=history_parents())
     ls.add_argument("--node")
     ls.add_argument("--model", help="a part of the model name, any case (h100)")
-    ls.add_argument("--state", choices=("in_service", "missing", "retired"),
-                    help="in_service; missing (its node's inventory no longer lists it); retired (another card "
-                    "took its slot)")
+    add_enum(ls, "--state", "state", STATES, "in_service; missing (its node's inventory no longer lists it); "
+             "retired (another card took its slot)")
     ls.add_argument("--limit", type=int, default=50)
     ls.add_argument("--offset", type=int, default=0)
-    add_database_options(ls)
     ls.set_defaults(func=run_list)
     hist: argparse.ArgumentParser = gsub.add_parser("history", help="one card: placements, swaps, incidents",
                                                     description="Show one card's placements over time, its ledger "
-                                                    "events (swaps, moves, returns) and its incidents.")
-    hist.add_argument("ident", metavar="SERIAL|UUID", help="board serial, any UUID the card had, or a card key")
-    add_database_options(hist)
+                                                    "events (swaps, moves, returns) and its incidents.",
+                                                    parents=history_parents())
+    hist.add_argument("ident", metavar="SERIAL|UUID", help="board serial, any UUID the card had, or a card key, "
+                      "or a unique prefix of one (GPU-5f1c)")
     hist.set_defaults(func=run_history)
     rb: argparse.ArgumentParser = gsub.add_parser("rebuild", help="fill the ledger from the stored inventories",
                                                   description="Apply the stored node inventories to the ledger "
                                                   "in time order (those newer than what it holds), or all of "
-                                                  "them from an empty ledger with --reset.")
+                                                  "them from an empty ledger with --reset.",
+                                                  parents=history_parents())
     rb.add_argument("--reset", action="store_true", help="empty the ledger first")
-    add_database_options(rb)
     rb.set_defaults(func=run_rebuild)
 
 
@@ -55,19 +60,16 @@ def run_list(args: argparse.Namespace) -> int:
                                 offset=args.offset)
         empty = total == 0 and not (args.node or args.model or args.state) and _has_inventories(s)
     if args.json:
-        json.dump({"total": total, "offset": args.offset, "gpus": rows}, sys.stdout, indent=2)
-        print()
-        return 0
+        return print_json({"total": total, "offset": args.offset, "gpus": rows})
     if not rows:
         print("No GPUs match." + (" The ledger is empty but inventories are stored: run `xidpipe gpus rebuild`."
                                   if empty else ""))
-        return 0
+        return EXIT_OK
     header = ["NODE", "PCI SLOT", "SERIAL", "MODEL", "STATE", "SINCE", "INCIDENTS", "HARDWARE", "UUID"]
-    table = [[r["node"], r["pci_slot"], r["serial"] or "-", r["model"] or "?", r["state"], str(r["since"])[:19],
-              str(r["incidents"]), str(r["hardware_incidents"]), r["uuid"]] for r in rows]
-    print_table(header, table)
+    output.table(header, [[r["node"], r["pci_slot"], r["serial"], r["model"] or "?", r["state"],
+                           format_time(r["since"]), r["incidents"], r["hardware_incidents"], r["uuid"]] for r in rows])
     print(f"\n{len(rows)} of {total} (offset {args.offset})")
-    return 0
+    return EXIT_OK
 
 
 def _has_inventories(s: Any) -> bool:
@@ -79,37 +81,34 @@ def _has_inventories(s: Any) -> bool:
 
 
 def run_history(args: argparse.Namespace) -> int:
-    from history.queries import gpu_history
+    from history.queries import gpu_history, resolve_card
 
     with history_session(args) as s:
-        data = gpu_history(s, args.ident)
-    if data is None:
-        print(f"xidpipe gpus history: no card {args.ident!r} in the ledger (a serial, a UUID or a card key)",
-              file=sys.stderr)
-        return 1
+        data = gpu_history(s, resolve(resolve_card, s, args.ident))
+    if data is None:  # the card went between the two reads
+        raise UsageError(f"no card {args.ident!r} in the ledger")
     if args.json:
-        json.dump(data, sys.stdout, indent=2)
-        print()
-        return 0
+        return print_json(data)
     print(f"{data['card']}  {data['model'] or '?'}  {data['state']}  on {data['node']} {data['pci_slot']} "
-          f"since {data['since']}")
-    print(f"serial {data['serial'] or '-'}, UUID {data['uuid']}, first seen {data['first_seen']}, last seen "
-          f"{data['last_seen']}" + (f", missing since {data['missing_since']}" if data["missing_since"] else ""))
-    print("\nPlacements:")
-    print_table(["FROM", "TO", "NODE", "PCI SLOT", "UUID", "DRIVER", "VBIOS", "MIG"],
-                [[p["valid_from"][:19], (p["valid_to"] or "now")[:19], p["node"], p["pci_slot"], p["uuid"],
-                  p["driver"] or "?", p["vbios"] or "?", ", ".join(p["mig_layout"]) or "-"]
-                 for p in data["placements"]])
-    print("\nLedger events:")
-    for e in data["events"]:
-        print(f"- {e['at'][:19]} {e['kind']}: {e['reason']}")
-    print("\nIncidents:")
+          f"since {format_time(data['since'])}")
+    print(f"serial {data['serial'] or '-'}, UUID {data['uuid']}, first seen {format_time(data['first_seen'])}, "
+          f"last seen {format_time(data['last_seen'])}"
+          + (f", missing since {format_time(data['missing_since'])}" if data["missing_since"] else ""))
+    output.heading("Placements")
+    output.table(["FROM", "TO", "NODE", "PCI SLOT", "UUID", "DRIVER", "VBIOS", "MIG"],
+                 [[format_time(p["valid_from"]), format_time(p["valid_to"]) if p["valid_to"] else "now", p["node"],
+                   p["pci_slot"], p["uuid"], p["driver"] or "?", p["vbios"] or "?", ", ".join(p["mig_layout"])]
+                  for p in data["placements"]])
+    output.heading("Ledger events")
+    output.table(["AT", "KIND", "REASON"], [[format_time(e["at"]), e["kind"], e["reason"]] for e in data["events"]])
+    output.heading("Incidents")
     if not data["incidents"]:
         print("(none)")
-    for i in data["incidents"]:
-        print(f"- {str(i['first_seen'])[:19]} … {str(i['last_seen'])[:19]} {i['node']} {i['family']} "
-              f"{i['category']} ×{i['count']} {i['lifecycle']} {i['incident_id']}")
-    return 0
+        return EXIT_OK
+    output.table(["FIRST SEEN", "LAST SEEN", "NODE", "FAMILY", "CATEGORY", "COUNT", "LIFECYCLE", "ID"],
+                 [[format_time(i["first_seen"]), format_time(i["last_seen"]), i["node"], i["family"], i["category"],
+                   i["count"], i["lifecycle"], i["incident_id"]] for i in data["incidents"]])
+    return EXIT_OK
 
 
 def run_rebuild(args: argparse.Namespace) -> int:
@@ -124,8 +123,6 @@ def run_rebuild(args: argparse.Namespace) -> int:
         cards = s.scalar(sa.select(sa.func.count()).select_from(GpuCard)) or 0
         events = s.scalar(sa.select(sa.func.count()).select_from(GpuLedgerEvent)) or 0
     if args.json:
-        json.dump({"inventories_applied": applied, "cards": cards, "events": events}, sys.stdout, indent=2)
-        print()
-        return 0
+        return print_json({"inventories_applied": applied, "cards": cards, "events": events})
     print(f"{applied} inventories applied; the ledger holds {cards} cards and {events} events")
-    return 0
+    return EXIT_OK

@@ -1,36 +1,35 @@
 """`xidpipe node release NODE`: lift xidpipe's cordon, taint and GPUHealthy condition, recording who and why.
 
 xidpipe releases only cordons it set (the node carries `xidpipe.io/cordoned-at`); any other cordon
-is refused with the reason. Exit status: 0 released (or a dry run), 1 refused, 2 failed.
+is refused with the reason. With no cluster configured the command is refused (exit 2), unless
+`--dry-run` asks for a recorded dry run. Exit status: 0 released (or a dry run), 2 no cluster or a
+bad policy, 3 the cluster failed the change, 4 refused.
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
-import sys
 from typing import Any
 
-from xidpipe.commands.cluster_options import add_cluster_options, settings_from_args
-
-EXIT_OK, EXIT_REFUSED, EXIT_FAILED = 0, 1, 2
+from xidpipe.commands.cluster_options import cluster_parent, require_cluster, settings_from_args
+from xidpipe.commands.exits import EXIT_OK, Refused, Unavailable, UsageError
 
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("node", help="act on a node (release xidpipe's cordon)",
-                                                description="Node actions.")
+                                                description="Node actions.", parents=[cluster_parent()])
     nsub = p.add_subparsers(dest="node_command", metavar="SUBCOMMAND", required=True)
     rel = nsub.add_parser(
-        "release", help="lift xidpipe's cordon of a node",
+        "release", help="lift xidpipe's cordon of a node", parents=[cluster_parent()],
         description="Lift xidpipe's cordon, taint and GPUHealthy=False condition of NODE, and record who "
         "released it and why (node annotations, an Event, the action record). Refuses when the cordon was "
         "not set by xidpipe, or was set for another incident than --incident. Exit status: 0 released, "
-        "1 refused, 2 failed.")
+        "2 no cluster configured (give --kubeconfig, --in-cluster or --dry-run), 3 failed, 4 refused.")
     rel.add_argument("node", metavar="NODE")
     rel.add_argument("--incident", help="release only if xidpipe cordoned the node for this incident")
     rel.add_argument("--reason", required=True, help="why the node is returned to service")
-    rel.add_argument("--by", default=None, help="who releases it (default: the login name)")
-    add_cluster_options(rel)
+    rel.add_argument("--by", default=None, help="who releases it (default: $USER, the login name)")
     rel.set_defaults(func=run_release)
 
 
@@ -39,19 +38,21 @@ def run_release(args: argparse.Namespace) -> int:
     from respond.cordon.runtime import build_executor
 
     settings = settings_from_args(args)
+    require_cluster(settings)
     try:
         executor = build_executor(settings)
     except PolicyError as exc:
-        print(str(exc), file=sys.stderr)
-        return EXIT_FAILED
+        raise UsageError(str(exc)) from None
+    except Exception as exc:  # the kubeconfig cannot be loaded: kubernetes' ConfigException and OSError
+        if type(exc).__name__ != "ConfigException" and not isinstance(exc, OSError):
+            raise
+        raise UsageError(f"cannot load the cluster configuration: {exc}") from None
     by = args.by or getpass.getuser()
     result = executor.release(args.node, by=by, reason=args.reason, incident_id=args.incident)
     if result.outcome == "refused":
-        print(f"xidpipe node release: refused: {result.reason}", file=sys.stderr)
-        return EXIT_REFUSED
+        raise Refused(f"refused: {result.reason}")
     if result.outcome == "failed":
-        print(f"xidpipe node release: failed: {result.reason}", file=sys.stderr)
-        return EXIT_FAILED
+        raise Unavailable(f"failed: {result.reason}")
     prefix = "dry run: " if result.dry_run else ""
     print(f"{prefix}{result.reason}" + (f" (changed: {', '.join(result.changes)})" if result.changes else ""))
     return EXIT_OK

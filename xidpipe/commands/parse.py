@@ -9,6 +9,7 @@ from typing import Any
 
 from models.kernlog import KernelLogParser
 from xidpipe.commands._input import InputError, add_year_option, iter_lines, parse_options
+from xidpipe.commands.exits import EXIT_OK, UsageError
 
 
 def register(sub: Any) -> None:
@@ -30,7 +31,6 @@ def run(args: argparse.Namespace) -> int:
         for record in parser.parse(iter_lines(args.file)):
             out.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
     except InputError as exc:
-        print(f"xidpipe parse: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     out.flush()
-    return 0
+    return EXIT_OK

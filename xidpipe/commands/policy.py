@@ -14,7 +14,11 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-EXIT_OK, EXIT_INVALID = 0, 1
+from xidpipe.commands.exits import EXIT_OK, EXIT_USAGE, UsageError
+from xidpipe.commands.options import json_parent
+from xidpipe.commands.timeflags import parse_time
+
+EXIT_INVALID = EXIT_USAGE
 
 
 def register(sub: Any) -> None:
@@ -24,17 +28,18 @@ def register(sub: Any) -> None:
     )
     psub = p.add_subparsers(dest="policy_command", metavar="SUBCOMMAND", required=True)
 
-    check = psub.add_parser("check", help="validate a policy file",
-                            description="Validate a cordon policy file. Exit status 0 when valid; 1 with a "
-                            "message naming each offending field otherwise.")
+    check = psub.add_parser("check", help="validate a policy file", parents=[json_parent()],
+                            description="Validate a cordon policy file. Exit status 0 when valid; 2 with a "
+                            "message naming each offending field otherwise. --json prints the full policy, "
+                            "defaults filled in.")
     check.add_argument("file", metavar="FILE", help="policy YAML")
-    check.add_argument("--json", action="store_true", help="print the full policy, defaults filled in, as JSON")
     check.set_defaults(func=run_check)
 
     test = psub.add_parser(
         "test", help="show the cordon decision for a fault on a node",
         description="Decide whether a fault on a node would be cordoned, and why, from the policy and what "
-        "you state about the node and the fleet. Touches no cluster. Prints JSON.")
+        "you state about the node and the fleet. Touches no cluster. Prints JSON; exit status 0 whatever the "
+        "decision, 2 for a bad policy or option.")
     test.add_argument("--policy", dest="policy_file", help="policy YAML (default: the documented defaults)")
     fault = test.add_argument_group("the fault")
     fault.add_argument("--xid", type=int, action="append", default=[], help="Xid code (repeatable)")
@@ -43,7 +48,8 @@ def register(sub: Any) -> None:
     fault.add_argument("--action", dest="actions", action="append", default=[],
                        help="NVIDIA immediate action (default: from the Xid catalog; repeatable)")
     fault.add_argument("--at", dest="times", action="append", default=[], metavar="TIME",
-                       help="when an occurrence of the incident happened, ISO 8601 (repeatable: one per occurrence)")
+                       help="when an occurrence of the incident happened: ISO 8601, a date, or 2h for two hours ago "
+                       "(repeatable: one per occurrence)")
     fault.add_argument("--occurrences", type=int, metavar="N",
                        help="N occurrences, evenly spread over --within seconds up to now")
     fault.add_argument("--within", type=float, default=0.0, metavar="S",
@@ -92,7 +98,7 @@ def _parse_labels(items: list[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"xidpipe policy test: --labels expects KEY=VALUE, got {item!r}")
+            raise UsageError(f"--labels expects KEY=VALUE, got {item!r}")
         labels[key] = value
     return labels
 
@@ -119,18 +125,17 @@ def derive_fault(xids: list[int]) -> tuple[str, str, list[str]]:
 def occurrence_times(args: argparse.Namespace, now: datetime) -> tuple[datetime, ...]:
     """The occurrence times the options state (`--at`, or `--occurrences N --within S`), oldest first."""
     if args.times and args.occurrences is not None:
-        raise SystemExit("xidpipe policy test: give either --at times or --occurrences, not both")
+        raise UsageError("give either --at times or --occurrences, not both")
     times = []
     for text in args.times:
         try:
-            at = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise SystemExit(f"xidpipe policy test: --at expects an ISO 8601 time, got {text!r}") from None
-        times.append(at if at.tzinfo else at.replace(tzinfo=UTC))
+            times.append(parse_time(text, now))
+        except ValueError as exc:
+            raise UsageError(f"--at: {exc}") from None
     if args.occurrences is not None:
         n = args.occurrences
         if n < 1 or args.within < 0:
-            raise SystemExit("xidpipe policy test: --occurrences needs N >= 1 and --within S >= 0")
+            raise UsageError("--occurrences needs N >= 1 and --within S >= 0")
         step = args.within / (n - 1) if n > 1 else 0.0
         times = [now - timedelta(seconds=args.within - i * step) for i in range(n)]
     return tuple(sorted(times))

@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-EXIT_CLEAN, EXIT_INCIDENTS, EXIT_INPUT_ERROR = 0, 1, 2
+from xidpipe.commands.exits import EXIT_FINDINGS as EXIT_INCIDENTS
+from xidpipe.commands.exits import EXIT_OK as EXIT_CLEAN
+from xidpipe.commands.exits import EXIT_USAGE as EXIT_INPUT_ERROR
+
 COMPONENT_NAMES = {"gpu": "GPU", "nvswitch": "NVSwitch", "node": "node", "workload": "workload", "fleet": "fleet"}
 
 

@@ -12,21 +12,23 @@ from typing import Any
 from models.classify import ClassifyPolicy
 from models.kernlog import FaultRecord, KernelLogParser
 from models.scan import ScanIncident, scan
+from xidpipe.commands import output
 from xidpipe.commands._input import InputError, add_year_option, iter_lines, parse_options
-
-EXIT_CLEAN, EXIT_FAULTS, EXIT_INPUT_ERROR = 0, 1, 2
+from xidpipe.commands.exits import EXIT_FINDINGS, EXIT_OK, UsageError
+from xidpipe.commands.options import json_parent
+from xidpipe.commands.timeflags import format_time
 
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "scan",
-        help="group GPU faults in kernel logs into classified incidents",
+        help="group GPU faults in kernel logs into classified incidents", parents=[json_parent()],
         description="Parse kernel logs, attach identity lines to their GPU, group faults into incidents "
-        "by (host, GPU, fault family) and classify each with a reason. Exit status: 0 no fault found, "
-        "1 faults found, 2 an input could not be read.",
+        "per fault of one component (a GPU, an NVSwitch, a node's driver, a workload) and classify each "
+        "with a reason. Times are printed in UTC (ISO 8601); a log with no wall clock shows the uptime. "
+        "Exit status: 0 no fault found, 1 faults found, 2 an input could not be read.",
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="kernel log files (- for standard input)")
-    p.add_argument("--json", action="store_true", help="print the incidents as a JSON array")
     p.add_argument("--host", default=None,
                    help="host name for lines that carry none (default: the file's name without extension)")
     p.add_argument("--repeat-threshold", type=int, default=ClassifyPolicy().repeat_threshold,
@@ -59,14 +61,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         incidents = scan(collect(args.files, args.host, args.year), policy)
     except InputError as exc:
-        print(f"xidpipe scan: {exc}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
+        raise UsageError(str(exc)) from None
     if args.json:
         json.dump([i.to_dict() for i in incidents], sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
     else:
         print_table(incidents)
-    return EXIT_FAULTS if incidents else EXIT_CLEAN
+    return EXIT_FINDINGS if incidents else EXIT_OK
 
 
 def print_table(incidents: list[ScanIncident], out: Any = None) -> None:
@@ -80,15 +81,9 @@ def print_table(incidents: list[ScanIncident], out: Any = None) -> None:
         gpu = d["gpu_uuid"] or d["pci"] or "-"
         if d["gpu_uuid"] and d["pci"]:
             gpu = f"{d['pci']}/{d['gpu_uuid'][:12]}"
-        rows.append([
-            d["host"], gpu, d["serial"] or "-", d["family"], d["category"], str(d["count"]),
-            ", ".join(d["codes"]), d["first_seen"] or "-", d["last_seen"] or "-",
-        ])
-    header = ["HOST", "GPU", "SERIAL", "FAMILY", "CATEGORY", "COUNT", "CODES", "FIRST", "LAST"]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(), file=out)
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip(), file=out)
+        rows.append([d["host"], gpu, d["serial"], d["family"], d["category"], d["count"], ", ".join(d["codes"]),
+                     format_time(d["first_seen"]), format_time(d["last_seen"])])
+    output.table(["HOST", "GPU", "SERIAL", "FAMILY", "CATEGORY", "COUNT", "CODES", "FIRST", "LAST"], rows, out)
     print(file=out)
     for n, inc in enumerate(incidents, 1):
         actions = ", ".join(inc.to_dict()["immediate_actions"]) or "-"

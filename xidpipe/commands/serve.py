@@ -7,9 +7,11 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any
+
+from xidpipe.commands.exits import EXIT_OK, Unavailable, UsageError
+from xidpipe.commands.options import database_parent
 
 DEFAULT_HOST = "127.0.0.1"  # local only unless asked: the pages and the API hold fleet data
 DEFAULT_PORT = 8780
@@ -21,10 +23,7 @@ def register(sub: Any) -> None:
         description="Serve the JSON API (/api/v1/, OpenAPI at /api/v1/openapi.json) and the pages (incidents, "
         "GPUs, fleet heatmap) over the incident history. Tokens: --tokens-file or $XIDPIPE_API_TOKENS_FILE "
         "(lines `name role token`, roles read and operator); without either, var/api-tokens is used, and "
-        "created once with a read and an operator token.")
-    p.add_argument("--database-url", default=None,
-                   help="SQLAlchemy URL (default: $XIDPIPE_DATABASE_URL, else sqlite:///var/xidpipe.db, what "
-                   "`make demo` wrote)")
+        "created once with a read and an operator token.", parents=[database_parent()])
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
     p.add_argument("--tokens-file", type=Path, default=None, help="the API tokens file")
@@ -47,22 +46,19 @@ def run(args: argparse.Namespace) -> int:
                 print(f"xidpipe serve: wrote a read and an operator token to {path} (mode 0600)", flush=True)
         tokens = load_tokens(path)
     except (TokenFileError, OSError) as exc:
-        print(f"xidpipe serve: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     if not len(tokens):
-        print(f"xidpipe serve: {path} holds no tokens", file=sys.stderr)
-        return 2
+        raise UsageError(f"{path} holds no tokens")
     try:
         db = Database(database_url(args.database_url))
     except HistoryUnavailable as exc:
-        print(f"xidpipe serve: {exc}", file=sys.stderr)
-        return 2
+        raise Unavailable(str(exc)) from None
     print(f"xidpipe serve: tokens from {path}", flush=True)
     try:
         asyncio.run(_serve(db, tokens, args.host, args.port))
     finally:
         db.close()
-    return 0
+    return EXIT_OK
 
 
 async def _serve(db: Any, tokens: Any, host: str, port: int) -> None:

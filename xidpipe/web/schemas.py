@@ -46,6 +46,8 @@ TIME = _s("string", format="date-time")
 NTIME = _n("string", format="date-time")
 STR, NSTR, INT, NINT = _s("string"), _n("string"), _s("integer"), _n("integer")
 COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
+_GPU_RATE = {"gpus": INT, "incidents": INT, "incidents_per_gpu_per_30d": _n("number"),
+             "mean_time_between_incidents_s": _n("number")}
 
 
 def page(key: str, item: str) -> dict[str, Any]:
@@ -116,11 +118,16 @@ def components() -> dict[str, Any]:
         "IncidentDetail": obj({"incident": ref("Incident"), "dossier": ref("Dossier"),
                                "timeline": arr(ref("FaultEvent")), "transitions": arr(ref("Transition"))}),
         "Stats": obj({
-            "since": NTIME, "incidents": INT, "fault_events": INT, "by_code": COUNTS, "by_category": COUNTS,
-            "by_node": COUNTS, "by_namespace": COUNTS, "hardware_incidents_by_gpu": COUNTS,
-            "by_gpu_model": COUNTS, "hardware_incidents_by_node": COUNTS,
-            "mean_time_between_faults_s": _n("number", description="on one GPU, pooled over all GPUs"),
-            "mean_time_between_faults_s_by_model": {"type": "object", "additionalProperties": {"type": "number"}},
+            "since": NTIME,
+            "incidents": obj({"total": INT, "by_category": COUNTS, "by_component": COUNTS, "by_node": COUNTS,
+                              "by_gpu_model": COUNTS, "hardware_by_gpu": COUNTS, "hardware_by_node": COUNTS},
+                             description="counts of incidents (a storm of lines is one incident)"),
+            "fault_events": obj({"total": INT, "by_code": COUNTS, "by_namespace": COUNTS},
+                                description="counts of fault events (every report of every sensor)"),
+            "gpu_rates": obj({"window_days": _n("number"), "gpus_from": _n("string"), **_GPU_RATE,
+                              "by_model": {"type": "object", "additionalProperties": obj(_GPU_RATE)}},
+                             description="incidents of component gpu per GPU per 30 days, and the mean time "
+                             "between one GPU's incidents"),
         }),
         "Gpu": gpu,
         "GpuPage": page("gpus", "Gpu"),

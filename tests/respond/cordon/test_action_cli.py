@@ -39,7 +39,7 @@ def test_policy_check_accepts_the_example_and_rejects_a_bad_file(tmp_path: Path)
     bad = xidpipe("policy", "check", str(bad_file))
 
     assert good.returncode == 0 and "valid cordon policy: 8 rules" in good.stdout
-    assert bad.returncode == 1 and bad.stdout == ""
+    assert bad.returncode == 2 and bad.stdout == ""
     assert "breaker.max_pool_share: Input should be less than or equal to 1" in bad.stderr
     assert "rules.0: action cordon_after needs both occurrences and window_s" in bad.stderr
 
@@ -79,9 +79,12 @@ def test_policy_test_takes_occurrence_times(times: list[str], outcome: str, reas
     assert reason_part in out["reason"] and len(out["request"]["occurrences"]) == 2
 
 
-def test_policy_test_refuses_a_bad_time() -> None:
-    proc = xidpipe("policy", "test", "--xid", "94", "--node", "n1", "--at", "yesterday")
-    assert proc.returncode != 0 and "--at expects an ISO 8601 time, got 'yesterday'" in proc.stderr
+def test_policy_test_refuses_a_bad_time_and_takes_relative_ones() -> None:
+    proc = xidpipe("policy", "test", "--xid", "94", "--node", "n1", "--at", "the day before")
+    assert proc.returncode == 2 and "--at: not a time: 'the day before' (examples: 24h" in proc.stderr
+    out = decision("--policy", "deploy/policy.example.yaml", "--xid", "94", "--node", "n1", "--at", "20h",
+                   "--at", "now")
+    assert out["outcome"] == "cordon" and len(out["request"]["occurrences"]) == 2
 
 
 def test_policy_test_with_a_policy_file(tmp_path: Path) -> None:
@@ -95,25 +98,32 @@ def test_policy_test_with_a_policy_file(tmp_path: Path) -> None:
 
 def test_breaker_status_and_reset(tmp_path: Path) -> None:
     log = tmp_path / "actions.jsonl"
-    closed = xidpipe("breaker", "status", "--action-log", str(log))
+    missing = xidpipe("breaker", "status", "--action-log", str(log))
+    assert missing.returncode == 3 and "does not exist; give --action-log FILE, or --database-url" in missing.stderr
+    JsonlActionStore(log).set_breaker(BreakerState())
+    closed = xidpipe("breaker", "--action-log", str(log), "status")  # either side of the action
     JsonlActionStore(log).set_breaker(BreakerState(tripped=True, tripped_at=datetime.now(UTC), reason="pool full"))
     tripped = xidpipe("breaker", "status", "--action-log", str(log))
     reset = xidpipe("breaker", "reset", "--action-log", str(log), "--by", "ops", "--reason", "driver rolled back")
     after = xidpipe("breaker", "status", "--action-log", str(log))
 
     assert closed.returncode == 0 and json.loads(closed.stdout)["breaker"]["tripped"] is False
-    assert tripped.returncode == 3 and json.loads(tripped.stdout)["breaker"]["reason"] == "pool full"
+    assert tripped.returncode == 4 and json.loads(tripped.stdout)["breaker"]["reason"] == "pool full"
     assert reset.returncode == 0 and reset.stdout.startswith("breaker reset")
     state = json.loads(after.stdout)
     assert after.returncode == 0 and state["breaker"]["reset_by"] == "ops"
     assert state["history"][-1]["reason"] == "reset by ops: driver rolled back"
 
 
-def test_release_without_a_cluster_is_a_recorded_dry_run(tmp_path: Path) -> None:
+def test_release_without_a_cluster_is_refused_unless_a_dry_run(tmp_path: Path) -> None:
     log = tmp_path / "actions.jsonl"
 
-    proc = xidpipe("node", "release", "n1", "--reason", "test", "--by", "ops", "--action-log", str(log))
+    refused = xidpipe("node", "release", "n1", "--reason", "test", "--action-log", str(log))
+    recorded = log.exists()
+    proc = xidpipe("node", "release", "n1", "--reason", "test", "--by", "ops", "--action-log", str(log), "--dry-run")
 
+    assert refused.returncode == 2 and refused.stdout == "" and not recorded
+    assert "no cluster configured: give --kubeconfig FILE (and --context), --in-cluster" in refused.stderr
     assert proc.returncode == 0 and proc.stdout.startswith("dry run: no cluster configured")
     [rec] = JsonlActionStore(log).recent()
     assert (rec.action, rec.outcome, rec.actor) == ("release", "dry_run", "ops")
@@ -136,9 +146,9 @@ def test_node_release_as_the_worker(
     released = xidpipe("node", "release", ours, "--incident", req.incident_id, "--reason", "RMA done",
                        "--by", "alice", *cluster)
 
-    assert refused.returncode == 1 and "cordoned, but not by xidpipe" in refused.stderr
+    assert refused.returncode == 4 and "cordoned, but not by xidpipe" in refused.stderr
     assert admin_core.read_node(human).spec.unschedulable is True
-    assert wrong.returncode == 1 and "not other" in wrong.stderr
+    assert wrong.returncode == 4 and "not other" in wrong.stderr
     assert released.returncode == 0, released.stderr
     node = admin_core.read_node(ours)
     assert not node.spec.unschedulable and node.metadata.annotations[ANN_RELEASED_BY] == "alice"

@@ -13,12 +13,15 @@ from respond.sinks.notifications import ChatNotifier
 from respond.sinks.outbox import OutboxChat
 from tests.respond.sinks.conftest import Clock, make_notice, open_store
 from xidpipe.cli import main
-from xidpipe.commands.silence import parse_duration
+from xidpipe.commands.silence import LABELS, parse_duration
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/var/xidpipe.db"
+    url = f"sqlite:///{tmp_path}/var/xidpipe.db"
+    (tmp_path / "var").mkdir()
+    open_store(url)  # the responder's database: the CLI never creates one
+    return url
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -42,7 +45,7 @@ def test_add_list_expire(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = cli(capsys, "silence", "--database-url", db, "expire", sid[:8])
     assert rc == 0 and sid in out
     rc, out, _ = cli(capsys, "silence", "--database-url", db, "list")
-    assert out == ""
+    assert out == "No active or pending silences (--all shows the expired).\n"
     rc, out, _ = cli(capsys, "silence", "--database-url", db, "list", "--all")
     assert sid in out and "expired" in out
 
@@ -51,6 +54,7 @@ def test_add_list_expire(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     (["--matcher", "node gpu-node-03", "--duration", "4h"], "not a matcher"),
     (["--matcher", "node=~[", "--duration", "4h"], "bad regular expression"),
     (["--matcher", "node=a", "--duration", "soon"], "not a duration"),
+    (["--matcher", "nod=gpu-node-03", "--duration", "4h"], "unknown label 'nod' in 'nod=gpu-node-03' (did you mean"),
 ])
 def test_add_rejects_bad_input(db: str, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
     rc, _, err = cli(capsys, "silence", "--database-url", db, "add", *args, "--author", "a", "--comment", "c")
@@ -59,7 +63,41 @@ def test_add_rejects_bad_input(db: str, capsys: pytest.CaptureFixture[str], args
 
 def test_expire_unknown(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = cli(capsys, "silence", "--database-url", db, "expire", "nope")
-    assert rc == 1 and "no silence" in err
+    assert rc == 2 and "no silence 'nope'" in err
+
+
+def test_flags_on_either_side_and_the_author_defaults_to_the_login(
+        db: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("USER", "carol")
+    monkeypatch.setenv("LOGNAME", "carol")
+    rc, sid, _ = cli(capsys, "--database-url", db, "silence", "add", "-m", "node=n1", "-d", "1h", "--comment", "c")
+    assert rc == 0
+    for argv in (["silence", "list", "--database-url", db, "--json"], ["silence", "--database-url", db, "list",
+                                                                       "--json"]):
+        rc, out, _ = cli(capsys, *argv)
+        [item] = [json.loads(line) for line in out.splitlines()]
+        assert rc == 0 and item["id"] == sid.strip() and item["created_by"] == "carol"
+
+
+def test_a_missing_database_is_an_error_and_is_not_created(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    typo = tmp_path / "var" / "xidpipe-typo.db"
+    rc, out, err = cli(capsys, "silence", "--database-url", f"sqlite:///{typo}", "add", "-m", "node=n1", "-d", "1h",
+                       "--comment", "c")
+    assert (rc, out) == (3, "") and f"no database at {typo}" in err and "XIDPIPE_SINKS_DATABASE_URL" in err
+    assert not typo.exists()
+
+
+def test_an_ambiguous_prefix_lists_the_silences(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = [cli(capsys, "silence", "--database-url", db, "add", "-m", f"node=n{n}", "-d", "1h", "--author", "a",
+               "--comment", "c")[1].strip() for n in range(20)]
+    common = next(i[:1] for i in ids if sum(j.startswith(i[:1]) for j in ids) > 1)
+    rc, _, err = cli(capsys, "silence", "--database-url", db, "expire", common)
+    assert rc == 2 and "is ambiguous" in err
+    assert sum(i in err for i in ids) >= 2 and all(i.startswith(common) for i in ids if i in err)
+
+
+def test_the_labels_are_those_of_a_notification() -> None:
+    assert set(LABELS) == {*make_notice().alert_labels(), "component"}
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("4h", 14400), ("30m", 1800), ("2h30m", 9000), ("1d", 86400),

@@ -1,0 +1,68 @@
+"""Options shared by many commands, defined once on parent parsers and accepted on either side of the
+action: `xidpipe --database-url X silence list`, `xidpipe silence --database-url X list` and
+`xidpipe silence list --database-url X` mean the same.
+
+argparse lets a sub-command's defaults overwrite what an outer level parsed, so every shared option
+is declared with no default (`argparse.SUPPRESS`) at each level and its default is filled in once,
+after parsing (`fill_defaults`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from history.database import DEFAULT_DB
+from xidpipe.commands.output import enum_arg
+
+SHARED_DEFAULTS: dict[str, Any] = {
+    "database_url": None, "json": False, "action_log": None, "kubeconfig": None, "context": None,
+    "in_cluster": False, "dry_run": None, "policy_file": None,
+}
+
+
+def _parent() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+
+
+def database_parent(default: str = f"$XIDPIPE_DATABASE_URL, else {DEFAULT_DB}, what `make demo` wrote"
+                    ) -> argparse.ArgumentParser:
+    p = _parent()
+    p.add_argument("--database-url", metavar="URL", help=f"SQLAlchemy URL of the database (default: {default})")
+    return p
+
+
+def json_parent() -> argparse.ArgumentParser:
+    p = _parent()
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return p
+
+
+def history_parents() -> list[argparse.ArgumentParser]:
+    """`--database-url` and `--json`: the options of every command that reads the incident history."""
+    return [database_parent(), json_parent()]
+
+
+def add_enum(p: Any, flag: str, name: str, choices: Sequence[str], help: str, **kw: Any) -> None:
+    """A filter over a closed set: a near miss is refused with "did you mean"; the shell completes the set."""
+    action = p.add_argument(flag, type=enum_arg(name, choices), metavar=name.upper().replace(" ", "_"),
+                            help=f"{help} ({', '.join(choices)})", **kw)
+    action.completer = lambda **_: list(choices)
+
+
+def suppress_defaults(parser: argparse.ArgumentParser) -> None:
+    """Give every shared option of every (sub-)parser no default, so an inner level never undoes an outer one."""
+    for action in parser._actions:
+        if action.dest in SHARED_DEFAULTS:
+            action.default = argparse.SUPPRESS
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                suppress_defaults(sub)
+
+
+def fill_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    for key, value in SHARED_DEFAULTS.items():
+        if not hasattr(args, key):
+            setattr(args, key, value)
+    return args
