@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from agents.identity import NodeToken
 from agents.metrics import Metrics
 from agents.spool import Spool, SpoolEntry
 
@@ -68,8 +69,10 @@ class Publisher:
         on_acked: Callable[[int], None],
         linger_ms: int = 2,
         security: dict[str, Any] | None = None,
+        identity: NodeToken | None = None,
     ) -> None:
         self._spool = spool
+        self._identity = identity
         self._metrics = metrics
         self._node = node
         self._bootstrap = bootstrap_servers
@@ -251,7 +254,9 @@ class Publisher:
                 self._unsent.popleft()
                 continue
             try:
-                fut = self._producer.send(entry.topic, key=entry.key.encode(), value=entry.value.encode())
+                headers = self._identity.headers() if self._identity is not None else None
+                fut = self._producer.send(entry.topic, key=entry.key.encode(), value=entry.value.encode(),
+                                          headers=headers)
             except KafkaError as exc:  # metadata not available yet, buffer full: retry later
                 if self.connected:
                     log.warning("Kafka send deferred", extra={"error": repr(exc)})

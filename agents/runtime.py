@@ -12,6 +12,7 @@ from typing import Any
 
 from agents.cursors import CursorTracker, later_cursor
 from agents.health import HealthServer
+from agents.identity import NodeToken
 from agents.kernlog.base import KernelLogSource, SourceGap, SourceLine, SourceSkip
 from agents.kernlog.prefilter import PreFilter
 from agents.metrics import Metrics
@@ -61,17 +62,15 @@ def build_source(
 
 
 def _security(settings: AgentSettings) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if settings.security_protocol != "PLAINTEXT":
-        out["security_protocol"] = settings.security_protocol
-    if settings.sasl_mechanism:
-        out["sasl_mechanism"] = settings.sasl_mechanism
-        out["sasl_plain_username"] = settings.sasl_username
-        if settings.sasl_password is not None:
-            out["sasl_plain_password"] = settings.sasl_password.get_secret_value()
-    if settings.ssl_cafile:
-        out["ssl_cafile"] = str(settings.ssl_cafile)
-    return out
+    """kafka-python's TLS and SASL options (`models.kafka_security`)."""
+    return settings.kafka_python_options()
+
+
+def _identity(settings: AgentSettings) -> NodeToken | None:
+    """The node identity token sent with every record, when the DaemonSet projects one."""
+    if settings.identity_token_file is None:
+        return None
+    return NodeToken(settings.identity_token_file)
 
 
 class Agent:
@@ -98,6 +97,7 @@ class Agent:
             on_acked=self.tracker.acked_through,
             linger_ms=settings.linger_ms,
             security=_security(settings),
+            identity=_identity(settings),
         )
         self._source = source
         self._threads: list[threading.Thread] = []

@@ -7,15 +7,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agents.kernlog.prefilter import DEFAULT_FAULT_PATTERNS, DEFAULT_KEEP_PATTERNS
+from models.kafka_security import KafkaClientSecurity
 
 MiB = 1024 * 1024
 
 
-class AgentSettings(BaseSettings):
+class AgentSettings(KafkaClientSecurity, BaseSettings):
     model_config = SettingsConfigDict(env_prefix="XIDPIPE_AGENT_", extra="ignore")
 
     node: str = Field(
@@ -55,12 +56,13 @@ class AgentSettings(BaseSettings):
 
     # --- Kafka ------------------------------------------------------------------------------
     bootstrap_servers: str = "localhost:9092"
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    ssl_cafile: Path | None = None
+    # security_protocol, sasl_*, ssl_*: `models.kafka_security.KafkaClientSecurity`.
     linger_ms: int = Field(default=2, ge=0, description="producer batching delay; latency budget is 50 ms")
+    identity_token_file: Path | None = Field(
+        default=None,
+        description="the projected ServiceAccount token (audience xidpipe) sent with every record so the "
+        "worker can check the record speaks for this node; None: records carry no identity",
+    )
 
     # --- NVML -------------------------------------------------------------------------------
     nvml_enabled: bool = True

@@ -25,6 +25,7 @@ from history.engine import make_engine
 from history.migrate import upgrade
 from history.tables import Incident
 from models.cordon_retry import RetryBackoff
+from models.kafka_security import KafkaClientSecurity
 from models.node_records import dead_letter_topic
 from models.topics import topology
 from respond.cordon.executor import CordonExecutor
@@ -37,8 +38,9 @@ from respond.steps import cordoned, record_step
 log = logging.getLogger(__name__)
 
 
-class RespondSettings(BaseSettings):
-    """The responder's own settings (env prefix `XIDPIPE_RESPOND_`); the executor and the sinks read
+class RespondSettings(KafkaClientSecurity, BaseSettings):
+    """The responder's own settings (env prefix `XIDPIPE_RESPOND_`; Kafka TLS and SASL as
+    `models.kafka_security`: `XIDPIPE_RESPOND_SASL_PASSWORD`, ...); the executor and the sinks read
     `XIDPIPE_ACTIONS_*` and `XIDPIPE_SINKS_*`."""
 
     model_config = SettingsConfigDict(env_prefix="XIDPIPE_RESPOND_", extra="ignore")
@@ -71,6 +73,21 @@ class HandlingResult:
 
 
 Item = tuple[Any, Any, dict[str, Any] | None, str]  # (partition, message, its JSON object or None, why not)
+
+
+def _kafka_security(settings: RespondSettings) -> dict[str, Any]:
+    """aiokafka's TLS and SASL options; the TLS context trusts `ssl_cafile` (and presents the client
+    certificate for mutual TLS)."""
+    context = None
+    if settings.uses_tls:
+        from aiokafka.helpers import create_ssl_context
+
+        context = create_ssl_context(
+            cafile=str(settings.ssl_cafile) if settings.ssl_cafile else None,
+            certfile=str(settings.ssl_certfile) if settings.ssl_certfile else None,
+            keyfile=str(settings.ssl_keyfile) if settings.ssl_keyfile else None,
+        )
+    return settings.aiokafka_options(context)
 
 
 def completed_topic(settings: RespondSettings) -> str:
@@ -108,7 +125,8 @@ class Responder:
                 from respond.cluster_evidence import capture, namespace_meta
 
                 a = dossier.attribution
-                items, owner = capture(self.cluster_api, row.node, a.namespace, a.pod, a.container)
+                keys = self.sinks.owner_keys if self.sinks is not None else ()
+                items, owner = capture(self.cluster_api, row.node, a.namespace, a.pod, a.container, keys)
                 dossier.evidence.extend(items)
                 if owner and not a.owner:
                     a.owner = owner
@@ -210,9 +228,11 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     from aiokafka.structs import OffsetAndMetadata
 
     topic = topology(settings.topic_prefix, 1).actions.name
+    security = _kafka_security(settings)
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap_servers, group_id=settings.group_id,
-                                enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=100)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+                                enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=100,
+                                **security)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all", **security)
     await consumer.start()
     await producer.start()
     sinks = responder.sinks

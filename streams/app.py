@@ -38,6 +38,7 @@ from streams.outbox import Outgoing
 from streams.settings import WorkerSettings
 from streams.store import BatchResult
 from streams.store_process import AsyncStore, StoreUnavailable
+from streams.topics import ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,19 @@ def _limit_fetch_wait(max_wait_ms: int) -> None:
     thread_cls._create_worker_consumer = create
 
 
+def broker_credentials(settings: WorkerSettings) -> Any:
+    """Faust's credentials for the TLS and SASL settings (`models.kafka_security`); None: PLAINTEXT."""
+    context = ssl_context(settings)
+    if settings.security_protocol.startswith("SASL_"):
+        assert settings.sasl_password is not None
+        return faust.SASLCredentials(username=settings.sasl_username,
+                                     password=settings.sasl_password.get_secret_value(), ssl_context=context,
+                                     mechanism=settings.sasl_mechanism or "SCRAM-SHA-512")
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
 def create_app(settings: WorkerSettings) -> faust.App:
     """A Faust app with the pipeline's agent and timers; nothing connects until a worker starts it."""
     settings.datadir.mkdir(parents=True, exist_ok=True)
@@ -93,6 +107,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
         web_port=settings.web_port,
         web_bind="127.0.0.1",
         worker_redirect_stdouts=False,
+        broker_credentials=broker_credentials(settings),
     )
     Pipeline(app, settings, topology(settings.topic_prefix, settings.partitions))
     return app
@@ -113,6 +128,7 @@ class Pipeline:
         self._acks = _Acks()
         self._stream: Any = None  # the agent's stream, once it runs: acknowledgements go through it
         self._store_lock = asyncio.Lock()  # a store call and the noting of its holds, as one step
+        self.identity = _identity_gate(settings)
         self.dead_letters = {t.name: self._topic(t.dead_letter) for t in topo.inputs}
         self.outputs = {"incidents": self._topic(topo.incidents.name), "actions": self._topic(topo.actions.name)}
         source = self._topic(*(t.name for t in topo.inputs))
@@ -185,11 +201,11 @@ class Pipeline:
         stored one by one, and the ones that still fail go to the dead-letter topic.
         """
         self._batch_id += 1
-        messages = [Message(m.topic, m.partition, m.offset, m.key, m.value) for m in (e.message for e in events)]
+        messages, refused = await self._verified(events)
         async with self._store_lock:
             result: BatchResult
             try:
-                result = await self._process(self._batch_id, messages)
+                result = await self._process(self._batch_id, messages) if messages else IntakeResult(marked=False)
             except _PermanentError:
                 log.warning("a batch of %d messages could not be stored; storing them one by one", len(messages))
                 try:
@@ -201,10 +217,26 @@ class Pipeline:
             if isinstance(result, IntakeResult):
                 self._acks.note(result.held, result.released)
             ready = self._acks.done(events)
-        for dl in result.dead_letters:
+        for dl in (*refused, *result.dead_letters):
             await self.dead_letter(dl)
         await self._publish(result.outgoing)
         return ready
+
+    async def _verified(self, events: Sequence[Any]) -> tuple[list[Message], list[DeadLetter]]:
+        """The events' messages that may speak for the node they name, and dead letters for the rest
+        (`streams.node_identity`; every message passes when verification is off)."""
+        messages: list[Message] = []
+        refused: list[DeadLetter] = []
+        for m in (e.message for e in events):
+            if self.identity is not None:
+                verdict = await self.identity.check(m.key, m.headers)
+                if not verdict.accepted:
+                    log.warning("node record refused (%s): %s", verdict.reason, verdict.detail)
+                    refused.append(DeadLetter(f"node_identity_{verdict.reason}", verdict.detail, m.topic,
+                                              m.partition, m.offset, m.key, m.value))
+                    continue
+            messages.append(Message(m.topic, m.partition, m.offset, m.key, m.value))
+        return messages, refused
 
     async def _process(self, batch_id: int, messages: Sequence[Message], per_message: bool = False) -> IntakeResult:
         """One transaction; transient database failures are retried with backoff until they pass.
@@ -358,6 +390,16 @@ _PUBLISH_QUEUE_BATCHES = 1000  # committed batches waiting to be published befor
 
 class _PermanentError(Exception):
     pass
+
+
+def _identity_gate(settings: WorkerSettings) -> Any:
+    if not settings.verify_node_identity:
+        log.warning("node identity is not verified (XIDPIPE_VERIFY_NODE_IDENTITY=false): any client allowed to "
+                    "write the node topics can report faults for any node")
+        return None
+    from streams.node_identity import build_gate
+
+    return build_gate(settings)
 
 
 class _Acks:

@@ -17,10 +17,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from models.kafka_security import KafkaClientSecurity
 from models.node_records import NodeRecord, encode_node_record, topic_for
 from models.topics import Topology, topology
 from streams.settings import WorkerSettings
 from streams.store import Store
+from streams.topics import aiokafka_security
 from streams.worker import prepare
 
 
@@ -28,7 +30,11 @@ def worker_env(settings: WorkerSettings) -> dict[str, str]:
     """The environment that makes `python -m streams.worker` run with `settings`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("XIDPIPE_") or k.startswith("XIDPIPE_TEST_")}
     data = settings.model_dump(mode="json", exclude={"policy"})
+    if settings.sasl_password is not None:  # dumped masked: the child needs the value itself
+        data["sasl_password"] = settings.sasl_password.get_secret_value()
     for key, value in data.items():
+        if value is None:
+            continue
         env[f"XIDPIPE_{key.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
     for key, value in settings.policy.model_dump(mode="json").items():
         env[f"XIDPIPE_POLICY__{key.upper()}"] = (
@@ -105,18 +111,22 @@ class WorkerProcess:
             return ""
 
 
-def produce(bootstrap: str, topo: Topology, records: Iterable[NodeRecord], linger_ms: int = 5) -> int:
-    """Publish records the way the node agent does (keyed by node, to their topic); returns the count."""
+def produce(bootstrap: str, topo: Topology, records: Iterable[NodeRecord], linger_ms: int = 5, *,
+            security: KafkaClientSecurity | None = None, headers: list[tuple[str, bytes]] | None = None) -> int:
+    """Publish records the way the node agent does (keyed by node, to their topic, as the agent's
+    principal given by `security`, with its identity `headers`); returns the count."""
     from kafka import KafkaProducer
 
     names = {t.role: t.name for t in topo.inputs}
     base_role = {"xidpipe.node.kernel": "kernel", "xidpipe.node.state": "state", "xidpipe.node.nvml": "nvml",
                  "xidpipe.node.evidence": "evidence"}
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=linger_ms, acks="all")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=linger_ms, acks="all",
+                             **(security.kafka_python_options() if security else {}))
     n = 0
     try:
         for rec in records:
-            producer.send(names[base_role[topic_for(rec)]], key=rec.node.encode(), value=encode_node_record(rec))
+            producer.send(names[base_role[topic_for(rec)]], key=rec.node.encode(), value=encode_node_record(rec),
+                          headers=headers)
             n += 1
         producer.flush(60)
     finally:
@@ -124,14 +134,14 @@ def produce(bootstrap: str, topo: Topology, records: Iterable[NodeRecord], linge
     return n
 
 
-async def group_lag(bootstrap: str, group: str, topics: list[str]) -> int:
+async def group_lag(bootstrap: str, group: str, topics: list[str], security: KafkaClientSecurity | None = None) -> int:
     """Messages on `topics` not yet committed by consumer group `group`."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import KafkaError
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **aiokafka_security(security))
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **aiokafka_security(security))
     await admin.start()
     await consumer.start()
     try:
@@ -158,7 +168,7 @@ async def group_lag(bootstrap: str, group: str, topics: list[str]) -> int:
 def consumer_lag(bootstrap: str, settings: WorkerSettings) -> int:
     """Messages on the input topics not yet committed by the worker's consumer group."""
     topo = topology(settings.topic_prefix, settings.partitions)
-    return asyncio.run(group_lag(bootstrap, settings.app_id, [t.name for t in topo.inputs]))
+    return asyncio.run(group_lag(bootstrap, settings.app_id, [t.name for t in topo.inputs], settings))
 
 
 def wait_caught_up(settings: WorkerSettings, timeout: float, worker: WorkerProcess | None = None) -> None:

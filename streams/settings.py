@@ -10,13 +10,16 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from models.kafka_security import KafkaClientSecurity
+from models.node_identity import DEFAULT_AGENT_ACCOUNT, DEFAULT_AUDIENCE
 from models.stream_policy import PipelinePolicy
 
 
-class WorkerSettings(BaseSettings):
+class WorkerSettings(KafkaClientSecurity, BaseSettings):
     model_config = SettingsConfigDict(env_prefix="XIDPIPE_", env_nested_delimiter="__", extra="ignore")
 
     bootstrap_servers: str = Field(default="127.0.0.1:9092", description="Kafka bootstrap servers, comma-separated")
+    # security_protocol, sasl_*, ssl_*: `models.kafka_security.KafkaClientSecurity` (XIDPIPE_SASL_PASSWORD, ...).
     database_url: str = Field(
         default="sqlite:///var/xidpipe.db",
         description="SQLAlchemy URL; SQLite for one machine, postgresql+psycopg://... in production",
@@ -80,5 +83,27 @@ class WorkerSettings(BaseSettings):
     web_enabled: bool = Field(default=False, description="serve Faust's web views (debugging)")
     web_port: int = 6066
     log_level: str = Field(default="info", description="crit, error, warn, info or debug")
+
+    verify_node_identity: bool = Field(
+        default=False,
+        description="accept a node record only with a valid agent token for its node (`streams.node_identity`); "
+        "on in the manifests. Off (the local demo): any client allowed to write the node topics speaks for any "
+        "node, and the worker says so at start",
+    )
+    node_identity_audience: str = Field(default=DEFAULT_AUDIENCE, description="the audience of the agents' tokens")
+    node_identity_account: str = Field(
+        default=DEFAULT_AGENT_ACCOUNT, description="the user name of the agents' ServiceAccount tokens"
+    )
+    node_identity_kubeconfig: Path | None = Field(
+        default=None, description="kubeconfig for TokenReviews; None: the pod's in-cluster ServiceAccount"
+    )
+    node_identity_cache_size: int = Field(
+        default=20_000, ge=1, description="token reviews remembered (each until its token expires): one per agent "
+        "pod and token refresh, so a 10,000-node fleet fits"
+    )
+    node_identity_refused_ttl_s: float = Field(
+        default=30.0, gt=0, description="how long a refused token's review is reused, so a flood of forged "
+        "records costs one TokenReview per token and this period"
+    )
 
     policy: PipelinePolicy = Field(default_factory=PipelinePolicy)

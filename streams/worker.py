@@ -26,7 +26,7 @@ def prepare(settings: WorkerSettings) -> None:
     try:
         created = loop.run_until_complete(
             ensure_topics(settings.bootstrap_servers, topology(settings.topic_prefix, settings.partitions),
-                          settings.replication_factor)
+                          settings.replication_factor, security=settings)
         )
     finally:
         loop.close()

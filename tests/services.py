@@ -9,6 +9,12 @@ Fixtures
 ``kafka_topic_factory`` (function, ``(hint="", partitions=1) -> str``)
     Creates a topic with a unique name (``t-<hint>-<random>``), waits until every partition has
     a leader, returns its name; deletes the test's topics afterwards.
+``secured_kafka`` (session, ``SecuredKafka``)
+    A second local broker with authentication and authorisation on: a SASL_SSL listener (SCRAM-SHA-512
+    over TLS with a throwaway CA), the SCRAM users ``agent``, ``worker`` and ``responder``, the
+    StandardAuthorizer and no ACL until ``grant_pipeline(prefix, worker_group, responder_group)`` gives
+    each user the grants of ``xidpipe.localinfra.kafka_security.pipeline_grants``.
+    ``security(user)`` is that user's ``KafkaClientSecurity``. Always local (no external override).
 ``postgres_url`` (session, ``str``)
     SQLAlchemy URL ``postgresql+psycopg://xidpipe@127.0.0.1:PORT/xidpipe`` of a throwaway cluster,
     or ``XIDPIPE_TEST_DATABASE_URL`` when set. Tests share it: use unique table names, or:
@@ -32,17 +38,20 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import pytest
 
+from models.kafka_security import KafkaClientSecurity
 from xidpipe.localinfra.kafka import LocalKafka
+from xidpipe.localinfra.kafka_security import pipeline_grants
 from xidpipe.localinfra.postgres import LocalPostgres
 from xidpipe.localinfra.process import LocalInfraError
 
 KAFKA_ENV = "XIDPIPE_TEST_KAFKA"
 DATABASE_ENV = "XIDPIPE_TEST_DATABASE_URL"
-KAFKA_FIXTURES = frozenset({"kafka_bootstrap", "kafka_topic_factory"})
+KAFKA_FIXTURES = frozenset({"kafka_bootstrap", "kafka_topic_factory", "secured_kafka"})
 POSTGRES_FIXTURES = frozenset({"postgres_url", "postgres_database"})
 KUBE_FIXTURES = frozenset({"control_plane"})  # every fixture of tests.kube depends on it
 
@@ -128,6 +137,53 @@ def kafka_topic_factory(kafka_bootstrap: str, request: pytest.FixtureRequest) ->
             except Exception as exc:  # the broker may be gone; the topics go with it
                 print(f"could not delete test topics {created}: {exc}")
         admin.close()
+
+
+SECURED_USERS = ("agent", "worker", "responder")
+
+
+@dataclass
+class SecuredKafka:
+    broker: LocalKafka
+    passwords: dict[str, str]
+    granted: set[str] = field(default_factory=set)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+    def security(self, user: str, password: str | None = None) -> KafkaClientSecurity:
+        return KafkaClientSecurity(
+            security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", sasl_username=user,
+            sasl_password=password if password is not None else self.passwords[user],  # type: ignore[arg-type]
+            ssl_cafile=self.broker.ca_file,
+        )
+
+    def grant_pipeline(self, topic_prefix: str, worker_group: str, responder_group: str = "xidpipe-responder") -> None:
+        """The pipeline's ACLs for topics named with `topic_prefix` (once per prefix)."""
+        if topic_prefix in self.granted:
+            return
+        self.broker.grant(pipeline_grants(topic_prefix=topic_prefix, worker_group=worker_group,
+                                          responder_group=responder_group))
+        self.granted.add(topic_prefix)
+
+
+@pytest.fixture(scope="session")
+def secured_kafka() -> Iterator[SecuredKafka]:
+    passwords = {user: f"{user}-{uuid.uuid4().hex}" for user in SECURED_USERS}
+    broker = LocalKafka(num_partitions=1, scram_users=passwords, tls=True)
+    try:
+        broker.start()
+    except LocalInfraError as exc:
+        service_unavailable("Kafka (SASL_SSL with ACLs)", str(exc))
+    _timings["kafka-secured"] = (
+        f"local SASL_SSL Kafka at {broker.bootstrap}: storage formatted in {broker.format_seconds:.1f} s, "
+        f"broker ready {broker.ready_seconds:.1f} s after launch"
+    )
+    try:
+        yield SecuredKafka(broker, passwords)
+    finally:
+        broker.stop()
 
 
 def _kafka_problem(bootstrap: str, timeout_s: float) -> str:

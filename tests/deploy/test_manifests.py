@@ -69,11 +69,31 @@ def test_containers_run_real_xidpipe_commands(where: str, container: dict[str, A
     assert container.get("resources", {}).get("limits"), f"{where}: no resource limits"
 
 
-def test_the_responder_acts_with_the_rbac_identity_and_the_worker_without_one() -> None:
+def test_the_responder_acts_with_the_rbac_identity_and_the_worker_with_its_tokenreview_one() -> None:
     by_name = {w.split(":")[1].split("/")[0]: spec for w, _, spec in CONTAINERS}
     sa = yaml.safe_load((DEPLOY / "rbac" / "worker-serviceaccount.yaml").read_text())["metadata"]["name"]
+    stream_sa = yaml.safe_load((DEPLOY / "rbac" / "stream-serviceaccount.yaml").read_text())["metadata"]["name"]
     assert by_name["xidpipe-respond"]["serviceAccountName"] == sa
-    assert by_name["xidpipe-worker"].get("automountServiceAccountToken") is False
+    assert by_name["xidpipe-worker"]["serviceAccountName"] == stream_sa
+    roles = list(yaml.safe_load_all((DEPLOY / "rbac" / "stream-clusterrole.yaml").read_text()))
+    rules = next(d for d in roles if d["kind"] == "ClusterRole")["rules"]
+    assert rules == [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}]
+
+
+def test_every_kafka_client_authenticates_and_the_worker_verifies_node_identity() -> None:
+    data: dict[str, str] = {}
+    for _, doc in _docs():
+        if doc.get("kind") == "ConfigMap":
+            data |= doc.get("data") or {}
+    for prefix in ("XIDPIPE_AGENT_", "XIDPIPE_", "XIDPIPE_RESPOND_"):
+        assert data[f"{prefix}SECURITY_PROTOCOL"] == "SASL_SSL" and data[f"{prefix}SASL_MECHANISM"] == "SCRAM-SHA-512"
+    assert data["XIDPIPE_VERIFY_NODE_IDENTITY"] == "true"
+    (spec,) = [spec for w, _, spec in CONTAINERS if w.split(":")[1].startswith("xidpipe-agent/")]
+    volume = next(v for v in spec["volumes"] if v["name"] == "identity")
+    token = volume["projected"]["sources"][0]["serviceAccountToken"]
+    mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "identity")["mountPath"]
+    assert token["audience"] == data["XIDPIPE_NODE_IDENTITY_AUDIENCE"]
+    assert data["XIDPIPE_AGENT_IDENTITY_TOKEN_FILE"] == f"{mount}/{token['path']}"
 
 
 def test_the_web_server_reads_its_tokens_from_a_secret_and_listens_where_probed() -> None:

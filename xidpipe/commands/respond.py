@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         # The worker normally created them; a responder started first must not wait on a missing topic.
         await ensure_topics(settings.bootstrap_servers, topology(settings.topic_prefix, settings.partitions),
-                            settings.replication_factor)
+                            settings.replication_factor, security=settings)
         await run_responder(settings, responder, stop)
 
     asyncio.run(main())

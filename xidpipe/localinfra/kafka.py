@@ -19,11 +19,13 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
+from xidpipe.localinfra import kafka_security as sec
 from xidpipe.localinfra.process import (
     LOOPBACK,
     LocalInfraError,
@@ -150,6 +152,11 @@ class LocalKafka:
     `pid_file` says otherwise, `kafka.pid`; it is deleted on stop unless `keep_data`.
     `die_with_parent` makes the kernel SIGTERM the broker if this process dies without stopping
     it (through `setpriv --pdeathsig`); `xidpipe dev kafka start` turns it off.
+
+    `scram_users` ({name: password}) starts it secured (`xidpipe.localinfra.kafka_security`): a
+    SASL/SCRAM-SHA-512 listener (SASL_SSL with a throwaway CA when `tls`), those users created at
+    format time, the StandardAuthorizer, and no rights for anyone but the `admin` super user until
+    `grant` gives them; `client_options(user)` are a user's kafka-python options.
     """
 
     def __init__(
@@ -166,7 +173,11 @@ class LocalKafka:
         stop_timeout: float = 20.0,
         die_with_parent: bool = True,
         extra_properties: Mapping[str, str] | None = None,
+        scram_users: Mapping[str, str] | None = None,
+        tls: bool = False,
     ) -> None:
+        if tls and scram_users is None:
+            raise ValueError("tls needs scram_users: the TLS listener is the SASL_SSL one")
         if num_partitions < 1:
             raise ValueError("num_partitions must be at least 1")
         self._requested_port = port
@@ -180,6 +191,11 @@ class LocalKafka:
         self.stop_timeout = stop_timeout
         self.die_with_parent = die_with_parent
         self.extra_properties = dict(extra_properties or {})
+        self.scram_users = dict(scram_users) if scram_users is not None else None
+        self.tls = tls
+        self._admin_password = sec.new_password()
+        self._controller_password = sec.new_password()
+        self._tls_files: sec.TlsFiles | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._work_dir: Path | None = None
         self.port = 0
@@ -195,6 +211,33 @@ class LocalKafka:
         if not self.port:
             raise LocalInfraError("the broker is not started")
         return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def secured(self) -> bool:
+        return self.scram_users is not None
+
+    @property
+    def ca_file(self) -> Path | None:
+        """The throwaway CA clients trust (SASL_SSL), else None."""
+        return self._tls_files.ca_file if self._tls_files else None
+
+    def client_options(self, user: str) -> dict[str, Any]:
+        """kafka-python security options of a SCRAM user (`admin`: the super user); {} when not secured."""
+        if self.scram_users is None:
+            return {}
+        password = self._admin_password if user == sec.ADMIN_USER else self.scram_users[user]
+        return sec.client_options(user, password, self.ca_file)
+
+    def grant(self, grants: Iterable[sec.Grant]) -> int:
+        """Create ACLs as the super user; returns how many."""
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, client_id="xidpipe-localinfra-acls",
+                                 **self.client_options(sec.ADMIN_USER))
+        try:
+            return sec.create_acls(admin, grants)
+        finally:
+            admin.close()
 
     @property
     def pid(self) -> int:
@@ -329,10 +372,17 @@ class LocalKafka:
             "group.min.session.timeout.ms": "1000",
             "log.retention.hours": "1",
         }
+        if self.scram_users is not None:
+            props.update(sec.secured_properties(
+                port=self.port, controller_port=self.controller_port, host=LOOPBACK,
+                admin_password=self._admin_password, controller_password=self._controller_password,
+                tls=self._tls_files))
         props.update(self.extra_properties)
         return props
 
     def _write_config(self) -> None:
+        if self.tls:
+            self._tls_files = sec.make_tls(self.work_dir / "tls", LOOPBACK)
         lines = [f"{key}={value}" for key, value in self.server_properties().items()]
         (self.work_dir / "server.properties").write_text("\n".join(lines) + "\n")
         (self.work_dir / "log4j2.properties").write_text(_package_text("log4j2.properties"))
@@ -353,6 +403,8 @@ class LocalKafka:
             *self._java_command(java, TOOL_JVM_OPTIONS, STORAGE_TOOL_CLASS),
             "format", "-t", new_cluster_id(), "-c", str(self.work_dir / "server.properties"),
         ]  # fmt: skip
+        if self.scram_users is not None:
+            command += sec.scram_arguments({sec.ADMIN_USER: self._admin_password, **self.scram_users})
         began = time.monotonic()
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
@@ -430,6 +482,7 @@ class LocalKafka:
                 client_id="xidpipe-localinfra-probe",
                 request_timeout_ms=timeout_ms,
                 bootstrap_timeout_ms=timeout_ms,
+                **self.client_options(sec.ADMIN_USER),
             )
         except KafkaConfigurationError:
             raise

@@ -1,0 +1,185 @@
+"""Node identity end to end, on the real kube-apiserver and a real broker with SASL_SSL and ACLs.
+
+An agent pod's projected token (audience `xidpipe`, bound to its pod and so to its node) goes with
+each record as a Kafka header; the worker, authenticated to Kafka as `worker` and to the API server
+as the `xidpipe-stream` ServiceAccount of deploy/rbac/, reviews it. A record for another node, one
+without a token and one with a forged token are dead-lettered with the reason and never become
+incidents; the genuine fault becomes an incident whose cordon candidate the responder, as
+`responder`, handles and reports on the completed topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kafka import KafkaConsumer
+from kubernetes import client
+from pydantic import SecretStr
+
+from models.node_identity import TOKEN_HEADER
+from models.topics import topology
+from respond.cordon.runtime import build_executor
+from respond.cordon.settings import ActionSettings
+from respond.responder import RespondSettings, build_responder, run_responder
+from respond.sinks.build import build_sinks
+from respond.sinks.settings import SinkSettings
+from streams.runner import WorkerProcess, produce, wait_caught_up
+from streams.settings import WorkerSettings
+from streams.store import Store
+from streams.worker import prepare
+from tests.services import SecuredKafka
+from tests.streams.records import Kmsg
+
+pytestmark = [pytest.mark.kafka, pytest.mark.k8s]
+
+T0 = datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC)
+AGENT_NS = "xidpipe"
+
+
+def _agent_pod_token(core: client.CoreV1Api, node: str) -> str:
+    """What the kubelet projects into the agent pod on `node`: a pod-bound token for audience xidpipe."""
+    pod = core.create_namespaced_pod(AGENT_NS, client.V1Pod(
+        metadata=client.V1ObjectMeta(name=f"xidpipe-agent-{uuid.uuid4().hex[:6]}"),
+        spec=client.V1PodSpec(node_name=node, service_account_name="xidpipe-agent",
+                              automount_service_account_token=False,
+                              containers=[client.V1Container(name="agent", image="xidpipe:test")])))
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+        audiences=["xidpipe"], expiration_seconds=3600,
+        bound_object_ref=client.V1BoundObjectReference(kind="Pod", api_version="v1", name=pod.metadata.name,
+                                                       uid=pod.metadata.uid)))
+    return str(core.create_namespaced_service_account_token("xidpipe-agent", AGENT_NS, request).status.token)
+
+
+def _stream_kubeconfig(core: client.CoreV1Api, plane: Any, path: Path) -> Path:
+    """A kubeconfig with a token of the worker's ServiceAccount (deploy/rbac/stream-*.yaml)."""
+    token = core.create_namespaced_service_account_token(
+        "xidpipe-stream", AGENT_NS, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+            audiences=[], expiration_seconds=3600))).status.token
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "stream",
+        "clusters": [{"name": "test",
+                      "cluster": {"server": plane.server, "certificate-authority": str(plane.ca_file)}}],
+        "users": [{"name": "stream", "user": {"token": token}}],
+        "contexts": [{"name": "stream", "context": {"cluster": "test", "user": "stream"}}],
+    }))
+    return path
+
+
+def _read_all(secured_kafka: SecuredKafka, topic: str) -> list[Any]:
+    consumer = KafkaConsumer(topic, bootstrap_servers=secured_kafka.bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=4000, **secured_kafka.broker.client_options("admin"))
+    try:
+        return list(consumer)
+    finally:
+        consumer.close()
+
+
+def test_a_record_for_another_node_never_becomes_an_incident(
+    secured_kafka: SecuredKafka, control_plane: Any, admin_core: client.CoreV1Api, rbac_applied: list[Path],
+    postgres_database: str, tmp_path: Path,
+) -> None:
+    run = uuid.uuid4().hex[:6]
+    honest, victim = f"gpu-honest-{run}", f"gpu-victim-{run}"
+    for name in (honest, victim):
+        admin_core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name)))
+    if "xidpipe-agent" not in {sa.metadata.name for sa in admin_core.list_namespaced_service_account(AGENT_NS).items}:
+        admin_core.create_namespaced_service_account(
+            AGENT_NS, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="xidpipe-agent")))
+    token = _agent_pod_token(admin_core, honest).encode()
+
+    prefix, app_id = f"nid-{run}.", f"nid-{run}-worker"
+    secured_kafka.grant_pipeline(prefix, worker_group=app_id, responder_group=f"nid-{run}-responder")
+    settings = WorkerSettings(
+        bootstrap_servers=secured_kafka.bootstrap, database_url=postgres_database, app_id=app_id,
+        topic_prefix=prefix, partitions=1, datadir=tmp_path / "faust", session_timeout_s=6.0,
+        heartbeat_interval_s=1.0, commit_interval_s=0.5,
+        verify_node_identity=True, node_identity_kubeconfig=_stream_kubeconfig(admin_core, control_plane,
+                                                                               tmp_path / "kubeconfig"),
+        **secured_kafka.security("worker").model_dump(),
+    )
+    prepare(settings)
+    topo = topology(prefix, 1)
+    agent = secured_kafka.security("agent")
+    signed = Kmsg(honest).xid(0, 79, T0)
+    forged = Kmsg(victim).xid(0, 79, T0)  # the honest node's agent speaking for the victim
+    produce(settings.bootstrap_servers, topo, [signed], security=agent, headers=[(TOKEN_HEADER, token)])
+    produce(settings.bootstrap_servers, topo, [forged], security=agent, headers=[(TOKEN_HEADER, token)])
+    produce(settings.bootstrap_servers, topo, [Kmsg(victim, seq=2000).xid(1, 79, T0)], security=agent)
+    produce(settings.bootstrap_servers, topo, [Kmsg(victim, seq=3000).xid(2, 79, T0)], security=agent,
+            headers=[(TOKEN_HEADER, token[:-8] + b"AAAAAAAA")])
+
+    worker = WorkerProcess(settings, tmp_path / "worker.log").start()
+    try:
+        wait_caught_up(settings, 90, worker)
+        worker.terminate()
+    finally:
+        worker.kill()
+    log_text = (tmp_path / "worker.log").read_text()
+    assert token.decode() not in log_text and secured_kafka.passwords["worker"] not in log_text
+
+    store = Store(postgres_database, settings.policy, settings.cluster)
+    try:
+        incidents = store.incidents()
+    finally:
+        store.dispose()
+    assert {i["node"] for i in incidents} == {honest}, incidents
+
+    dead = _read_all(secured_kafka, topo.kernel.dead_letter)
+    reasons = sorted(dict(m.headers)["xidpipe-dlq-reason"].decode() for m in dead)
+    assert reasons == ["node_identity_invalid_token", "node_identity_missing_token", "node_identity_node_mismatch"]
+    assert all(m.key == victim.encode() for m in dead)
+    mismatch = next(json.loads(m.value) for m in dead if b"mismatch" in dict(m.headers)["xidpipe-dlq-reason"])
+    assert honest in mismatch["error"] and victim in mismatch["error"]
+
+    # The responder, as its own principal, takes the honest node's cordon candidate and reports it.
+    respond = RespondSettings(bootstrap_servers=secured_kafka.bootstrap, topic_prefix=prefix,
+                              database_url=postgres_database, group_id=f"nid-{run}-responder",
+                              **secured_kafka.security("responder").model_dump())
+    executor = build_executor(ActionSettings(database_url=SecretStr(postgres_database)))
+    sinks = build_sinks(SinkSettings(database_url=postgres_database, outbox_dir=tmp_path / "outbox", group_wait_s=0))
+    responder = build_responder(respond, executor, sinks)
+    asyncio.run(_respond_until_cordon(respond, responder))
+    completed = [json.loads(m.value) for m in _read_all(secured_kafka, topo.completed.name)]
+    assert {c["node"] for c in completed} == {honest}
+
+
+async def _respond_until_cordon(settings: RespondSettings, responder: Any, timeout: float = 60.0) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_responder(settings, responder, stop))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not any(h.kind == "cordon_candidate" for h in responder.handled) and loop.time() < deadline:
+        if task.done():
+            break
+        await asyncio.sleep(0.1)
+    stop.set()
+    await task
+    assert any(h.kind == "cordon_candidate" for h in responder.handled), responder.handled
+
+
+@pytest.mark.parametrize(("verb", "group", "resource", "allowed"), [
+    ("create", "authentication.k8s.io", "tokenreviews", True),
+    ("create", "authorization.k8s.io", "subjectaccessreviews", False),
+    ("patch", "", "nodes", False),
+    ("list", "", "pods", False),
+    ("get", "", "secrets", False),
+    ("create", "", "serviceaccounts/token", False),
+])
+def test_the_stream_account_may_only_review_tokens(
+    admin_client: client.ApiClient, rbac_applied: list[Path], verb: str, group: str, resource: str, allowed: bool
+) -> None:
+    resource, _, sub = resource.partition("/")
+    review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
+        user="system:serviceaccount:xidpipe:xidpipe-stream",
+        groups=["system:serviceaccounts", "system:serviceaccounts:xidpipe", "system:authenticated"],
+        resource_attributes=client.V1ResourceAttributes(verb=verb, group=group, resource=resource,
+                                                        subresource=sub or None, namespace="xidpipe")))
+    result = client.AuthorizationV1Api(admin_client).create_subject_access_review(review)
+    assert result.status.allowed is allowed, result.status.reason
