@@ -1,16 +1,19 @@
-"""Chat notifications for an incident: Slack Block Kit with a plain-text fallback, and routing.
+"""Chat notifications for an incident: what the message says, and where it goes.
 
-Pure rendering and routing; sending, pacing and threads belong to the Slack adapter.
+Pure: `message_content` decides the message's parts (headline, what to do now, the facts, the
+links) from the dossier, escaped for Slack's mrkdwn; `route` decides the channel. The Slack
+adapter (`respond.sinks.slack_blocks`) lays the parts out as Block Kit with slack-sdk; sending,
+pacing and threads belong to the notifier. Facts nobody knows are left out, never "unknown".
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from models.dossier import Dossier, title
+from models.dossier import Dossier, gpu_name, next_steps, title, workload_lines
 from models.redact import redact
 
 _EMOJI = {"hardware": ":rotating_light:", "suspected_hardware": ":warning:", "interconnect": ":link:",
@@ -38,47 +41,72 @@ def route(category: str, namespace: str | None, namespace_meta: Mapping[str, str
     channel = namespace_meta.get(routing.team_channel_key)
     if channel:
         return channel, f"namespace {namespace} names its channel in {routing.team_channel_key}"
-    return routing.default_channel, f"no channel known for namespace {namespace or 'unknown'}: the default"
+    if namespace:
+        return routing.default_channel, f"no channel known for namespace {namespace}: the default"
+    return routing.default_channel, "the incident names no namespace: the default channel"
 
 
-def render_message(d: Dossier, ticket_url: str | None = None, action: str | None = None) -> dict[str, Any]:
-    """`{"text": fallback, "blocks": [...]}` for chat.postMessage / chat.update / incoming webhooks."""
-    a = d.attribution
-    where = f"{d.node} · GPU {d.gpu.pci or 'unknown'} · serial {d.gpu.serial or 'unknown'}"
-    who = f"{a.namespace or 'unknown'}/{a.pod or 'unknown'} ({a.process or 'unknown'}, pid {a.pid or 'unknown'})"
+def mrkdwn(text: str) -> str:
+    """`text` for Slack's mrkdwn: redacted, and `&`, `<`, `>` escaped as Slack requires."""
+    return redact(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+@dataclass(frozen=True, slots=True)
+class ChatContent:
+    """A message's parts; every text is already mrkdwn (escaped) except `title`, plain text."""
+
+    title: str
+    headline: str
+    steps: tuple[str, ...]
+    fields: tuple[tuple[str, str], ...]  # (label, mrkdwn), only the known ones
+    links: tuple[tuple[str, str], ...]  # (label, URL)
+    context: str
+    fallback: str  # the notification text and what clients without blocks show
+
+
+def _where(d: Dossier) -> str:
     if d.component == "fleet":  # a fleet incident is the cluster's: its nodes, not a GPU or a workload
         shown = ", ".join(d.nodes[:10]) + (" …" if len(d.nodes) > 10 else "")
-        where = f"cluster {d.node} · {len(d.nodes)} nodes: {shown or 'none listed'}"
-        who = f"{len(d.node_incidents)} incidents on those nodes"
+        return f"cluster {d.node} · {len(d.nodes)} nodes" + (f": {shown}" if shown else "")
+    parts = [d.node]
+    if d.component == "nvswitch":
+        parts.append(f"NVSwitch {d.gpu.pci}" if d.gpu.pci else "NVSwitch")
+    else:
+        if d.gpu.pci:
+            parts.append(f"GPU {d.gpu.pci}")
+        if d.gpu.serial:
+            parts.append(f"serial {d.gpu.serial}")
+        elif d.gpu.uuid:
+            parts.append(d.gpu.uuid)
+    return " · ".join(parts)
+
+
+def message_content(d: Dossier, ticket_url: str | None = None, incident_url: str | None = None,
+                    action: str | None = None) -> ChatContent:
+    where = _where(d)
+    who = ([f"{len(d.node_incidents)} incidents on those nodes"] if d.component == "fleet" else workload_lines(d))
     codes = ", ".join(f"{c.code}×{c.count}" for c in d.codes)
     actions = action or (", ".join(f"{x.action} ({x.outcome})" for x in d.actions) if d.actions else "none yet")
-    fallback = (f"{title(d)}. {d.category}: {d.reason}. Where: {where}. Workload: {who}. "
-                f"Action: {actions}." + (f" Ticket: {ticket_url}" if ticket_url else ""))
-    fields = [
-        {"type": "mrkdwn", "text": f"*Where*\n{where}"},
-        {"type": "mrkdwn", "text": f"*Workload*\n{who}"},
-        {"type": "mrkdwn", "text": f"*Codes*\n{codes}"},
-        {"type": "mrkdwn", "text": f"*Seen*\n{d.count}× since {d.first_seen.isoformat()}"},
-        {"type": "mrkdwn", "text": f"*Action taken*\n{actions}"},
-        {"type": "mrkdwn", "text": "*Ticket*\n" + (f"<{ticket_url}|open ticket>" if ticket_url else "none")},
-    ]
-    headline = f"{_EMOJI.get(d.category, ':grey_question:')} *{d.category}*: {d.reason}"
-    context = f"incident {d.incident_id} · `{d.fingerprint}` · catalog {d.catalog_version}"
-    blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": title(d)[:150], "emoji": True}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": headline}},
-        {"type": "section", "fields": fields},
-        {"type": "context", "elements": [{"type": "mrkdwn", "text": context}]},
-    ]
-    message: dict[str, Any] = _redact_tree({"text": fallback, "blocks": blocks})
-    return message
-
-
-def _redact_tree(value: Any) -> Any:
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, list):
-        return [_redact_tree(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _redact_tree(v) for k, v in value.items()}
-    return value
+    steps = next_steps(d).steps
+    fields = [("Where", where)]
+    if who:
+        fields.append(("Workload", "\n".join(who)))
+    fields += [("Codes", codes), ("Seen", f"{d.count}× since {d.first_seen.isoformat()}"), ("Action taken", actions)]
+    links = []
+    if incident_url:
+        links.append(("Incident page", incident_url))
+    if ticket_url:
+        links.append(("Ticket", ticket_url))
+    fallback = (f"{title(d)}. {d.category}: {d.reason}. What to do now: {steps[0] if steps else 'see the incident'} "
+                f"Where: {where}." + (f" Workload: {'; '.join(who)}." if who else "")
+                + f" Action: {actions}." + "".join(f" {label}: {url}" for label, url in links))
+    return ChatContent(
+        title=redact(title(d)),
+        headline=f"{_EMOJI.get(d.category, ':grey_question:')} *{mrkdwn(d.category)}*: {mrkdwn(d.reason)}",
+        steps=tuple(mrkdwn(s) for s in steps),
+        fields=tuple((label, mrkdwn(text)) for label, text in fields if text),
+        links=tuple(links),
+        context=mrkdwn(f"incident {d.incident_id} · {d.fingerprint} · catalog {d.catalog_version}"
+                       + (f" · GPU {gpu_name(d)}" if gpu_name(d) and d.component != "fleet" else "")),
+        fallback=mrkdwn(fallback),
+    )

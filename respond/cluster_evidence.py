@@ -1,6 +1,7 @@
 """Cluster-side evidence for a dossier, read when the ticket is written: the node's description and
 conditions, the pod's description, owner and recent events, and the last lines of the affected
-container's log.
+container's log; and the workload's owning team, from the pod's labels and annotations (the keys
+`SinkSettings.owner_keys` names, the first present wins).
 
 Each capture is size-capped; environment variables and secrets are never read (a container's
 `env` is listed by name only, `envFrom` by source name), and the dossier redacts every text again
@@ -10,6 +11,7 @@ when it renders. A capture that fails says why instead of failing the ticket.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +22,7 @@ from models.dossier import EvidenceItem
 
 log = logging.getLogger(__name__)
 
+OWNER_KEYS = ("team", "owner", "app.kubernetes.io/part-of")
 CAP_BYTES = 16 * 1024
 LOG_TAIL_LINES = 50
 EVENTS_LIMIT = 20
@@ -66,14 +69,27 @@ def _owner(pod: Any) -> str | None:
     return f"{ref.kind}/{ref.name}" if ref else None
 
 
-def describe_pod(core: client.CoreV1Api, namespace: str, name: str) -> tuple[EvidenceItem, str | None]:
+def owning_team(metadata: Any, keys: Sequence[str] = OWNER_KEYS) -> str | None:
+    """The first of `keys` set in the object's labels, then its annotations; None if none is."""
+    for source in (metadata.labels or {}, metadata.annotations or {}):
+        for key in keys:
+            value = str(source.get(key) or "").strip()
+            if value:
+                return value
+    return None
+
+
+def describe_pod(core: client.CoreV1Api, namespace: str, name: str,
+                 owner_keys: Sequence[str] = OWNER_KEYS) -> tuple[EvidenceItem, str | None]:
+    """The pod's description, and its owning team (from `owner_keys`) where it names one."""
     try:
         pod: Any = core.read_namespaced_pod(name, namespace)
     except (ApiException, OSError) as exc:
         return _item("pod description", "error", f"pod {namespace}/{name}: {_why(exc)}"), None
     owner = _owner(pod)
+    team = owning_team(pod.metadata, owner_keys)
     lines = [f"Name: {namespace}/{name}", f"Node: {pod.spec.node_name}", f"Phase: {pod.status.phase}",
-             f"Owner: {owner or 'none'}", "Labels:"]
+             f"Owner: {owner or 'none'}", *([f"Team: {team}"] if team else []), "Labels:"]
     lines += [f"  {k}={v}" for k, v in sorted((pod.metadata.labels or {}).items())]
     statuses = {s.name: s for s in (pod.status.container_statuses or [])}
     for c in pod.spec.containers:
@@ -85,7 +101,7 @@ def describe_pod(core: client.CoreV1Api, namespace: str, name: str) -> tuple[Evi
         env_names = [e.name for e in c.env or []]
         if env_names:
             lines.append(f"  env (names only): {', '.join(env_names)}")
-    return _item("pod description", "ok", "\n".join(lines)), owner
+    return _item("pod description", "ok", "\n".join(lines)), team
 
 
 def pod_events(core: client.CoreV1Api, namespace: str, name: str) -> EvidenceItem:
@@ -123,12 +139,12 @@ def namespace_meta(api: client.ApiClient, namespace: str) -> dict[str, str]:
 
 
 def capture(api: client.ApiClient, node: str, namespace: str | None, pod: str | None,
-            container: str | None) -> tuple[list[EvidenceItem], str | None]:
-    """The cluster-side evidence items, and the pod's owner (`Kind/name`) when there is a pod."""
+            container: str | None, owner_keys: Sequence[str] = OWNER_KEYS) -> tuple[list[EvidenceItem], str | None]:
+    """The cluster-side evidence items, and the workload's owning team when its pod names one."""
     core = client.CoreV1Api(api)
     items = [describe_node(core, node)]
     owner = None
     if namespace and pod:
-        described, owner = describe_pod(core, namespace, pod)
+        described, owner = describe_pod(core, namespace, pod, owner_keys or OWNER_KEYS)
         items += [described, pod_events(core, namespace, pod), container_log(core, namespace, pod, container)]
     return items, owner

@@ -15,7 +15,16 @@ from sqlalchemy.orm import Session
 from history.fleet_incidents import member_incidents
 from history.tables import EvidenceRecord, FaultEvent, Incident, NodeState
 from models.catalog import load_catalog
-from models.dossier import ActionItem, Attribution, CodeInfo, Dossier, DossierGpu, EvidenceItem, HistoryItem
+from models.dossier import (
+    ActionItem,
+    Attribution,
+    CodeInfo,
+    Dossier,
+    DossierGpu,
+    EvidenceItem,
+    HistoryItem,
+    is_monitoring_tool,
+)
 
 HISTORY_LIMIT = 20
 
@@ -27,32 +36,51 @@ def _xid_of(code: str) -> int | None:
     return None
 
 
+def _sxid_of(code: str) -> int | None:
+    parts = code.split()
+    if len(parts) == 2 and parts[0] == "SXid" and parts[1].isdigit():
+        return int(parts[1])
+    return None
+
+
 def _codes(events: Sequence[FaultEvent], incident: Incident) -> list[CodeInfo]:
+    """Each code with the catalog's guidance and the driver's own words (its first line)."""
     counts = Counter(e.code for e in events)
+    first: dict[str, str] = {}
+    for e in events:
+        first.setdefault(e.code, e.message)
     catalog = load_catalog()
     out: list[CodeInfo] = []
     for code in list(dict.fromkeys([*(incident.codes or []), *counts])):
-        xid = _xid_of(str(code))
+        xid, sxid = _xid_of(str(code)), _sxid_of(str(code))
         info = catalog.xid(xid) if xid is not None else None
+        switch = catalog.sxid(sxid) if sxid is not None else None
+        mnemonic = info.mnemonic if info else (switch.name if switch else None)
+        description = info.description if info else (
+            f"{'fatal' if switch.fatal else 'non-fatal'} NVSwitch error: {switch.klass}" if switch else None)
         out.append(CodeInfo(
-            code=str(code), count=counts.get(code, 0),
-            mnemonic=info.mnemonic if info else None, description=info.description if info else None,
+            code=str(code), count=counts.get(code, 0), mnemonic=mnemonic, description=description,
             immediate_action=info.immediate_action if info else None,
             investigatory_action=info.investigatory_action if info else None,
+            message=(first.get(code) or "").strip() or None,
         ))
     return out
 
 
 def _attribution(events: Sequence[FaultEvent]) -> Attribution:
-    """The workload at the latest fault that names one, and the latest process a fault names."""
+    """The workload at the latest fault that names one, and the latest process a fault names that
+    is the workload's (a monitoring tool that tripped over the fault, such as nvidia-smi, is not)."""
     pod = next((e for e in reversed(events) if e.pod), None)
-    proc = next((e for e in reversed(events) if e.process or e.pid is not None), None)
+    proc = next((e for e in reversed(events)
+                 if (e.process or e.pid is not None) and not is_monitoring_tool(e.process)), None)
+    workload = next((e.workload for e in reversed(events) if e.workload), None)
     owner = None
     if pod is not None and isinstance(pod.attribution, dict):
         owner = pod.attribution.get("owner")
     return Attribution(
         pod=pod.pod if pod else None, namespace=pod.namespace if pod else None,
         container=pod.container if pod else None, owner=str(owner) if owner else None,
+        workload=str(workload) if workload else None,
         process=proc.process if proc else None, pid=proc.pid if proc else None,
     )
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
+from models.dossier import JiraFlavor
 from respond.sinks.jira_tracker import JiraTracker
 from respond.sinks.outbox import OutboxChat, OutboxTracker
 from respond.sinks.ports import Destination
@@ -26,12 +27,13 @@ class JiraParams(_Params):
     user: str | None = None
     api_token: SecretStr | None = None
     timeout_s: float
+    flavor: JiraFlavor = "server"
 
 
 def jira_sink(p: JiraParams) -> JiraTracker | None:
     if not (p.url and p.user and p.api_token):
         return None
-    return JiraTracker(p.url, p.user, p.api_token, timeout_s=p.timeout_s)
+    return JiraTracker(p.url, p.user, p.api_token, timeout_s=p.timeout_s, flavor=p.flavor)
 
 
 class SlackBotParams(_Params):

@@ -1,5 +1,10 @@
 """The Jira adapter of the `TicketTracker` port, on the `jira` library (3.10.5).
 
+Two flavors (`SinkSettings.jira_flavor`): `server` (Jira Server and Data Center) talks REST API v2
+and writes descriptions and comments in wiki markup; `cloud` talks REST API v3 and writes them as
+ADF documents (v3 takes nothing else). Comment markers are written as plain text in both, so a
+retried comment is recognised.
+
 The library's own retries are off (`max_retries=0`): its ResilientSession sleeps 10·2^n s and
 covers only 429 and 503. Retrying belongs to `tickets.TicketSink`, which re-reads the state
 before each attempt so that a repeated request never writes twice (a create is preceded by a
@@ -15,6 +20,7 @@ built from the status and Jira's error text, and scrubbed of the token.
 from __future__ import annotations
 
 import io
+import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -23,9 +29,12 @@ import requests
 from jira import JIRA, JIRAError
 from pydantic import SecretStr
 
+from models.dossier import JiraFlavor
+from models.render import adf, jira_wiki
+from models.render.doc import Paragraph, Span
 from models.ticket_policy import TicketFields
 from respond.errors import AmbiguousError, PermanentError, TemporaryError, scrub
-from respond.sinks.ports import TicketInfo
+from respond.sinks.ports import TicketBody, TicketInfo
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,8 +48,9 @@ class JiraTracker:
     name = "jira"
 
     def __init__(self, server: str, user: str, api_token: SecretStr, *, timeout_s: float = 10.0,
-                 verify: bool | str = True) -> None:
+                 verify: bool | str = True, flavor: JiraFlavor = "server") -> None:
         self.server = server.rstrip("/")
+        self.flavor = flavor
         self._user = user
         self._token = api_token
         self._timeout = timeout_s
@@ -48,14 +58,15 @@ class JiraTracker:
         self._client: JIRA | None = None
 
     def __repr__(self) -> str:
-        return f"JiraTracker({self.server!r}, user={self._user!r})"
+        return f"JiraTracker({self.server!r}, user={self._user!r}, flavor={self.flavor!r})"
 
     # --- plumbing --------------------------------------------------------------------------------
     def _jira(self) -> JIRA:
         if self._client is None:
             self._client = JIRA(
                 server=self.server, basic_auth=(self._user, self._token.get_secret_value()), timeout=self._timeout,
-                max_retries=0, options={"check_update": False, "verify": self._verify},
+                max_retries=0, options={"check_update": False, "verify": self._verify,
+                                        "rest_api_version": "3" if self.flavor == "cloud" else "2"},
             )
         return self._client
 
@@ -121,12 +132,43 @@ class JiraTracker:
             raise
         return self._info(issue.raw)
 
-    def create(self, fields: TicketFields, summary: str, description: str) -> TicketInfo:
-        if len(description) > DESCRIPTION_CAP:
-            description = description[:DESCRIPTION_CAP] + "\n\n(cut: the full dossier is attached as dossier.md)\n"
+    def _description(self, body: TicketBody) -> str | dict[str, Any]:
+        cut = "(cut: the full dossier is attached as dossier.md)"
+        if self.flavor == "cloud":
+            if len(json.dumps(body.adf)) <= DESCRIPTION_CAP:
+                return body.adf
+            doc = dict(body.adf, content=list(body.adf["content"]))
+            while doc["content"] and len(json.dumps(doc)) > DESCRIPTION_CAP:
+                doc["content"].pop()
+            doc["content"].append(adf.paragraph((Span(cut),)))
+            return doc
+        if len(body.wiki) <= DESCRIPTION_CAP:
+            return body.wiki
+        # Cut between lines, outside any {noformat} block, so the markup stays whole.
+        kept: list[str] = []
+        size, opened = 0, False
+        for ln in body.wiki.splitlines():
+            if size + len(ln) + 1 > DESCRIPTION_CAP - 200:
+                break
+            kept.append(ln)
+            size += len(ln) + 1
+            opened = opened != (ln.strip() == "{noformat}")
+        if opened:
+            kept.append("{noformat}")
+        return "\n".join(kept) + "\n\n" + jira_wiki.escape(cut) + "\n"
+
+    def _comment_body(self, body: str, marker: str) -> str | dict[str, Any]:
+        if self.flavor == "cloud":
+            doc = adf.plain(body)
+            doc["content"].append(adf.paragraph((Span(marker),)))
+            return doc
+        return jira_wiki.render([Paragraph((Span(ln),)) for ln in body.splitlines() if ln.strip()]) + f"\n{marker}"
+
+    def create(self, fields: TicketFields, summary: str, description: TicketBody) -> TicketInfo:
         payload: dict[str, Any] = {
             "project": {"key": fields.project}, "issuetype": {"name": fields.issue_type},
-            "summary": summary[:250], "description": description, "priority": {"name": fields.priority},
+            "summary": summary[:250], "description": self._description(description),
+            "priority": {"name": fields.priority},
             "labels": list(fields.labels), "components": [{"name": c} for c in fields.components],
         }
         try:
@@ -154,9 +196,12 @@ class JiraTracker:
 
     def comment(self, key: str, body: str, marker: str) -> bool:
         existing = self._call(f"read comments of {key}", lambda j: j.comments(key))
-        if any(marker in (c.body or "") for c in existing):
-            return False
-        self._call(f"comment on {key}", lambda j: j.add_comment(key, f"{body}\n\n{marker}"))
+        for c in existing:
+            raw = (getattr(c, "raw", None) or {}).get("body") or ""
+            if marker in (raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)):
+                return False
+        text = self._comment_body(body, marker)
+        self._call(f"comment on {key}", lambda j: j.add_comment(key, text))
         return True
 
     def attach(self, key: str, files: Mapping[str, bytes]) -> list[str]:

@@ -25,21 +25,20 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from models.chat_message import Routing, render_message, route
-from models.notify import Alert, Decision, GroupPolicy, SentRecord, content_hash, decide, group_key
-from models.redact import redact
+from models.chat_message import Routing, route
+from models.notify import Alert, GroupPolicy, SentRecord, content_hash, decide, group_key
 from respond.errors import ActionError, AmbiguousError, PermanentError
 from respond.sinks.model import IncidentNotice
 from respond.sinks.ports import ChatTransport, Posted
+from respond.sinks.slack_blocks import render_group, render_reply
 from respond.sinks.tickets import utcnow
 
 log = logging.getLogger(__name__)
-_SECTION_CAP = 2900  # Slack's section text limit is 3000 characters
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,35 +51,6 @@ class ChatOutcome:
     error: str | None = None
 
 
-def render_group(notices: Sequence[IncidentNotice], ticket_url: Callable[[str], str | None]) -> dict[str, Any]:
-    """The message of a group: the latest incident in full, and a list when there are several."""
-    latest = max(notices, key=lambda n: (n.dossier.last_seen, n.incident_id))
-    message = render_message(latest.dossier, ticket_url(latest.incident_id))
-    firing = [n for n in notices if n.alert_status == "firing"]
-    if len(notices) > 1 or not firing:
-        head = f"*{len(firing)} firing, {len(notices) - len(firing)} resolved*"
-        lines = []
-        for n in sorted(notices, key=lambda n: n.incident_id):
-            d = n.dossier
-            icon = ":white_check_mark:" if n.alert_status == "resolved" else ":red_circle:"
-            codes = ", ".join(f"{c.code}×{c.count}" for c in d.codes)
-            lines.append(f"{icon} {d.node} GPU {d.gpu.pci or d.gpu.uuid or 'unknown'}: {codes} ({n.alert_status})")
-        text = redact(head + "\n" + "\n".join(lines))[:_SECTION_CAP]
-        message["blocks"].insert(2, {"type": "section", "text": {"type": "mrkdwn", "text": text}})
-        message["text"] = redact(f"{len(firing)} firing, {len(notices) - len(firing)} resolved. ") + message["text"]
-    return message
-
-
-def render_reply(decision: Decision, notices: Sequence[IncidentNotice]) -> dict[str, Any]:
-    """The thread reply that tells what changed."""
-    firing = sum(1 for n in notices if n.alert_status == "firing")
-    parts = [f"{n.dossier.node}: " + ", ".join(f"{c.code}×{c.count}" for c in n.dossier.codes)
-             + f" ({n.alert_status}, {n.dossier.count} in all)" for n in notices]
-    text = redact(f"Update: {decision.reason}. {firing} firing, {len(notices) - firing} resolved. " + "; ".join(parts))
-    return {"text": text[:_SECTION_CAP],
-            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text[:_SECTION_CAP]}}]}
-
-
 def _slug(group: str) -> str:
     return hashlib.sha256(group.encode()).hexdigest()[:12]
 
@@ -90,7 +60,8 @@ class ChatNotifier:
                  policy: GroupPolicy | None = None, *, channel_interval_s: float = 1.0, retry_base_s: float = 30.0,
                  retry_max_s: float = 900.0, ticket_url: Callable[[str], str | None] = lambda _: None,
                  clock: Callable[[], datetime] = utcnow, sleep: Callable[[float], None] = time.sleep,
-                 retention_s: float = 86400.0) -> None:
+                 retention_s: float = 86400.0, incident_url_base: str | None = None) -> None:
+        self.incident_url_base = incident_url_base
         self.transport = transport
         self.store = store
         self.routing = routing or Routing()
@@ -168,27 +139,26 @@ class ChatNotifier:
         digest = content_hash(decision.alerts)
         key = f"xidpipe-{_slug(gk)}-{digest}"
         retrying = failure is not None
+        message = render_group(notices, self.ticket_url, self.incident_url_base)
         try:
             if entry is None or entry.thread_ts is None or not self.transport.threads:
-                message = render_group(notices, self.ticket_url)
                 posted = self._post(channel if entry is None else entry.channel, message, key, None, retrying,
                                     channel)
                 root = posted.ts if entry is None else entry.thread_ts
             else:
                 self._pace(channel)
                 try:
-                    self.transport.update(entry.channel, entry.thread_ts, render_group(notices, self.ticket_url), key)
+                    self.transport.update(entry.channel, entry.thread_ts, message, key)
                 except PermanentError as exc:
                     if exc.status != 404 and "message_not_found" not in exc.message:
                         raise
                     # Someone deleted the thread's root: the group starts a new thread.
                     log.warning("root message of %s is gone (%s): starting a new thread", gk, exc.message, extra=ctx)
-                    posted = self._post(entry.channel, render_group(notices, self.ticket_url), f"{key}-new", None,
-                                        retrying, channel)
+                    posted = self._post(entry.channel, message, f"{key}-new", None, retrying, channel)
                     root = posted.ts
                 else:
-                    posted = self._post(entry.channel, render_reply(decision, notices), f"{key}-reply",
-                                        entry.thread_ts, retrying, channel)
+                    reply = render_reply(decision, notices, self.incident_url_base)
+                    posted = self._post(entry.channel, reply, f"{key}-reply", entry.thread_ts, retrying, channel)
                     root = entry.thread_ts
         except ActionError as exc:
             permanent = isinstance(exc, PermanentError)

@@ -3,6 +3,7 @@ with the same content, as files in a local outbox directory.
 
     var/outbox/jira/<ticket>/ticket.md      summary, fields and the dossier (the ticket body)
     var/outbox/jira/<ticket>/ticket.json    fields, labels, status, links (what Jira would hold)
+    var/outbox/jira/<ticket>/description.wiki, description.adf.json   the body as Jira Server / Cloud get it
     var/outbox/jira/<ticket>/dossier.md, dossier.json, node-*.txt ...   the attachments
     var/outbox/jira/<ticket>/comments/<n>.md
     var/outbox/slack/<channel>/<message>.json   {"text", "blocks", "thread_ts", ...} as chat.postMessage takes
@@ -24,7 +25,7 @@ from typing import Any
 
 from models.ticket_policy import INCIDENT_LABEL_PREFIX, TicketFields
 from respond.errors import PermanentError
-from respond.sinks.ports import Posted, TicketInfo
+from respond.sinks.ports import Posted, TicketBody, TicketInfo
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -85,7 +86,7 @@ class OutboxTracker:
         meta = self._meta(key)
         return self._info(meta) if meta else None
 
-    def create(self, fields: TicketFields, summary: str, description: str) -> TicketInfo:
+    def create(self, fields: TicketFields, summary: str, description: TicketBody) -> TicketInfo:
         incident = next((x for x in fields.labels if x.startswith(INCIDENT_LABEL_PREFIX)), None)
         if incident is None:
             raise PermanentError("an outbox ticket needs an incident label")
@@ -101,7 +102,9 @@ class OutboxTracker:
         head = [f"# {summary}", "", f"- Project: {fields.project}", f"- Issue type: {fields.issue_type}",
                 f"- Priority: {fields.priority}", f"- Components: {', '.join(fields.components) or 'none'}",
                 f"- Labels: {', '.join(meta['labels'])}", "", "---", ""]
-        write_atomic(self._dir(key) / "ticket.md", ("\n".join(head) + description).encode())
+        write_atomic(self._dir(key) / "ticket.md", ("\n".join(head) + description.markdown).encode())
+        write_atomic(self._dir(key) / "description.wiki", description.wiki.encode())
+        write_atomic(self._dir(key) / "description.adf.json", _json(description.adf))
         self._save(meta)
         return self._info(meta)
 
@@ -133,7 +136,7 @@ class OutboxTracker:
         done = []
         for name in sorted(files):
             fname = safe_name(name)
-            if fname in ("ticket.md", "ticket.json", "comments"):
+            if fname in ("ticket.md", "ticket.json", "comments", "description.wiki", "description.adf.json"):
                 fname = f"attachment-{fname}"
             write_atomic(self._dir(key) / fname, files[name])  # overwrite: idempotent
             if name not in meta["attachments"]:

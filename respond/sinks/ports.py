@@ -13,7 +13,30 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from models.dossier import Dossier, render_adf, render_jira_wiki, render_markdown
+from models.render import adf, jira_wiki
+from models.render.doc import Paragraph, Span
 from models.ticket_policy import TicketFields
+
+
+@dataclass(frozen=True, slots=True)
+class TicketBody:
+    """A ticket's description in each format a tracker may need: Markdown (the outbox), wiki
+    markup (Jira Server and Data Center, API v2), ADF (Jira Cloud, API v3)."""
+
+    markdown: str
+    wiki: str
+    adf: dict[str, Any]
+
+    @classmethod
+    def of(cls, dossier: Dossier) -> TicketBody:
+        return cls(render_markdown(dossier), render_jira_wiki(dossier), render_adf(dossier))
+
+    @classmethod
+    def plain(cls, text: str) -> TicketBody:
+        """Plain sentences, one paragraph per line, escaped for each format."""
+        paragraphs = [Paragraph((Span(ln),)) for ln in text.splitlines() if ln.strip()]
+        return cls(text, jira_wiki.render(paragraphs), adf.plain(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,14 +58,16 @@ class TicketTracker(Protocol):
     def get(self, key: str) -> TicketInfo | None:
         ...
 
-    def create(self, fields: TicketFields, summary: str, description: str) -> TicketInfo:
+    def create(self, fields: TicketFields, summary: str, description: TicketBody) -> TicketInfo:
+        """Open a ticket; the tracker takes `description` in its own format."""
         ...
 
     def add_labels(self, key: str, labels: tuple[str, ...]) -> None:
         ...
 
     def comment(self, key: str, body: str, marker: str) -> bool:
-        """Add a comment unless one carrying `marker` is already there; True when written now."""
+        """Add a comment (plain text, escaped by the tracker for its format) unless one carrying
+        `marker` is already there; True when written now."""
         ...
 
     def attach(self, key: str, files: Mapping[str, bytes]) -> list[str]:

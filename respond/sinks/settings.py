@@ -16,7 +16,10 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.chat_message import Routing
+from models.dossier import JiraFlavor
 from models.ticket_policy import TicketPolicy
+
+DEFAULT_OWNER_KEYS = ("team", "owner", "app.kubernetes.io/part-of")
 
 
 class SinkSettings(BaseSettings):
@@ -31,6 +34,15 @@ class SinkSettings(BaseSettings):
     jira_user: str | None = Field(default=None, description="Jira user (Cloud: the account's e-mail)")
     jira_api_token: SecretStr | None = Field(default=None, description="Jira API token or password")
     jira_timeout_s: float = Field(default=10.0, gt=0, description="per request; the library's default is none")
+    jira_flavor: JiraFlavor = Field(
+        default="server", description="server: Jira Server / Data Center, REST API v2, bodies in wiki markup; "
+        "cloud: Jira Cloud, REST API v3, bodies in the Atlassian Document Format")
+    incident_url_base: str | None = Field(
+        default=None, description="base URL of `xidpipe serve` (e.g. https://xidpipe.example.com): every ticket and "
+        "message links the incident's page <base>/incidents/<id>; unset: no link")
+    owner_keys: tuple[str, ...] = Field(
+        default=DEFAULT_OWNER_KEYS, description="pod labels or annotations naming the workload's owning team, the "
+        "first present wins (read from the cluster when one is configured)")
     ticket_policy: TicketPolicy = Field(default_factory=TicketPolicy)
     ticket_attempts: int = Field(default=3, ge=1, description="tries per notice before it waits in the queue")
     ticket_retry_base_s: float = Field(default=1.0, gt=0, description="first in-place backoff; doubles per try")

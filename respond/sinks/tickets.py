@@ -22,9 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
+from urllib.parse import quote
 
 from history.sink_tables import TicketRow
-from models.dossier import evidence_files, render_json, render_markdown, title
+from models.dossier import Dossier, evidence_files, render_json, render_markdown, title
 from models.redact import redact
 from models.ticket_policy import (
     TicketDecision,
@@ -39,7 +40,7 @@ from models.ticket_policy import (
 )
 from respond.errors import AmbiguousError, PermanentError, TemporaryError
 from respond.sinks.model import IncidentNotice
-from respond.sinks.ports import TicketInfo, TicketTracker
+from respond.sinks.ports import TicketBody, TicketInfo, TicketTracker
 from respond.sinks.sink_store import SinkStore
 
 log = logging.getLogger(__name__)
@@ -71,17 +72,29 @@ class TicketOutcome:
     error: str | None = None
 
 
-def dossier_files(notice: IncidentNotice) -> dict[str, bytes]:
-    d = notice.dossier
+def dossier_files(notice: IncidentNotice, incident_url: str | None = None) -> dict[str, bytes]:
+    d = with_links(notice.dossier, incident_url)
     return {"dossier.md": render_markdown(d).encode(),
             "dossier.json": (json.dumps(render_json(d), indent=2, sort_keys=True) + "\n").encode(),
             **evidence_files(d)}
 
 
+def incident_page(base: str | None, incident_id: str) -> str | None:
+    """The incident's page under `base` (`xidpipe serve`: /incidents/<id>), or None without a base."""
+    if not base:
+        return None
+    return f"{base.rstrip('/')}/incidents/{quote(incident_id, safe=':@')}"
+
+
+def with_links(d: Dossier, incident_url: str | None) -> Dossier:
+    return d.model_copy(update={"incident_url": incident_url}) if incident_url else d
+
+
 class TicketSink:
     def __init__(self, tracker: TicketTracker, store: SinkStore, policy: TicketPolicy | None = None,
                  retry: RetryPolicy | None = None, clock: Callable[[], datetime] = utcnow,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, incident_url_base: str | None = None) -> None:
+        self.incident_url_base = incident_url_base
         self.tracker = tracker
         self.store = store
         self.policy = policy or TicketPolicy()
@@ -204,15 +217,16 @@ class TicketSink:
         d = decide_ticket(s, state, previous, now, self.policy)
         if d.action == "none":
             return d, d.key
-        files = dossier_files(notice)
+        page = incident_page(self.incident_url_base, s.incident_id)
+        files = dossier_files(notice, page)
         attach = {n: files[n] for n in d.attach if n in files}
         marker = comment_marker(s.incident_id, s.count, s.category)
-        dossier = notice.dossier
+        dossier = with_links(notice.dossier, page)
         key: str
         if d.action in ("create", "link"):
             assert d.fields is not None
             try:
-                info = self.tracker.create(d.fields, redact(title(dossier)), render_markdown(dossier))
+                info = self.tracker.create(d.fields, redact(title(dossier)), TicketBody.of(dossier))
             except AmbiguousError as exc:
                 # Jira may have created it; its search index (the only way to find it without the key)
                 # lags behind, so the next look waits until the index has settled.
@@ -233,7 +247,8 @@ class TicketSink:
             if d.action == "reopen":
                 self.tracker.reopen(key, self.policy.reopen_transition)
             if d.comment is not None:
-                self.tracker.comment(key, redact(d.comment), marker)
+                text = d.comment + (f"\nIncident page: {page}" if page else "")
+                self.tracker.comment(key, redact(text), marker)
             if d.action != "attach":
                 self.store.put_ticket(incident_id=s.incident_id, fingerprint=s.fingerprint, key=key,
                                       tracker=self.tracker.name, category=s.category, count=s.count, now=now,

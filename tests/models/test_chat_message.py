@@ -1,4 +1,5 @@
-"""Slack messages: golden Block Kit payload, fallback text, routing, no secrets."""
+"""Slack messages: golden Block Kit payload (built with slack-sdk), what to do now, links, no
+"unknown", no monitoring tool named as the workload, mrkdwn escaping, routing, no secrets."""
 
 from __future__ import annotations
 
@@ -6,41 +7,93 @@ import json
 
 import pytest
 
-from models.chat_message import Routing, render_message, route
+from models.chat_message import Routing, message_content, route
+from models.dossier import Attribution
+from respond.sinks.slack_blocks import message
 from tests.models.test_dossier import SECRETS, check_golden, sample
+
+TICKET = "https://jira.example.com/browse/GPU-123"
+PAGE = "https://xidpipe.example.com/incidents/inc-20251127-0042"
+
+
+def render(d: object = None, **kw: object) -> dict[str, object]:
+    return message(message_content(d or sample(), **kw))  # type: ignore[arg-type]
 
 
 def test_block_kit_golden() -> None:
-    msg = render_message(sample(), ticket_url="https://jira.example.com/browse/GPU-123")
+    msg = render(ticket_url=TICKET, incident_url=PAGE)
     check_golden("slack_gpu_lost.json", json.dumps(msg, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
-def test_fallback_text_says_what_where_and_what_was_done() -> None:
-    text = render_message(sample(), ticket_url="https://jira.example.com/browse/GPU-123")["text"]
-    for part in ("hardware", "gpu-node-03", "0000:63:00.0", "1654923011263", "team-llm/llm-pretrain-7-worker-3",
-                 "cordon (done)", "GPU-123"):
+def test_what_to_do_now_comes_right_after_the_headline_and_links_follow() -> None:
+    blocks = render(ticket_url=TICKET, incident_url=PAGE)["blocks"]
+    texts = [json.dumps(b) for b in blocks]  # type: ignore[attr-defined]
+    assert "What to do now" in texts[2] and "lspci -s 0000:63:00.0" in texts[2]
+    links = next(t for t in texts if PAGE in t)
+    assert f"<{PAGE}|Incident page>" in json.loads(links)["text"]["text"] and TICKET in links
+
+
+def test_fallback_text_says_what_where_what_to_do_and_links() -> None:
+    text = str(render(ticket_url=TICKET, incident_url=PAGE)["text"])
+    for part in ("hardware", "gpu-node-03", "0000:63:00.0", "1654923011263", "llm-pretrain-7-worker-3",
+                 "cordon (done)", "GPU-123", "What to do now: Check first", PAGE):
         assert part in text
+
+
+def test_nothing_unknown_is_printed() -> None:
+    d = sample()
+    d.attribution = Attribution()
+    d.gpu.serial = None
+    out = json.dumps(render(d))
+    assert "unknown" not in out.lower()
+    assert "Workload" not in out  # no workload known: no field, rather than "unknown/unknown"
+
+
+def test_a_monitoring_tool_is_never_named_as_the_workload() -> None:
+    d = sample()
+    d.attribution = Attribution(pod="inference-gw-2", namespace="team-serving", process="nvidia-smi", pid=3317)
+    out = json.dumps(render(d))
+    assert "inference-gw-2" in out and "nvidia-smi" not in out.split("What to do now")[0]
+    assert "pid 3317" not in out
+
+
+def test_application_faults_tell_the_owner_and_say_no_hardware_action() -> None:
+    d = sample()
+    d.category, d.family, d.component = "application", "application", "workload"
+    d.attribution = Attribution(owner="team-vision", workload="team-vision/resnet-train/trainer")
+    steps = message_content(d).steps
+    assert "team-vision" in steps[0] and "No hardware action" in steps[0]
+
+
+def test_user_text_is_escaped_for_mrkdwn() -> None:
+    d = sample()
+    d.reason = "bad <!channel> & <https://evil.example|click>"
+    out = json.dumps(render(d))
+    assert "<!channel>" not in out and "&lt;!channel&gt; &amp; &lt;https://evil.example|click&gt;" in out
 
 
 def test_no_secret_in_the_message() -> None:
     d = sample()
     d.reason = f"{d.reason}; token=ghp_abcdefghijklmnopqrstuvwxyz0123456789"
-    out = json.dumps(render_message(d))
+    out = json.dumps(render(d))
     assert all(s not in out for s in SECRETS)
 
 
-@pytest.mark.parametrize(
-    ("category", "namespace", "meta", "channel"),
-    [
-        ("hardware", "team-llm", {"xidpipe.io/slack-channel": "#team-llm"}, "#gpu-infra"),
-        ("suspected_hardware", "team-llm", {}, "#gpu-infra"),
-        ("fleet", None, {}, "#gpu-infra"),
-        ("application", "team-llm", {"xidpipe.io/slack-channel": "#team-llm"}, "#team-llm"),
-        ("application", "mapped", {"xidpipe.io/slack-channel": "#ignored"}, "#mapped-team"),
-        ("application", "team-x", {}, "#gpu-alerts"),
-        ("application", None, {}, "#gpu-alerts"),
-    ],
-)
-def test_routing(category: str, namespace: str | None, meta: dict[str, str], channel: str) -> None:
-    got, why = route(category, namespace, meta, Routing(namespace_channels={"mapped": "#mapped-team"}))
-    assert got == channel and why
+def test_a_long_title_is_cut_to_slacks_header_limit() -> None:
+    d = sample()
+    d.node = "n" * 300
+    header = render(d)["blocks"][0]  # type: ignore[index]
+    assert len(header["text"]["text"]) == 150
+
+
+@pytest.mark.parametrize(("category", "namespace", "meta", "expected"), [
+    ("hardware", "team-a", {}, "#gpu-infra"),
+    ("application", "team-a", {"xidpipe.io/slack-channel": "#team-a"}, "#team-a"),
+    ("application", "mapped", {}, "#mapped-ch"),
+    ("application", "team-b", {}, "#gpu-alerts"),
+    ("application", None, {}, "#gpu-alerts"),
+])
+def test_routing(category: str, namespace: str | None, meta: dict[str, str], expected: str) -> None:
+    routing = Routing(namespace_channels={"mapped": "#mapped-ch"})
+    channel, why = route(category, namespace, meta, routing)
+    assert channel == expected and why and "unknown" not in why

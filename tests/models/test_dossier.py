@@ -1,4 +1,5 @@
-"""The fault dossier: golden files for Markdown and JSON, caps, and no secret in any output.
+"""The fault dossier: golden files for Markdown, Jira wiki markup, ADF and JSON (the wiki and ADF
+bodies checked as Jira takes them), caps, nothing "unknown", and no secret in any output.
 
 Set UPDATE_GOLDEN=1 to rewrite the golden files after an intended change, then review the diff.
 """
@@ -20,9 +21,12 @@ from models.dossier import (
     EvidenceItem,
     HistoryItem,
     evidence_files,
+    render_adf,
+    render_jira_wiki,
     render_json,
     render_markdown,
 )
+from tests.fakes.jira.validate import adf_errors, wiki_errors
 
 GOLDEN = Path(__file__).parent / "golden"
 SECRETS = ["hunter2-db-pass", "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "s3cr3tWandbKey99"]
@@ -90,6 +94,54 @@ def test_markdown_golden() -> None:
     check_golden("dossier_gpu_lost.md", render_markdown(sample()))
 
 
+def test_jira_wiki_golden_is_valid_wiki_markup() -> None:
+    body = render_jira_wiki(sample())
+    assert wiki_errors(body) == []
+    check_golden("dossier_gpu_lost.wiki", body)
+
+
+def test_adf_golden_is_valid_against_the_adf_schema() -> None:
+    doc = render_adf(sample())
+    assert adf_errors(doc) == []
+    check_golden("dossier_gpu_lost.adf.json", json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def test_hostile_text_stays_text_in_every_format() -> None:
+    d = sample()
+    d.reason = "h1. boom |---| {noformat} [click|http://evil] *bold* -strike- ## head ??cite?? {{mono"
+    d.attribution.pod = "pod|with|pipes"
+    d.evidence[1].content = "line one\n{noformat}\nh2. not a heading\n||a||b||\n"
+    wiki = render_jira_wiki(d)
+    assert wiki_errors(wiki) == []
+    assert "pod\\|with\\|pipes" in wiki and "\\[click\\|http://evil\\]" in wiki
+    assert adf_errors(render_adf(d)) == []
+    md = render_markdown(d)
+    assert "pod\\|with\\|pipes" in md
+
+
+def test_the_stand_ins_checks_refuse_what_jira_would_render_badly() -> None:
+    assert wiki_errors(render_markdown(sample()))  # Markdown is not wiki markup
+    for bad in ("# Title\n", "|---|---|\n", "||a||b||\n|1|\n", "{noformat}\nx\n", "see {foo}\n", "h2.\n",
+                "|a|b\n", "x {{mono\n"):
+        assert wiki_errors("ok\n" + bad if not bad.startswith("#") else bad), bad
+    doc = render_adf(sample())
+    doc["content"].append({"type": "paragraph", "content": [{"type": "text", "text": ""}]})
+    assert adf_errors(doc)
+    assert adf_errors({"type": "doc", "content": []})  # no version
+    assert adf_errors("a string")
+
+
+def test_what_to_do_now_and_the_link_come_first() -> None:
+    d = sample()
+    d.incident_url = "https://xidpipe.example.com/incidents/inc-20251127-0042"
+    wiki = render_jira_wiki(d)
+    assert wiki.startswith("h2. What to do now\n\n# Check first")
+    assert f"[{d.incident_url}|{d.incident_url}]" in wiki.split("h2. Summary")[0]
+    top = render_adf(d)["content"][:3]
+    assert top[1]["type"] == "orderedList"
+    assert top[2]["content"][1]["marks"] == [{"type": "link", "attrs": {"href": d.incident_url}}]
+
+
 def test_json_golden() -> None:
     check_golden("dossier_gpu_lost.json", json.dumps(render_json(sample()), indent=2, sort_keys=True) + "\n")
 
@@ -119,7 +171,20 @@ def test_evidence_is_capped_in_the_body_but_attached_whole() -> None:
     assert evidence_files(d) == {"node-dmesg.txt": b"x" * (EVIDENCE_CAP_BYTES * 2)}
 
 
-def test_unknown_attribution_is_stated() -> None:
+def test_unknown_facts_are_left_out_never_printed_as_unknown() -> None:
     d = sample()
     d.attribution = Attribution()
-    assert "- Pod: unknown in namespace unknown, container unknown" in render_markdown(d)
+    d.gpu.serial = d.gpu.model = None
+    d.driver_version = None
+    d.codes[0].mnemonic = None
+    d.evidence = []  # captured text is quoted as it was (a kernel line may say pid='<unknown>')
+    for out in (render_markdown(d), render_jira_wiki(d), json.dumps(render_adf(d))):
+        assert "unknown" not in out.lower()
+    assert "No workload is known." in render_markdown(d)
+
+
+def test_a_monitoring_tool_is_not_named_as_the_workloads_process() -> None:
+    d = sample()
+    d.attribution.process, d.attribution.pid = "nvidia-smi", 3317
+    md = render_markdown(d)
+    assert "Pod: llm-pretrain-7-worker-3" in md and "Process:" not in md and "3317" not in md

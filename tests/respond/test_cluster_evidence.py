@@ -16,7 +16,7 @@ def test_node_pod_events_and_log_as_the_worker(
     name = unique("llm-pretrain")
     admin_core.create_namespaced_pod(namespace, client.V1Pod(
         metadata=client.V1ObjectMeta(
-            name=name, labels={"app": "pretrain"},
+            name=name, labels={"app": "pretrain", "app.kubernetes.io/part-of": "llm-platform", "team": "llm-research"},
             owner_references=[client.V1OwnerReference(api_version="batch/v1", kind="Job", name="llm-pretrain-7",
                                                       uid="0b6a7c4e-1f2d-4c3b-9a8e-7d6c5b4a3f21", controller=True)]),
         spec=client.V1PodSpec(node_name=node.metadata.name, automount_service_account_token=False, containers=[
@@ -32,11 +32,15 @@ def test_node_pod_events_and_log_as_the_worker(
     items, owner = capture(worker_client, node.metadata.name, namespace, name, "trainer")
 
     by_name = {i.name: i for i in items}
-    assert owner == "Job/llm-pretrain-7"
+    assert owner == "llm-research"  # the first of the owner keys that is set: `team` before `part-of`
     assert by_name["node description"].status == "ok"
     assert "example.com/other-owner=:NoSchedule" in by_name["node description"].content
     pod = by_name["pod description"]
     assert pod.status == "ok" and "Owner: Job/llm-pretrain-7" in pod.content and "GPU limit 1" in pod.content
+    assert "Team: llm-research" in pod.content
+    _, by_part_of = capture(worker_client, node.metadata.name, namespace, name, "trainer",
+                            ("app.kubernetes.io/part-of",))
+    assert by_part_of == "llm-platform"
     assert "env (names only): WANDB_API_KEY" in pod.content
     assert "Warning BackOff x3: Back-off restarting failed container trainer" in by_name["pod events"].content
     # No kubelet runs here: the log cannot be read, and the capture says so instead of failing.
@@ -74,7 +78,8 @@ def test_the_responders_dossier_carries_the_cluster_evidence_and_owner(
     pod = unique("bert")
     admin_core.patch_namespace(namespace, {"metadata": {"annotations": {"xidpipe.io/slack-channel": "#team-nlp"}}})
     admin_core.create_namespaced_pod(namespace, client.V1Pod(
-        metadata=client.V1ObjectMeta(name=pod, owner_references=[client.V1OwnerReference(
+        metadata=client.V1ObjectMeta(name=pod, annotations={"owner": "nlp-team"},
+                                     owner_references=[client.V1OwnerReference(
             api_version="apps/v1", kind="ReplicaSet", name="bert-7d9f", uid="5b1e3c2a-0000-4000-8000-000000000001",
             controller=True)]),
         spec=client.V1PodSpec(node_name=node.metadata.name, automount_service_account_token=False,
@@ -103,7 +108,7 @@ def test_the_responders_dossier_carries_the_cluster_evidence_and_owner(
     notice = responder._notice("inc-1")
     assert notice is not None
     d = notice.dossier
-    assert d.attribution.owner == "ReplicaSet/bert-7d9f" and d.attribution.pod == pod
+    assert d.attribution.owner == "nlp-team" and d.attribution.pod == pod  # from the pod's `owner` annotation
     # the team's chat channel, from its namespace, reaches the routing
     assert notice.namespace_meta.get("xidpipe.io/slack-channel") == "#team-nlp"
     assert {e.name for e in d.evidence if e.source == "cluster"} == {

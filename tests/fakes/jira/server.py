@@ -6,7 +6,9 @@ id), comments, transitions (with a simple workflow: Open → Done → Reopened),
 issue links, and search in both forms: `GET /rest/api/2/search` (Server/DC) and the enhanced
 `/rest/api/{2,3}/search/jql` (Cloud), with an optional index lag (`search_lag_s`). Errors have
 Jira's body `{"errorMessages": [...], "errors": {...}}`. Basic auth is checked. Faults are
-scripted through `FakeHTTPServer.inject`.
+scripted through `FakeHTTPServer.inject`. Descriptions and comment bodies are checked as Jira would
+take them (`validate`): ADF on `/rest/api/3`, wiki markup on `/rest/api/2`; a body that is not is
+refused with 400 and kept in `refused_bodies`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from email.policy import HTTP
 from typing import Any
 
 from tests.fakes.jira.fakehttp import FakeHTTPServer, Request, Response
+from tests.fakes.jira.validate import adf_errors, wiki_errors
 
 API = r"/rest/api/(?:2|3)"
 _STATUSES = {"Open": "new", "In Progress": "indeterminate", "Done": "done", "Reopened": "new"}
@@ -55,6 +58,7 @@ class FakeJira(FakeHTTPServer):
         self.priorities = {"Highest", "High", "Medium", "Low", "Lowest"}
         self.components = {"gpu-hardware", "nvlink-fabric", "gpu-driver", "gpu-fleet", "gpu-workloads"}
         self.issues: dict[str, FakeIssue] = {}
+        self.refused_bodies: list[tuple[str, Any, list[str]]] = []  # (field, body, why)
         self._next_id = 10000
         self._next_att = 30000
         self.error_body = lambda status: {"errorMessages": [_REASONS.get(status, f"HTTP {status}")], "errors": {}}
@@ -107,6 +111,12 @@ class FakeJira(FakeHTTPServer):
             issue.fields["status"] = _status(status)
             issue.fields["resolution"] = {"name": "Done"} if _STATUSES[status] == "done" else None
 
+    def _body_errors(self, req: Request, name: str, body: Any) -> list[str]:
+        why = adf_errors(body) if req.path.startswith("/rest/api/3/") else wiki_errors(body)
+        if why:
+            self.refused_bodies.append((name, body, why))
+        return why
+
     # --- endpoints -----------------------------------------------------------------------------
     def _server_info(self, req: Request) -> Response:
         return Response.json(200, {"baseUrl": self.url, "version": "9.12.2", "versionNumbers": [9, 12, 2],
@@ -142,6 +152,10 @@ class FakeJira(FakeHTTPServer):
         labels = f.get("labels") or []
         if any(" " in label for label in labels):
             errors["labels"] = "The label must not contain spaces."
+        if "description" in f and f["description"] is not None:
+            why = self._body_errors(req, "description", f["description"])
+            if why:
+                errors["description"] = "; ".join(why)
         if errors:
             return jira_error(400, [], errors)
         self._next_id += 1
@@ -192,6 +206,9 @@ class FakeJira(FakeHTTPServer):
         body = (req.json() or {}).get("body")
         if not body:
             return jira_error(400, [], {"comment": "Comment body can not be empty!"})
+        why = self._body_errors(req, "comment", body)
+        if why:
+            return jira_error(400, [], {"comment": "; ".join(why)})
         comment = {"id": str(20000 + sum(len(x.comments) for x in self.issues.values())), "body": body,
                    "author": {"name": self.user}, "self": f"{self._self(i)}/comment"}
         i.comments.append(comment)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from models.dossier import render_markdown
+from models.dossier import render_adf, render_jira_wiki
 from models.ticket_policy import TicketPolicy
 from respond.sinks.jira_tracker import JiraTracker
 from respond.sinks.sink_store import SinkStore
@@ -59,7 +59,7 @@ def test_create_one_ticket_with_fields_dossier_and_evidence(fake_jira: FakeJira,
     assert f["priority"] == {"name": "Highest"} and f["issuetype"] == {"name": "Bug"}
     assert f["components"] == [{"name": "gpu-hardware"}]
     assert "xidpipe-fp-v1-3f2a9c0d11223344" in f["labels"] and "pool-h100-train" in f["labels"]
-    assert "## Evidence" in f["description"]
+    assert "h2. Evidence" in f["description"] and f["description"].startswith("h2. What to do now")
     assert sorted(a["filename"] for a in issue.attachments) == ["dossier.json", "dossier.md", "node-nvidia-smi--q.txt"]
     dossier = json.loads(issue.attachment_data[next(a["id"] for a in issue.attachments
                                                     if a["filename"] == "dossier.json")])
@@ -73,7 +73,7 @@ def test_create_request_matches_the_golden_file(fake_jira: FakeJira, ticket_sink
     ticket_sink.submit(notice)
     [create] = fake_jira.calls("POST", ISSUE)
     body = create.json()
-    assert body["fields"].pop("description") == render_markdown(notice.dossier)
+    assert body["fields"].pop("description") == render_jira_wiki(notice.dossier)
     golden = json.loads((GOLDEN / "jira_create_gpu_lost.json").read_text())
     golden["fields"].pop("description")
     assert body == golden
@@ -366,3 +366,40 @@ def test_no_secret_reaches_jira_logs_or_errors(fake_jira: FakeJira, ticket_sink:
     assert "[REDACTED]" in everything_jira_holds(fake_jira)
     for r in fake_jira.requests:
         assert POD_SECRET.encode() not in r.body and SLACK_TOKEN.encode() not in r.body
+
+
+def test_jira_cloud_gets_adf_descriptions_and_comments_on_api_v3(tmp_path: Path, clock: Clock) -> None:
+    fake = FakeJira(token=JIRA_TOKEN, deployment="Cloud").start()
+    try:
+        tracker = JiraTracker(fake.url, fake.user, SecretStr(JIRA_TOKEN), timeout_s=1.0, flavor="cloud")
+        sink = TicketSink(tracker, open_store(f"sqlite:///{tmp_path}/c.db"), retry=FAST_RETRY, clock=clock,
+                          incident_url_base="https://xidpipe.example.com")
+        notice = make_notice()
+        assert sink.submit(notice).action == "create"
+        clock.advance(hours=2)
+        assert sink.submit(make_notice(count=5)).action == "comment"
+        assert sink.submit(make_notice(count=5)).action == "none"  # the marker is found in the ADF comment
+        [create] = fake.calls("POST", r"/rest/api/3/issue")
+        page = "https://xidpipe.example.com/incidents/v1:3f2a9c0d11223344@20261127T030000.000000Z"
+        assert create.json()["fields"]["description"] == render_adf(notice.dossier.model_copy(
+            update={"incident_url": page}))
+        [comment] = fake.issues["GPU-1"].comments
+        assert comment["body"]["type"] == "doc" and page in json.dumps(comment["body"])
+        assert fake.refused_bodies == []
+    finally:
+        fake.stop()
+
+
+def test_the_stand_in_refuses_a_body_jira_would_render_badly(fake_jira: FakeJira, jira: JiraTracker) -> None:
+    from models.dossier import render_markdown
+    from models.ticket_policy import TicketFields
+    from respond.errors import PermanentError
+    from respond.sinks.ports import TicketBody
+
+    d = make_notice().dossier
+    fields = TicketFields("GPU", "Bug", "High", (), ("xidpipe-inc-x",))
+    with pytest.raises(PermanentError) as err:  # Markdown sent to API v2
+        jira.create(fields, "s", TicketBody(render_markdown(d), render_markdown(d), render_adf(d)))
+    assert err.value.fields == ("description",) and "Markdown" in err.value.message
+    assert jira.create(fields, "s", TicketBody.of(d)).key == "GPU-1"
+    assert render_jira_wiki(d) == fake_jira.issues["GPU-1"].fields["description"]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from models.chat_message import render_message
-from models.dossier import render_markdown
+from models.chat_message import message_content
+from models.dossier import render_adf, render_jira_wiki, render_markdown
 from respond.sinks.build import build_sinks
 from respond.sinks.outbox import OutboxChat, OutboxTracker
 from respond.sinks.settings import SinkSettings
+from respond.sinks.slack_blocks import message as slack_message
+from tests.fakes.jira.validate import adf_errors, wiki_errors
 from tests.respond.sinks.conftest import POD_SECRET, SLACK_TOKEN, Clock, make_notice, migrated
 
 
@@ -18,7 +20,8 @@ def all_text(root: Path) -> str:
 
 
 def test_without_jira_or_slack_everything_goes_to_the_outbox(tmp_path: Path, clock: Clock) -> None:
-    settings = SinkSettings(database_url=migrated(f"sqlite:///{tmp_path}/x.db"), outbox_dir=tmp_path / "outbox")
+    settings = SinkSettings(database_url=migrated(f"sqlite:///{tmp_path}/x.db"), outbox_dir=tmp_path / "outbox",
+                            incident_url_base="https://xidpipe.example.com/")
     sinks = build_sinks(settings)
     assert isinstance(sinks.tickets.tracker, OutboxTracker) and isinstance(sinks.chat.transport, OutboxChat)
     sinks.tickets.clock = sinks.chat.clock = clock
@@ -32,15 +35,21 @@ def test_without_jira_or_slack_everything_goes_to_the_outbox(tmp_path: Path, clo
     [ticket] = list((tmp_path / "outbox" / "jira").iterdir())
     assert ticket.name == "v1-3f2a9c0d11223344-20261127t030000.000000z"
     names = sorted(p.name for p in ticket.iterdir())
-    assert names == ["dossier.json", "dossier.md", "node-nvidia-smi--q.txt", "ticket.json", "ticket.md"]
-    assert (ticket / "dossier.md").read_text() == render_markdown(notice.dossier)
-    assert render_markdown(notice.dossier) in (ticket / "ticket.md").read_text()
+    assert names == ["description.adf.json", "description.wiki", "dossier.json", "dossier.md",
+                     "node-nvidia-smi--q.txt", "ticket.json", "ticket.md"]
+    page = "https://xidpipe.example.com/incidents/v1:3f2a9c0d11223344@20261127T030000.000000Z"
+    linked = notice.dossier.model_copy(update={"incident_url": page})
+    assert (ticket / "dossier.md").read_text() == render_markdown(linked)
+    assert render_markdown(linked) in (ticket / "ticket.md").read_text()
+    assert (ticket / "description.wiki").read_text() == render_jira_wiki(linked)
+    assert json.loads((ticket / "description.adf.json").read_text()) == render_adf(linked)
+    assert wiki_errors(render_jira_wiki(linked)) == [] and adf_errors(render_adf(linked)) == []
     meta = json.loads((ticket / "ticket.json").read_text())
     assert meta["priority"] == "Highest" and "xidpipe-fp-v1-3f2a9c0d11223344" in meta["labels"]
     assert json.loads((ticket / "dossier.json").read_text())["incident_id"] == notice.incident_id
     [message_file] = list((tmp_path / "outbox" / "slack" / "gpu-infra").iterdir())
     message = json.loads(message_file.read_text())
-    expected = render_message(notice.dossier, sinks.tickets.ticket_url(notice.incident_id))
+    expected = slack_message(message_content(notice.dossier, sinks.tickets.ticket_url(notice.incident_id), page))
     assert (message["text"], message["blocks"]) == (expected["text"], expected["blocks"])
     text = all_text(tmp_path / "outbox")
     assert POD_SECRET not in text and SLACK_TOKEN not in text and "[REDACTED]" in text

@@ -48,7 +48,8 @@ def test_a_new_group_waits_then_one_block_kit_message(fake_slack: FakeSlack, not
     assert out.action == "send"
     [msg] = fake_slack.messages("gpu-infra")
     assert msg.blocks[0]["type"] == "header" and "Xid 79" in msg.blocks[0]["text"]["text"]
-    assert "<https://jira.example.com/browse/GPU-1|open ticket>" in str(msg.blocks)
+    assert "<https://jira.example.com/browse/GPU-1|Ticket>" in str(msg.blocks)
+    assert msg.blocks[2]["text"]["text"].startswith("*What to do now*\n1. ")
     assert msg.text.startswith("[xidpipe] hardware") and msg.metadata is not None
     [entry] = notifier.store.notification_log()
     assert (entry.channel, entry.thread_ts, entry.transport) == ("C00000001", msg.ts, "web")

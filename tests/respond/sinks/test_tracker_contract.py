@@ -13,7 +13,7 @@ from models.ticket_policy import TicketFields
 from respond.errors import PermanentError
 from respond.sinks.jira_tracker import JiraTracker
 from respond.sinks.outbox import OutboxTracker
-from respond.sinks.ports import TicketTracker
+from respond.sinks.ports import TicketBody, TicketTracker
 from tests.fakes.jira.server import FakeJira
 from tests.respond.sinks.conftest import JIRA_TOKEN
 
@@ -26,13 +26,16 @@ class Subject:
     resolve: Callable[[str], None]
 
 
-@pytest.fixture(params=["jira", "outbox"])
+@pytest.fixture(params=["jira", "jira-cloud", "outbox"])
 def subject(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Subject]:
-    if request.param == "jira":
-        fake = FakeJira(token=JIRA_TOKEN).start()
+    if request.param.startswith("jira"):
+        cloud = request.param == "jira-cloud"  # REST API v3: every body an ADF document
+        fake = FakeJira(token=JIRA_TOKEN, deployment="Cloud" if cloud else "Server").start()
         try:
-            yield Subject(JiraTracker(fake.url, fake.user, SecretStr(JIRA_TOKEN), timeout_s=2.0),
+            yield Subject(JiraTracker(fake.url, fake.user, SecretStr(JIRA_TOKEN), timeout_s=2.0,
+                                      flavor="cloud" if cloud else "server"),
                           lambda key: fake.set_status(key, "Done"))
+            assert fake.refused_bodies == []
         finally:
             fake.stop()
     else:
@@ -43,7 +46,7 @@ def subject(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Subject]
 def test_create_then_get_and_find_by_label(subject: Subject) -> None:
     t = subject.tracker
     assert t.find_by_label("xidpipe-fp-v1-aa") == []
-    info = t.create(FIELDS, "[xidpipe] hardware: Xid 79 on n1", "body")
+    info = t.create(FIELDS, "[xidpipe] hardware: Xid 79 on n1", TicketBody.plain("body"))
     got = t.get(info.key)
     assert got is not None and got.key == info.key and not got.resolved
     assert {"xidpipe-fp-v1-aa", "xidpipe-inc-v1-aa-1"} <= got.labels
@@ -58,7 +61,7 @@ def test_get_unknown_is_none(subject: Subject) -> None:
 
 def test_comment_is_written_once_per_marker(subject: Subject) -> None:
     t = subject.tracker
-    key = t.create(FIELDS, "s", "d").key
+    key = t.create(FIELDS, "s", TicketBody.plain("d")).key
     assert t.comment(key, "3 more occurrences", "(xidpipe update i #3 hardware)") is True
     assert t.comment(key, "3 more occurrences", "(xidpipe update i #3 hardware)") is False
     assert t.comment(key, "5 more occurrences", "(xidpipe update i #5 hardware)") is True
@@ -66,7 +69,7 @@ def test_comment_is_written_once_per_marker(subject: Subject) -> None:
 
 def test_attach_skips_names_already_there(subject: Subject) -> None:
     t = subject.tracker
-    key = t.create(FIELDS, "s", "d").key
+    key = t.create(FIELDS, "s", TicketBody.plain("d")).key
     assert t.attach(key, {"b.txt": b"2", "a.txt": b"1"}) == ["a.txt", "b.txt"]
     assert t.attach(key, {"a.txt": b"1", "c.txt": b"3"}) == ["c.txt"]
     got = t.get(key)
@@ -75,7 +78,7 @@ def test_attach_skips_names_already_there(subject: Subject) -> None:
 
 def test_reopen_only_a_resolved_ticket(subject: Subject) -> None:
     t = subject.tracker
-    key = t.create(FIELDS, "s", "d").key
+    key = t.create(FIELDS, "s", TicketBody.plain("d")).key
     t.reopen(key, "Reopen")  # open already: nothing to do
     subject.resolve(key)
     got = t.get(key)
@@ -87,8 +90,8 @@ def test_reopen_only_a_resolved_ticket(subject: Subject) -> None:
 
 def test_labels_and_links_are_idempotent(subject: Subject) -> None:
     t = subject.tracker
-    a = t.create(FIELDS, "s", "d").key
-    b = t.create(TicketFields("GPU", "Bug", "High", (), ("xidpipe-inc-v1-aa-2",)), "s2", "d2").key
+    a = t.create(FIELDS, "s", TicketBody.plain("d")).key
+    b = t.create(TicketFields("GPU", "Bug", "High", (), ("xidpipe-inc-v1-aa-2",)), "s2", TicketBody.plain("d2")).key
     t.add_labels(a, ("xidpipe-inc-v1-aa-3",))
     t.add_labels(a, ("xidpipe-inc-v1-aa-3",))
     got = t.get(a)
