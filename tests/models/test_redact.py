@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import string
 import time
 
@@ -173,7 +174,8 @@ def test_captured_command_line_reaches_the_ticket_redacted() -> None:
         EvidenceItem(name="process-cmdline", source="node", content=captured),
         EvidenceItem(name="pod description", source="cluster", content=f"Command: {raw}\nmysql -ppw-00 app"),
     ]})
-    rendered = [render_markdown(dossier), render_json(dossier), *[v.decode() for v in evidence_files(dossier).values()]]
+    files = [v.decode() for v in evidence_files(dossier).values()]
+    rendered = [render_markdown(dossier), json.dumps(render_json(dossier)), *files]
     for out in rendered:
         for secret in ("bmc-pw-77", "pw-88", "pw-99", "pw-00"):
             assert secret not in out
