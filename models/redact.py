@@ -35,7 +35,7 @@ _FLAG = re.compile(rf"(?i)(?<![\w-])(?P<key>--?{_KEY})(?P<sep>\s+)(?:{_QUOTED}|(
 _USER_FLAG = re.compile(
     r"(?<![\w-])(?P<key>-u|-U|--user|--proxy-user)(?P<sep>\s+|=)(?P<q>[\"']?)(?P<user>[^\s:\"']*):(?!//)[^\s\"']+"
 )
-_MYSQL = re.compile(r"(?i)(?<![\w-])(?:mysql[\w-]*|mariadb[\w-]*)(?P<args>[^\n|;&]*)")
+_MYSQL = re.compile(r"(?i)(?<![\w-])(?:mysql[\w-]*|mariadb[\w-]*)(?P<args>[^\n]*)")
 _MYSQL_P = re.compile(r"(?<!\S)-p(?=\S)[^\s\"']+")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
 _URL_CREDENTIALS = re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://)([^/\s:@]*):([^/\s@]+)@")
