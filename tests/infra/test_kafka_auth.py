@@ -11,8 +11,10 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, TopicAuthorizationFailedError
 
+from models.node_records import KERNEL_TOPIC
 from models.topics import topology
 from tests.services import SecuredKafka
+from xidpipe.localinfra.kafka_security import pipeline_grants
 
 pytestmark = pytest.mark.kafka
 
@@ -112,3 +114,38 @@ def test_the_responder_reads_actions_and_may_not_read_node_topics(secured_kafka:
     assert read("responder", topo.actions.name, "xidpipe-responder") == [b'{"kind": "ticket"}']
     with pytest.raises(KafkaError):  # not its topic, not its group
         read("responder", topo.kernel.name, f"{prefix}worker")
+
+
+def test_a_sasl_plaintext_broker_authenticates_without_tls() -> None:
+    from tests.infra.test_kafka import _require_jars
+    from xidpipe.localinfra.kafka import LocalKafka
+    from xidpipe.localinfra.process import LocalInfraError
+
+    _require_jars()
+    broker = LocalKafka(scram_users={"agent": "agent-secret"})
+    try:
+        broker.start()
+    except LocalInfraError as exc:
+        pytest.fail(f"a SASL_PLAINTEXT broker did not start: {exc}")
+    try:
+        props = (broker.work_dir / "server.properties").read_text()
+        assert "BROKER:SASL_PLAINTEXT" in props and "StandardAuthorizer" in props
+        assert "agent-secret" not in props  # SCRAM users live in the metadata log, not the config
+        assert (broker.work_dir / "server.properties").stat().st_mode & 0o077 == 0
+        broker.grant(pipeline_grants())
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, **broker.client_options("admin"))
+        try:
+            admin.create_topics({KERNEL_TOPIC: {"num_partitions": 1, "replication_factor": 1}})
+            admin.wait_for_topics([KERNEL_TOPIC], timeout_ms=15_000)
+        finally:
+            admin.close()
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", **broker.client_options("agent"))
+        try:
+            assert producer.send(KERNEL_TOPIC, key=b"n", value=b"{}").get(timeout=10).offset == 0
+        finally:
+            producer.close(timeout=5)
+        with pytest.raises(KafkaError):
+            KafkaProducer(bootstrap_servers=broker.bootstrap, bootstrap_timeout_ms=5000,
+                          **{**broker.client_options("agent"), "sasl_plain_password": "guess"})
+    finally:
+        broker.stop()

@@ -384,7 +384,9 @@ class LocalKafka:
         if self.tls:
             self._tls_files = sec.make_tls(self.work_dir / "tls", LOOPBACK)
         lines = [f"{key}={value}" for key, value in self.server_properties().items()]
-        (self.work_dir / "server.properties").write_text("\n".join(lines) + "\n")
+        config = self.work_dir / "server.properties"
+        config.touch(mode=0o600)  # a secured broker's file holds its own passwords
+        config.write_text("\n".join(lines) + "\n")
         (self.work_dir / "log4j2.properties").write_text(_package_text("log4j2.properties"))
 
     def _java_command(self, java: str, jvm_options: tuple[str, ...], main_class: str) -> list[str]:
