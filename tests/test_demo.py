@@ -51,6 +51,7 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     lost = [json.loads(t.read_text()) for t in tickets if "gpu-node-03" in t.read_text()]
     assert lost
     assert list((tmp_path / "var" / "outbox" / "slack").glob("*/*.json"))
+    assert_tickets_and_messages_say_what_to_do(tmp_path / "var" / "outbox")
     assert (tmp_path / "var" / "xidpipe.db").exists()
     assert_replay_gives_the_demos_incidents(tmp_path / "var" / "xidpipe.db")
 
@@ -91,6 +92,39 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     finally:
         server.terminate()
         server.wait(10)
+
+
+PAGES = "http://127.0.0.1:8780/incidents/"
+
+
+def assert_tickets_and_messages_say_what_to_do(outbox: Path) -> None:
+    """Every ticket and message: what to do now first, a link to the incident's page, no "unknown";
+    every ticket's evidence section filled from the recorded captures; the Jira bodies valid as
+    Jira Server (wiki markup) and Cloud (ADF) take them."""
+    from tests.fakes.jira.validate import adf_errors, wiki_errors
+
+    tickets = sorted(p.parent for p in (outbox / "jira").glob("*/ticket.json"))
+    assert len(tickets) == 5
+    for t in tickets:
+        md = (t / "ticket.md").read_text()
+        body, _, evidence = md.partition("\n## Evidence\n")
+        assert "## What to do now\n\n1. " in body and PAGES in body, t.name
+        assert "unknown" not in body.lower(), t.name  # the captures below quote the driver, pid='<unknown>' and all
+        assert "No evidence captured yet" not in evidence and "### kernel-log (node" in evidence, t.name
+        assert "### lspci (node" in evidence and "Kernel driver in use" in evidence, t.name
+        assert wiki_errors((t / "description.wiki").read_text()) == [], t.name
+        assert adf_errors(json.loads((t / "description.adf.json").read_text())) == [], t.name
+    gsp = next((t / "ticket.md").read_text() for t in tickets if "Xid 119" in (t / "ticket.md").read_text())
+    assert "1. The driver asked for `nvidia-bug-report.sh`" in gsp
+    assert "Process: nvidia-smi" not in gsp and "Pod: inference-gw-2" in gsp  # nvidia-smi is no workload
+    lost = next((t / "ticket.md").read_text() for t in tickets if "gpu_lost" in (t / "ticket.md").read_text())
+    assert "1. Check first, before any reboot" in lost and "Unable to determine the device handle" in lost
+    messages = [json.loads(p.read_text()) for p in (outbox / "slack").glob("*/*.json")]
+    assert messages
+    for m in messages:
+        text = json.dumps(m["blocks"])
+        assert "What to do now" in text and PAGES in text and "unknown" not in text.lower(), m["key"]
+        assert "What to do now" in m["text"] and "unknown" not in m["text"].lower()
 
 
 def incident_facts(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

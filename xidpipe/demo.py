@@ -1,14 +1,19 @@
 """The main job on one machine: the whole pipeline over the bundled sample cluster.
 
 A local Apache Kafka (unless XIDPIPE_DEMO_KAFKA names one), the stream worker, one node agent per
-sample node replaying its kernel log, the nodes' recorded inventories and pod assignments, and
-the responder with its embedded defaults: dry-run cordon, Jira and Slack outboxes. The database is
+sample node replaying its kernel log, the nodes' recorded inventories and pod assignments, the
+evidence the agents would have captured at the faults (recorded tool outputs, `evidence/`), and
+the responder with its embedded defaults: dry-run cordon, Jira and Slack outboxes, tickets and
+messages linking the incident pages of `xidpipe serve` at its default address. The database is
 the embedded default, `var/xidpipe.db`, so `xidpipe` commands can look at the result afterwards.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -26,10 +31,11 @@ import sqlalchemy as sa
 from pydantic import SecretStr
 from sqlalchemy.orm import Session
 
+from agents.kernlog.filetail import content_hash
 from history.ledger_store import rebuild_ledger
 from history.tables import GpuCard
 from models.event_time import boot_times
-from models.node_records import NodeRecord, decode_node_record
+from models.node_records import Evidence, EvidenceItem, NodeRecord, decode_node_record
 from models.topics import topology
 from respond.cordon.runtime import build_executor
 from respond.cordon.settings import ActionSettings
@@ -46,6 +52,8 @@ DB = VAR / "xidpipe.db"
 OUTBOX = VAR / "outbox"
 WORK = VAR / "demo"
 REPLAY_RATE = 4000  # kernel lines per second and node
+INCIDENT_PAGES = "http://127.0.0.1:8780"  # where `xidpipe serve` listens by default
+KERNEL_WINDOW = 40  # kernel-log lines up to the fault in a recorded capture
 
 
 def sample_dir() -> Path:
@@ -55,6 +63,50 @@ def sample_dir() -> Path:
 def sample_state() -> list[NodeRecord]:
     text = (sample_dir() / "state.jsonl").read_text(encoding="utf-8")
     return [decode_node_record(line) for line in text.splitlines() if line.strip()]
+
+
+def _item(name: str, command: list[str], status: str, data: bytes) -> EvidenceItem:
+    return EvidenceItem(name=name, command=tuple(command), status=status,  # type: ignore[arg-type]
+                        size_bytes=len(data), data=base64.b64encode(gzip.compress(data, 6)).decode())
+
+
+def _message(line: bytes) -> str:
+    """A log line as the kernel wrote it (a journald export line: its MESSAGE)."""
+    text = line.decode("utf-8", "replace")
+    if text.startswith("{"):
+        try:
+            return str(json.loads(text).get("MESSAGE", text))
+        except ValueError:
+            return text
+    return text
+
+
+def recorded_capture(folder: Path) -> Evidence:
+    """One recorded capture (`evidence/<name>/capture.json` and its files) as the agent publishes it:
+    the trigger is the kernel line's record id as the file source names it (`file:<hash>:<offset>`)."""
+    spec = json.loads((folder / "capture.json").read_text(encoding="utf-8"))
+    node = str(spec["node"])
+    lines = (sample_dir() / f"{node}.log").read_bytes().split(b"\n")
+    index = next((i for i, ln in enumerate(lines) if spec["trigger"].encode() in ln), None)
+    if index is None:
+        raise ValueError(f"{folder.name}: no line of {node}.log contains {spec['trigger']!r}")
+    offset = sum(len(ln) + 1 for ln in lines[:index])
+    items = [_item(name, item["command"], item["status"], (folder / item["file"]).read_bytes())
+             for name, item in spec["items"].items()]
+    window = "\n".join(_message(ln) for ln in lines[max(0, index + 1 - KERNEL_WINDOW): index + 1]) + "\n"
+    items.append(_item("kernel-log", [], "ok", window.encode()))
+    digest = content_hash(lines[index] + b"\n")
+    trigger = f"file:{digest}:{offset}"
+    return Evidence(node=node, record_id=f"evidence:{trigger}", trigger_record_id=trigger,
+                    gpu_uuid=spec.get("gpu_uuid"), pci_bus_id=spec.get("pci_bus_id"), xid=spec.get("xid"),
+                    pid=spec.get("pid"), captured_at=datetime.fromisoformat(spec["captured_at"]), items=tuple(items))
+
+
+def sample_evidence() -> list[Evidence]:
+    """The sample cluster's recorded evidence: what the agents capture at the faults (the replaying
+    agents run without capture: the tools they would call are not on this machine)."""
+    root = sample_dir() / "evidence"
+    return [recorded_capture(f) for f in sorted(root.iterdir()) if (f / "capture.json").is_file()]
 
 
 @contextmanager
@@ -159,12 +211,18 @@ def run_demo(say: Callable[[str], None] = print, timeout: float = 110.0) -> dict
         say(f"Node state: {len(state)} recorded inventory and pod-assignment records")
         run_agents(bootstrap, say, timeout=max(10.0, timeout - (time.monotonic() - started)))
         wait_caught_up(worker_settings, max(10.0, timeout - (time.monotonic() - started)), worker)
+        # Evidence after its faults are stored, as a capture follows its fault.
+        evidence = sample_evidence()
+        produce(bootstrap, topology(worker_settings.topic_prefix, worker_settings.partitions), evidence)
+        say(f"Evidence: {len(evidence)} recorded captures (nvidia-smi -q, lspci -vvv, the kernel log)")
+        wait_caught_up(worker_settings, max(10.0, timeout - (time.monotonic() - started)), worker)
         lag_left = consumer_lag(bootstrap, worker_settings)
         say(f"Stream: every node record processed (lag {lag_left})")
         respond = RespondSettings(bootstrap_servers=bootstrap, database_url=db_url, cluster="demo",
                                   group_id=f"xidpipe-responder-{run}")
         executor = build_executor(ActionSettings(database_url=SecretStr(db_url)))  # no cluster: dry-run decisions
-        sinks = build_sinks(SinkSettings(database_url=db_url, outbox_dir=OUTBOX, group_wait_s=0))
+        sinks = build_sinks(SinkSettings(database_url=db_url, outbox_dir=OUTBOX, group_wait_s=0,
+                                         incident_url_base=INCIDENT_PAGES))
         responder = build_responder(respond, executor, sinks)
         asyncio.run(respond_until_idle(respond, responder, max(10.0, timeout - (time.monotonic() - started))))
         say(f"Responder: {len(responder.handled)} action requests handled")
