@@ -11,6 +11,8 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from models.dossier import (
     EVIDENCE_CAP_BYTES,
     ActionItem,
@@ -188,3 +190,21 @@ def test_a_monitoring_tool_is_not_named_as_the_workloads_process() -> None:
     d.attribution.process, d.attribution.pid = "nvidia-smi", 3317
     md = render_markdown(d)
     assert "Pod: llm-pretrain-7-worker-3" in md and "Process:" not in md and "3317" not in md
+
+
+DEMO = sorted((GOLDEN / "demo").glob("*.dossier.json"))
+
+
+@pytest.mark.parametrize("path", DEMO, ids=[p.name.removesuffix(".dossier.json") for p in DEMO])
+def test_the_demos_tickets_golden_in_wiki_markup_and_adf(path: Path) -> None:
+    """The five tickets of `make demo` (their dossiers as the demo attached them), as Jira Server and
+    Cloud get them: valid, starting with what to do now and the incident's link, evidence filled."""
+    d = Dossier.model_validate_json(path.read_text(encoding="utf-8"))
+    stem = path.name.removesuffix(".dossier.json")
+    wiki, doc = render_jira_wiki(d), render_adf(d)
+    assert wiki_errors(wiki) == [] and adf_errors(doc) == []
+    assert wiki.startswith("h2. What to do now\n\n# ") and f"|{d.incident_url}]" in wiki
+    assert "No evidence captured yet" not in wiki and "{noformat}" in wiki
+    assert "unknown" not in wiki.split("h2. Evidence")[0].lower()
+    check_golden(f"demo/{stem}.wiki", wiki)
+    check_golden(f"demo/{stem}.adf.json", json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
