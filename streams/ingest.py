@@ -22,6 +22,7 @@ from typing import Any
 
 from models.event_time import record_time
 from models.incidents import FaultObservation, observation_from_kernel
+from models.kernlog.lines import cut_line
 from models.kernlog.parser import KernelLogParser
 from models.kernlog.record import FaultRecord
 from models.node_records import (
@@ -138,7 +139,7 @@ class Ingest:
         while len(np.lines) > _LINES_KEPT:
             np.lines.popitem(last=False)
         np.last_fed = time.monotonic()
-        out = self._convert(np, np.parser.feed(line.message, np.lineno))
+        out = self._convert(np, np.parser.feed(cut_line(line.message), np.lineno))  # held to MAX_LINE_CHARS
         since = np.parser.open_since
         if ref is not None and since is not None:
             np.pending.append((np.lineno, ref))

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from models.kernlog.limits import MAX_LINE_CHARS
+from models.kernlog.lines import cut_line
 from models.node_records import KernelSource
 
 
@@ -30,6 +32,10 @@ class SourceLine:
     continuation: dict[str, str] = field(default_factory=dict)
     event_at: datetime | None = None  # when the kernel logged it, when the source can tell
     boot_time: datetime | None = None  # the line's boot time, when known
+
+    def __post_init__(self) -> None:  # every source's lines are held to MAX_LINE_CHARS
+        if len(self.message) > MAX_LINE_CHARS:
+            object.__setattr__(self, "message", cut_line(self.message))
 
 
 @dataclass(frozen=True, slots=True)

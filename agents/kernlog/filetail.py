@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 from agents.kernlog.base import SourceGap, SourceItem, SourceLine, SourceSkip
 from agents.kernlog.inotify import DirectoryWaiter
 from models.event_time import line_event_time
+from models.kernlog.limits import MAX_LINE_CHARS, TRUNCATED_MARK
 from models.node_records import KernelSource
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 IDLE_POLL_S = 1.0
 FALLBACK_POLL_S = 0.02
 MIN_WAKE_INTERVAL_S = 0.025
-MAX_LINE = 64 * 1024
+MAX_LINE = MAX_LINE_CHARS  # bytes of one line; each piece of a longer one ends with TRUNCATED_MARK
 CHUNK = 256 * 1024
 
 
@@ -72,6 +73,7 @@ class FileSource:
         self._next_emit = time.monotonic()
         self._fh: BinaryIO | None = None
         self._waiter: DirectoryWaiter | None = None
+        self._cut = False  # the last line passed on was a piece of an overlong line, not its end
 
     def close(self) -> None:
         if self._fh is not None:
@@ -122,6 +124,7 @@ class FileSource:
                 if self._block_filter is not None and not self._interval:
                     block = data[:end].decode("utf-8", "replace")
                     if not self._block_filter(block):
+                        self._cut = False
                         offset += end + 1
                         yield SourceSkip({"path": spath, "inode": inode, "offset": offset},
                                          [ln.rstrip("\r") for ln in block.split("\n")])
@@ -130,6 +133,7 @@ class FileSource:
             skipped: list[str] = []
             keep = self._filter
             for line in lines:
+                piece, self._cut = ends == 0 or self._cut, ends == 0
                 start = offset
                 offset += len(line) + ends
                 if self._interval:
@@ -143,7 +147,7 @@ class FileSource:
                         yield SourceSkip({"path": spath, "inode": inode, "offset": start}, skipped)
                         skipped = []
                 digest = content_hash(line + b"\n")
-                message = line.rstrip(b"\r").decode("utf-8", "replace")
+                message = line.rstrip(b"\r").decode("utf-8", "replace") + (TRUNCATED_MARK if piece else "")
                 yield SourceLine(
                     source="file",
                     message=message,

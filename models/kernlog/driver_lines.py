@@ -21,42 +21,70 @@ import re
 
 from models.pci import BDF
 
-# (class, pattern over the text after "NVRM: "); order matters: the first match wins.
-DRIVER_ERRORS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern, re.IGNORECASE))
-    for name, pattern in (
-        ("gpu_lost", r"(?:Assertion|Check) failed.*(?:GPU_IS_LOST|GPU lost|lost from the bus)"),
-        ("reset_required", r"(?:Assertion|Check) failed.*(?:RESET_REQUIRED|reset required)"),
-        ("rm_init_adapter_failed", r"RmInitAdapter failed|rm_init_adapter failed"),
-        ("gsp_rpc_rate_limited", r"Rate limiting GSP RPC error prints"),
-        ("gsp_init_failed", r"Cannot initialize GSP firmware|_kgspBootGspRm\b|cannot proceed with booting GSP"),
-        ("firmware_missing", r"No firmware image found|firmware load .* failed"),
-        ("firmware_boot_failed", r"GFW_BOOT|GFW boot"),
-        ("vbios_error", r"\bvbios\b.*\b(?:fail|error|invalid|corrupt)|\b(?:fail|error|invalid)\w*\b.*\bvbios\b"),
-        ("gsp_heartbeat_timeout", r"GSP.*heartbeat|heartbeat.*(?:timed out|timeout)"),
-        ("gsp_rpc_timeout", r"waiting for RPC response from GPU\d* GSP|GSP RPC timeout|_kgspLogRpcTimeout|"
-                            r"GSP Timeout|GSP.*timed? ?out"),
-        ("gsp_crash", r"GSP-CrashCat|GSP task (?:exception|panic)|libos .*(?:error|crash|panic)"),
-        ("gsp_core_dump", r"kflcnCoreDump"),
-        ("gsp_error", r"\bGSP\b.*\b(?:error|crash|fail)"),
-        ("crash_dump", r"GPU crash dump has been created|GPU crash dump created"),
-        ("no_gpu_found", r"No NVIDIA (?:graphics adapter|GPU)s? (?:found|probed)|No NVIDIA GPU found|"
-                         r"None of the NVIDIA devices were initialized"),
-        ("init_failed", r"NVIDIA init module failed|init_module failed"),
-        ("probe_failed", r"The NVIDIA probe routine failed"),
-        ("driver_conflict", r"probe routine was not called"),
-        ("pci_resource_invalid", r"PCI I/O region assigned to your NVIDIA device is invalid|\bBAR\d+ is \d+M @"),
-        ("api_mismatch", r"API mismatch"),
-        ("attach_failed", r"Cannot attach gpu|osInitNvMapping failed|failed to (?:attach|map) (?:the )?gpu"),
-        ("open_failed", r"module->open\(\) failed|\bopen\(\) failed"),
-        ("device_removal", r"Attempting to remove (?:device|GPU) .*(?:non-zero usage count|in use)"),
-        ("nvlink_error", r"knvlink\w*:.*\b(?:fail|error|timeout)|NVLink.*training.*fail"),
-        ("memory_subsystem_error", r"Memory Subsystem Error|_kgspCheckIfMemsysError|"
-                                   r"k(?:bus|gmmu|mem)\w*:.*\b(?:timeout|error|fail)"),
-        ("mig_error", r"\bMIG\b.*\b(?:fail|error)|kmigmgr\w*:.*\bfail"),
-        ("rm_thread_timeout", r"_threadNodeCheckTimeout"),
-        ("assertion_failed", r"(?:Assertion|Check) failed|nvAssert\w*Failed|nvCheck\w*Failed"),
-    )
+# (class, alternatives over the text after "NVRM: "); the first class with a matching alternative
+# wins. An alternative is one pattern, or a sequence of patterns that must occur in this order
+# ("A, then later B"): each is searched once from where the one before it ended, which keeps the
+# test linear in the line (a pattern `A.*B` re-scans the line from every occurrence of A).
+_ERROR_SPECS: tuple[tuple[str, tuple[str | tuple[str, ...], ...]], ...] = (
+    ("gpu_lost", (("(?:Assertion|Check) failed", "GPU_IS_LOST|GPU lost|lost from the bus"),)),
+    ("reset_required", (("(?:Assertion|Check) failed", "RESET_REQUIRED|reset required"),)),
+    ("rm_init_adapter_failed", ("RmInitAdapter failed|rm_init_adapter failed",)),
+    ("gsp_rpc_rate_limited", ("Rate limiting GSP RPC error prints",)),
+    ("gsp_init_failed", (r"Cannot initialize GSP firmware|_kgspBootGspRm\b|cannot proceed with booting GSP",)),
+    ("firmware_missing", ("No firmware image found", ("firmware load ", " failed"))),
+    ("firmware_boot_failed", ("GFW_BOOT|GFW boot",)),
+    ("vbios_error", ((r"\bvbios\b", r"\b(?:fail|error|invalid|corrupt)"),
+                     (r"\b(?:fail|error|invalid)\w*\b", r"\bvbios\b"))),
+    ("gsp_heartbeat_timeout", (("GSP", "heartbeat"), ("heartbeat", "timed out|timeout"))),
+    ("gsp_rpc_timeout", ("waiting for RPC response from GPU[0-9]* GSP|GSP RPC timeout|_kgspLogRpcTimeout|GSP Timeout",
+                         ("GSP", "timed? ?out"))),
+    ("gsp_crash", (r"GSP-CrashCat|GSP task (?:exception|panic)", ("libos ", "error|crash|panic"))),
+    ("gsp_core_dump", ("kflcnCoreDump",)),
+    ("gsp_error", ((r"\bGSP\b", r"\b(?:error|crash|fail)"),)),
+    ("crash_dump", ("GPU crash dump has been created|GPU crash dump created",)),
+    ("no_gpu_found", ("No NVIDIA (?:graphics adapter|GPU)s? (?:found|probed)|No NVIDIA GPU found|"
+                      "None of the NVIDIA devices were initialized",)),
+    ("init_failed", ("NVIDIA init module failed|init_module failed",)),
+    ("probe_failed", ("The NVIDIA probe routine failed",)),
+    ("driver_conflict", ("probe routine was not called",)),
+    ("pci_resource_invalid", (r"PCI I/O region assigned to your NVIDIA device is invalid|\bBAR[0-9]+ is [0-9]+M @",)),
+    ("api_mismatch", ("API mismatch",)),
+    ("attach_failed", ("Cannot attach gpu|osInitNvMapping failed|failed to (?:attach|map) (?:the )?gpu",)),
+    ("open_failed", (r"module->open\(\) failed|\bopen\(\) failed",)),
+    ("device_removal", (("Attempting to remove (?:device|GPU) ", "non-zero usage count|in use"),)),
+    ("nvlink_error", ((r"knvlink\w*:", r"\b(?:fail|error|timeout)"), ("NVLink", "training", "fail"))),
+    ("memory_subsystem_error", ("Memory Subsystem Error|_kgspCheckIfMemsysError",
+                                (r"k(?:bus|gmmu|mem)\w*:", r"\b(?:timeout|error|fail)"))),
+    ("mig_error", ((r"\bMIG\b", r"\b(?:fail|error)"), (r"kmigmgr\w*:", r"\bfail"))),
+    ("rm_thread_timeout", ("_threadNodeCheckTimeout",)),
+    ("assertion_failed", (r"(?:Assertion|Check) failed|nvAssert\w{0,40}Failed|nvCheck\w{0,40}Failed",)),
+)
+
+
+class _InOrder:
+    """Patterns that must occur in this order in a text, each found once (linear time)."""
+
+    __slots__ = ("patterns",)
+
+    def __init__(self, patterns: tuple[str, ...]) -> None:
+        self.patterns = tuple(re.compile(p, re.IGNORECASE) for p in patterns)
+
+    def search(self, text: str) -> bool:
+        pos = 0
+        for pattern in self.patterns:
+            m = pattern.search(text, pos)
+            if m is None:
+                return False
+            pos = m.end()
+        return True
+
+
+def _alternatives(specs: tuple[str | tuple[str, ...], ...]) -> tuple[re.Pattern[str] | _InOrder, ...]:
+    return tuple(re.compile(s, re.IGNORECASE) if isinstance(s, str) else _InOrder(s) for s in specs)
+
+
+DRIVER_ERRORS: tuple[tuple[str, tuple[re.Pattern[str] | _InOrder, ...]], ...] = tuple(
+    (name, _alternatives(specs)) for name, specs in _ERROR_SPECS
 )
 # Classes whose message spans several printk lines with no marker of their own: the lines that
 # follow within a few lines (and are nothing else) belong to the record.
@@ -70,13 +98,13 @@ BODY_CLASSES = frozenset({
 }) | TEXT_CONTINUED
 # A body line: indented after "NVRM:", or one of the table/report headers the driver prints.
 BODY = re.compile(
-    r"^\s|^(?:GPU\d+ )?(?:RPC (?:event )?history|GSP RPC buffer contains|_kgspLogRpcTimeout:|_kgspLogXid119|"
+    r"^\s|^(?:GPU[0-9]+ )?(?:RPC (?:event )?history|GSP RPC buffer contains|_kgspLogRpcTimeout:|_kgspLogXid119|"
     r"kflcnCoreDump\w*:|Reported by libos|RISC-V)"
 )
 BENIGN = re.compile(
     r"^(?:loading NVIDIA UNIX|NVRM version|GPU at \S+ has software scheduler|nvidia-nvlink|"
-    r"(?:GPU\d+ )?testIfDsmSubFunctionEnabled|(?:GPU\d+ )?iovaspaceDestruct_IMPL|"
-    r"(?:GPU\d+ )?kgspExecuteBooterUnloadIfNeeded|(?:GPU\d+ )?kgspInitRm_IMPL: skipping|"
+    r"(?:GPU[0-9]+ )?testIfDsmSubFunctionEnabled|(?:GPU[0-9]+ )?iovaspaceDestruct_IMPL|"
+    r"(?:GPU[0-9]+ )?kgspExecuteBooterUnloadIfNeeded|(?:GPU[0-9]+ )?kgspInitRm_IMPL: skipping|"
     r"NVLink link training completed|Persistence mode is deprecated)",
     re.IGNORECASE,
 )
@@ -86,15 +114,16 @@ ERROR_WORDS = re.compile(
     r"unexpected|bad|hang|hung|stuck)\b",
     re.IGNORECASE,
 )
-_FUNCTION = re.compile(r"^(?:GPU\d+ )?(?P<fn>_?[A-Za-z]\w*):")
+_FUNCTION = re.compile(r"^(?:GPU[0-9]+ )?(?P<fn>_?[A-Za-z]\w{0,128}):")
 _ANY_PCI = re.compile(r"(?:PCI:)?(?P<pci>" + BDF + r"|[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\b)")
 
 
 def driver_error_class(text: str) -> str | None:
     """The named class of an NVRM message text, or None."""
-    for name, pattern in DRIVER_ERRORS:
-        if pattern.search(text):
-            return name
+    for name, alternatives in DRIVER_ERRORS:
+        for pattern in alternatives:
+            if pattern.search(text):
+                return name
     return None
 
 

@@ -21,56 +21,66 @@ from models.kernlog.driver_lines import (
     looks_like_error,
     pci_in,
 )
+from models.kernlog.limits import PCI_DEVICE_MAX, PID_MAX, SXID_RANGE, XID_RANGE, in_range
 from models.pci import BDF, normalize_pci
 
 # pid=<n|'<unknown>'>[, name=<comm>][, <message>]; a comm may hold spaces (not commas).
+# Quantifiers that something must follow are bounded, so that no line costs more than linear time
+# (an unbounded `[^)]*` is re-scanned from every occurrence of its anchor); digits are ASCII.
 XID = re.compile(
-    r"NVRM: Xid\s*\((?P<pci>[^)]*)\):\s*(?P<xid>\d+)(?:,\s*pid=(?P<pid>[^,]*)(?:,\s*name=(?P<name>[^,]*))?)?"
+    r"NVRM: Xid\s{0,8}\((?P<pci>[^)]{0,64})\):\s{0,8}(?P<xid>[0-9]+)"
+    r"(?:,\s{0,8}pid=(?P<pid>[^,]{0,64})(?:,\s{0,8}name=(?P<name>[^,]{0,256}))?)?"
     r"(?:,\s*(?P<msg>.*))?$"
 )
 SXID = re.compile(
-    r"(?P<switch>nvidia-nvswitch\d*): SXid \((?P<pci>[^)]*)\): (?P<sxid>\d+)(?:,\s*(?P<rest>.*))?$"
+    r"(?P<switch>nvidia-nvswitch[0-9]{0,4}): SXid \((?P<pci>[^)]{0,64})\): (?P<sxid>[0-9]+)(?:,\s*(?P<rest>.*))?$"
 )
-IDENTITY = re.compile(r"NVRM: GPU at (?P<pci>PCI:[0-9a-fA-Fx:.]+): (?P<uuid>\S*)\s*$")
+IDENTITY = re.compile(r"NVRM: GPU at (?P<pci>PCI:[0-9a-fA-Fx:.]{1,32}): (?P<uuid>\S{0,128})\s*$")
 UUID = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-SERIAL = re.compile(r"NVRM: GPU Board Serial Number:[ \t]*(?P<serial>\S*)")
-SERIAL_IS = re.compile(r"NVRM: GPU (?P<pci>" + BDF + r"): GPU serial number is[ \t]*(?P<serial>\S*?)\.?\s*$")
+SERIAL = re.compile(r"NVRM: GPU Board Serial Number:[ \t]{0,16}(?P<serial>\S{0,64})")
+SERIAL_IS = re.compile(r"NVRM: GPU (?P<pci>" + BDF + r"): GPU serial number is[ \t]{0,16}(?P<serial>\S{0,64}?)\.?\s*$")
 # Values people redact before posting a log, or the driver prints when it has none.
-_REDACTED = re.compile(r"[xX*#?.\-_]+|<[^>]*>|\[[^\]]*\]|N/?A|none|unknown|redacted|0+", re.IGNORECASE)
-FALLEN_START = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>\S+)(?:\s|$)")
+_REDACTED = re.compile(r"[xX*#?.\-_]+|<[^>]*>|\[[^\]]*\]|N/?A|none|unknown|redacted|0+", re.IGNORECASE | re.ASCII)
+FALLEN_START = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>\S{1,64})(?:\s|$)")
+# The GPU a one-line "fallen off the bus" notice names (the words themselves are looked for after it).
 FALLEN_ONE = re.compile(
-    r"NVRM: GPU (?:at )?(?P<pci>(?:PCI:)?(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):?\s.*"
-    r"fallen off the bus"
+    r"NVRM: GPU (?:at )?(?P<pci>(?:PCI:)?(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):?\s"
 )
+FALLEN_WORDS = "fallen off the bus"
 NVRM = re.compile(r"NVRM:?[ \t](?P<text>.*)$")
 _NVRM_GPU = re.compile(r"^GPU (?:at )?(?P<pci>(?:PCI:)?[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):")
-DEVICE_LINE = re.compile(r"(?P<drv>[\w.-]+) (?P<bdf>" + BDF + r"): (?P<text>.*)$")
+DEVICE_LINE = re.compile(r"(?P<drv>[\w.-]{1,32}) (?P<bdf>" + BDF + r"): (?P<text>.*)$")
 _AER_RECEIVED = re.compile(
     r"(?:AER: )?(?P<what>(?:Multiple )?(?:Corrected|Correctable|Uncorrected|Uncorrectable)"
     r"(?: \((?P<sev>Non-Fatal|Fatal)\))? error(?: message)?) received"
     r"(?:(?::| from) (?P<src>" + BDF + r")|: id=(?P<rid>[0-9a-fA-F]{4}))"
 )
 _AER_HEADER = re.compile(
-    r"(?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]+), type=(?P<type>[^,]+), (?:id=[0-9a-fA-F]{4})?"
-    r"\((?P<agent>[^)]*)\)"
+    r"(?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]{1,32}), type=(?P<type>[^,]{1,64}), (?:id=[0-9a-fA-F]{4})?"
+    r"\((?P<agent>[^)]{0,64})\)"
 )
 _AER_DEVICE = re.compile(r"device \[(?P<vendor>[0-9a-fA-F]{4}):(?P<devid>[0-9a-fA-F]{4})\] error status/mask=")
 _AER_ERRNAME = re.compile(
-    r"^(?:AER:)?\s*\[\s*(?P<bit>\d+)\]\s+(?P<name>[A-Za-z][\w ]*?)\s*(?:\((?P<note>[^)]*)\))?\s*$"
+    r"^(?:AER:)?\s*\[\s{0,4}(?P<bit>[0-9]{1,2})\]\s+(?P<name>[A-Za-z][\w ]{0,80}?)\s*(?:\((?P<note>[^)]{0,64})\))?\s*$"
 )
 _AER_OTHER = re.compile(r"TLP Header:|Error of this Agent is reported first|AER: +aer_")
 
-_GPC = re.compile(r"\(GPC (?P<gpc>\d+), TPC (?P<tpc>\d+)(?:, SM (?P<sm>\d+))?\)(?::\s*(?P<exc>[^.]+))?")
+_GPC = re.compile(
+    r"\(GPC (?P<gpc>[0-9]{1,4}), TPC (?P<tpc>[0-9]{1,4})(?:, SM (?P<sm>[0-9]{1,4}))?\)(?::\s*(?P<exc>[^.]{1,256}))?"
+)
 _MMU = re.compile(
-    r"MMU Fault: ENGINE (?P<engine>\S+) (?P<client>\S+) faulted @ (?P<addr>0x[0-9a-fA-F_]+)\.?"
-    r"(?: Fault is of type (?P<ftype>\S+)(?: (?P<access>\S+))?)?"
+    r"MMU Fault: ENGINE (?P<engine>\S{1,64}) (?P<client>\S{1,64}) faulted @ (?P<addr>0x[0-9a-fA-F_]{1,24})\.?"
+    r"(?: Fault is of type (?P<ftype>\S{1,64})(?: (?P<access>\S{1,64}))?)?"
 )
 _RECOVERY = re.compile(
-    r"GPU recovery action changed from (?P<old_code>0x[0-9a-fA-F]+) \((?P<old>[^)]*)\) to "
-    r"(?P<new_code>0x[0-9a-fA-F]+)(?: \((?P<new>[^)]*)\)?)?"
+    r"GPU recovery action changed from (?P<old_code>0x[0-9a-fA-F]{1,8}) \((?P<old>[^)]{0,64})\) to "
+    r"(?P<new_code>0x[0-9a-fA-F]{1,8})(?: \((?P<new>[^)]{0,64})\)?)?"
 )
-_LINKS = re.compile(r"\b[Ll]inks? (?P<ids>\d+(?:\s*(?:,|and)\s*\d+)*)")
-_LINK_MASK = re.compile(r"\b[Ll]inks? (?:mask )?(?P<mask>0x[0-9a-fA-F]+)")
+_LINKS = re.compile(r"\b[Ll]inks? (?P<ids>[0-9]{1,3}(?:\s{0,4}(?:,|and)\s{0,4}[0-9]{1,3}){0,63})")
+_LINK_MASK = re.compile(r"\b[Ll]inks? (?:mask )?(?P<mask>0x[0-9a-fA-F]{1,16})\b")
+_DIGITS = re.compile(r"[0-9]+")
+_OTHER_DIGIT = re.compile(r"(?![0-9])\d")  # a decimal digit of another script (Arabic-Indic, full-width, ...)
+_LINK = re.compile(r"\bLink ([0-9]{1,3})\b")
 _CHANNEL = re.compile(r"\bCh (?P<ch>[0-9a-fA-F]{8})\b")
 
 _ECC_WORDS = re.compile(
@@ -136,7 +146,7 @@ def _xid_details(xid: int, msg: str) -> dict[str, Any]:
     if "ink" in msg or "INK" in msg:
         links = _LINKS.search(msg)
         if links:
-            d["nvlink_links"] = [int(x) for x in re.findall(r"\d+", links["ids"])]
+            d["nvlink_links"] = [int(x) for x in _DIGITS.findall(links["ids"])]
         mask = _LINK_MASK.search(msg)
         if mask:
             bits = int(mask["mask"], 16)
@@ -144,26 +154,50 @@ def _xid_details(xid: int, msg: str) -> dict[str, Any]:
     return d
 
 
+class OutOfRange(ValueError):
+    """A number or address in a line is outside its range: the line is not a record."""
+
+
+def checked_pci(text: str | None) -> str | None:
+    """`normalize_pci`, with the device number held to its 5 bits (`0000:3b:ff.0` is no device)."""
+    pci = normalize_pci(text)
+    if pci is not None and int(pci[-4:-2], 16) > PCI_DEVICE_MAX:
+        raise OutOfRange(f"PCI device number in {text!r}")
+    return pci
+
+
+def _pid(text: str) -> int | None:
+    """The pid field: ASCII digits up to pid_max, or a placeholder (`'<unknown>'`) for none."""
+    text = text.strip()
+    if text.isascii() and text.isdigit():
+        value = int(text)
+        if value > PID_MAX:
+            raise OutOfRange("pid above pid_max")
+        return value
+    if text.strip("'\"") in ("<unknown>", "unknown", ""):
+        return None
+    raise OutOfRange("pid is no number")
+
+
 def _match_xid(line: str) -> Match | None:
     m = XID.search(line)
     if not m:
         return None
     pci_text, code, raw_pid, name, msg = m.groups()
-    pid: int | None = None
+    xid = int(code) if len(code) <= 4 else -1
+    if not in_range(xid, XID_RANGE):
+        raise OutOfRange("Xid code")
+    pid = _pid(raw_pid) if raw_pid is not None else None
     process: str | None = None
-    if raw_pid is not None:
-        raw_pid = raw_pid.strip()
-        pid = int(raw_pid) if raw_pid.lstrip("-").isdigit() else None
     if name is not None:
         name = name.strip()
         process = None if name.strip("'\"") in ("<unknown>", "") else name
     msg = msg.strip() if msg else ""
-    xid = int(code)
     return Match(
         kind="xid",
         start=m.start(),
         message=msg,
-        pci=normalize_pci(pci_text),
+        pci=checked_pci(pci_text),
         xid=xid,
         pid=pid,
         process=process,
@@ -183,11 +217,13 @@ def _match_sxid(line: str) -> Match | None:
         d["severity"] = "non-fatal"
     elif low.startswith("fatal"):
         d["severity"] = "fatal"
-    links = re.search(r"\bLink (\d+)", rest)
+    links = _LINK.search(rest)
     if links:
         d["nvlink_links"] = [int(links[1])]
-    return Match(kind="sxid", start=m.start(), message=rest, pci=normalize_pci(m["pci"]), sxid=int(m["sxid"]),
-                 details=d)
+    sxid = int(m["sxid"]) if len(m["sxid"]) <= 6 else -1
+    if not in_range(sxid, SXID_RANGE):
+        raise OutOfRange("SXid code")
+    return Match(kind="sxid", start=m.start(), message=rest, pci=checked_pci(m["pci"]), sxid=sxid, details=d)
 
 
 def _match_device_line(line: str) -> Match | None:
@@ -195,11 +231,11 @@ def _match_device_line(line: str) -> Match | None:
     m = DEVICE_LINE.search(line)
     if not m:
         return None
-    drv, bdf, text = m["drv"], normalize_pci(m["bdf"]), m["text"]
+    drv, bdf, text = m["drv"], checked_pci(m["bdf"]), m["text"]
     rcv = _AER_RECEIVED.search(text)
     if rcv:
         return Match(kind="pcie_aer", start=m.start(), message=f"{drv} {bdf}: {text}", pci=bdf,
-                     source_pci=normalize_pci(rcv["src"]) if rcv["src"] else requester_pci(bdf, rcv["rid"]),
+                     source_pci=checked_pci(rcv["src"]) if rcv["src"] else requester_pci(bdf, rcv["rid"]),
                      details={"severity": _severity(rcv["what"], rcv["sev"]), "errors": []},
                      expects="aer", driver=drv)
     hdr = _AER_HEADER.search(text)
@@ -272,7 +308,7 @@ def _identity(line: str, text: str, start: int) -> Match | None:
         raw_uuid = ident["uuid"]
         uuid_ok = UUID.fullmatch(raw_uuid) is not None
         state = "ok" if uuid_ok else _value_state(raw_uuid[4:] if raw_uuid[:4].upper() == "GPU-" else raw_uuid)
-        return Match(kind="gpu_identity", start=start, message=text, pci=normalize_pci(ident["pci"]),
+        return Match(kind="gpu_identity", start=start, message=text, pci=checked_pci(ident["pci"]),
                      gpu_uuid="GPU-" + raw_uuid[4:].lower() if uuid_ok else None, expects="serial",
                      details={} if uuid_ok else {"uuid_state": "malformed" if state == "ok" else state,
                                                  "uuid_text": raw_uuid})
@@ -280,7 +316,7 @@ def _identity(line: str, text: str, start: int) -> Match | None:
     if ser:
         value = ser["serial"]
         state = _value_state(value)
-        pci = normalize_pci(ser["pci"]) if "pci" in ser.groupdict() else None
+        pci = checked_pci(ser["pci"]) if "pci" in ser.groupdict() else None
         return Match(kind="gpu_identity", start=start, message=text, pci=pci,
                      serial=value if state == "ok" else None,
                      details={} if state == "ok" else {"serial_state": state, "serial_text": value})
@@ -297,16 +333,16 @@ def _driver_line(text: str, raw_text: str, start: int) -> Match:
     name = driver_error_class(text)
     if name is not None:
         pci_text = gpu["pci"] if gpu else pci_in(text)
-        return Match(kind="driver_error", start=start, message=text, pci=normalize_pci(pci_text),
+        return Match(kind="driver_error", start=start, message=text, pci=checked_pci(pci_text),
                      details={"error": name}, function=function_of(text),
                      expects="crash_dump" if name == "crash_dump" else "body" if name in BODY_CLASSES else None)
     if BODY.match(text):
         return Match(kind="nvrm_body", start=start, message=text)
-    pci = normalize_pci(gpu["pci"]) if gpu else None
+    pci = checked_pci(gpu["pci"]) if gpu else None
     if _ECC_WORDS.search(text):
         return Match(kind="ecc", start=start, message=text, pci=pci)
     if looks_like_error(text):
-        return Match(kind="driver_error", start=start, message=text, pci=pci or normalize_pci(pci_in(text)),
+        return Match(kind="driver_error", start=start, message=text, pci=pci or checked_pci(pci_in(text)),
                      details={"error": "unclassified"}, function=function_of(text))
     return Match(kind="nvrm_other", start=start, message=text)
 
@@ -319,22 +355,36 @@ def _match_nvrm(line: str) -> Match | None:
     raw_text = m["text"]
     text = raw_text.strip()
     start = m.start()
+    if text[:3] == "Xid":  # an Xid line that does not read as one: never a fault of another kind
+        if _OTHER_DIGIT.search(text):
+            raise OutOfRange("digits other than ASCII in an Xid line")
+        return _driver_line(text, raw_text, start)
     got = _identity(line, text, start)
     if got:
         return got
     fs = FALLEN_START.search(line)
-    if fs and "fallen off the bus" not in text:
-        return Match(kind="gpu_fallen_off_bus", start=start, message=text, pci=normalize_pci(fs["pci"]),
+    if fs and FALLEN_WORDS not in text:
+        return Match(kind="gpu_fallen_off_bus", start=start, message=text, pci=checked_pci(fs["pci"]),
                      expects="fallen")
-    if "fallen off the bus" in text:
-        fo = FALLEN_ONE.search(line) or fs
+    if FALLEN_WORDS in text:
+        fo = FALLEN_ONE.search(line)
+        if fo is None or line.find(FALLEN_WORDS, fo.end()) < 0:
+            fo = fs
         return Match(kind="gpu_fallen_off_bus", start=start, message=text,
-                     pci=normalize_pci(fo["pci"]) if fo else None)
+                     pci=checked_pci(fo["pci"]) if fo else None)
     return _driver_line(text, raw_text, start)
 
 
 def recognise(line: str) -> Match | None:
-    """The first recogniser that finds its message in the line, or None."""
+    """The first recogniser that finds its message in the line, or None; a line whose numbers are
+    out of range is a `rejected` match (not-a-record)."""
+    try:
+        return _recognise(line)
+    except OutOfRange as exc:
+        return Match(kind="rejected", start=0, message=str(exc))
+
+
+def _recognise(line: str) -> Match | None:
     if "NVRM" in line:
         if "Xid" in line:
             got = _match_xid(line)

@@ -17,29 +17,41 @@ from typing import Any
 
 from models.catalog import Catalog, load_catalog
 from models.kernlog.driver_lines import BODY, BODY_CLASSES, BODY_XIDS, TEXT_CONTINUED
+from models.kernlog.limits import (
+    KMSG_SEQ_MAX,
+    MAX_CACHED_CHARS,
+    MAX_LINE_CHARS,
+    MAX_MESSAGE_CHARS,
+    MAX_PREFIX_CHARS,
+    TRUNCATED_MARK,
+    UPTIME_MAX_S,
+    valid_uptime,
+)
 from models.kernlog.messages import (
     CORRECTABLE_NAMES,
     CRASH_DUMP_TAIL,
     NVRM,
     SERIAL,
     Match,
+    OutOfRange,
     aer_continuation,
+    checked_pci,
     recognise,
 )
 from models.kernlog.prefix import Prefix, parse_prefix
 from models.kernlog.record import FaultRecord
-from models.pci import normalize_pci
 
 # Every line that starts a record carries one of these (NVRM: the driver's messages; SXid: NVSwitch
 # errors; "rror": every line that can open a PCIe AER report, `AER: ... error received`,
 # `PCIe Bus Error: ...`, `device [..] error status/mask=...`); continuation lines are read while a
-# record is open. Other lines cost three substring tests, which keeps the parser near the speed of
-# reading the file. `feed()` and `parse()` spell the tests out for speed.
+# record is open. Other lines cost one substring test and two single-character tests ("V" and "X"
+# go before "NVRM" and "SXid": a one-character search is a memchr, several times cheaper than a
+# substring search, and most lines hold neither), which keeps the parser near the speed of reading
+# the file. `feed()` and `parse()` spell the tests out for speed.
 ANCHORS = ("NVRM", "SXid", "rror")
 # In journal JSON, '"MESSAGE":[' marks an entry whose message is a byte array.
 JSON_ANCHOR = '"MESSAGE":['
 
-MAX_LINE_CHARS = 64 * 1024  # a longer "line" is not a kernel message; it is scanned only up to here
 _MESSAGE_CACHE_SIZE = 4096  # distinct message texts remembered (storms repeat one text thousands of times)
 _MISSING: Any = object()
 _GROUP_GAP = 8  # lines of unrelated text after which an open multi-line record is closed
@@ -84,8 +96,10 @@ class KernelLogParser:
         # What became of the driver's lines that are no record of their own: `joined` (a body line
         # added to its record), `benign` (a documented banner), `unclassified` (error-looking lines
         # no class names; each is also a record), `orphan_body` (a body line with no record open),
-        # `other` (informational lines).
-        self.stats: dict[str, int] = dict.fromkeys(("joined", "benign", "unclassified", "orphan_body", "other"), 0)
+        # `other` (informational lines). And lines that are no record at all: `rejected` (a number
+        # or address out of range), `overlong` (longer than MAX_LINE_CHARS, or cut by a reader).
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("joined", "benign", "unclassified", "orphan_body", "other", "rejected", "overlong"), 0)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -93,12 +107,15 @@ class KernelLogParser:
         """Consume one input line (without or with its newline); return records now complete."""
         self._lineno = n = lineno if lineno is not None else self._lineno + 1
         opened = self._open
-        anchored = "NVRM" in line or "SXid" in line or "rror" in line
+        anchored = ("V" in line and "NVRM" in line) or ("X" in line and "SXid" in line) or "rror" in line
         if opened is None and not anchored and line[:1] != "{":
             return []
-        if len(line) > MAX_LINE_CHARS:
-            line = line[:MAX_LINE_CHARS]
         line = line.rstrip("\r\n")
+        if (len(line) > MAX_MESSAGE_CHARS and (len(line) > MAX_LINE_CHARS or line[:1] != "{")) or line.endswith(
+            TRUNCATED_MARK
+        ):
+            self.stats["overlong"] += 1  # no kernel message (or a piece of a cut line): unrelated text
+            line, anchored = "", False
         if opened is not None:
             if opened.kmsg and line[:1] == " " and "=" in line:
                 self._kmsg_continuation(opened, line, n)
@@ -148,7 +165,7 @@ class KernelLogParser:
                 opened = self._open is not None
                 for line in it:
                     n += 1
-                    if opened or "NVRM" in line or "SXid" in line or "rror" in line:
+                    if opened or ("V" in line and "NVRM" in line) or ("X" in line and "SXid" in line) or "rror" in line:
                         out = feed(line, n)
                         opened = self._open is not None
                         if out:
@@ -161,7 +178,13 @@ class KernelLogParser:
     def _json_line(self, line: str, n: int) -> list[FaultRecord]:
         try:
             entry = json.loads(line)
+        except RecursionError:  # nesting deeper than the interpreter's limit: no journal entry
+            self.stats["rejected"] += 1
+            return []
         except ValueError:
+            if len(line) > MAX_MESSAGE_CHARS:
+                self.stats["overlong"] += 1
+                return []
             return self._text_line(line, n, None)
         if not isinstance(entry, dict):
             return []
@@ -179,12 +202,19 @@ class KernelLogParser:
             host=entry.get("_HOSTNAME") if isinstance(entry.get("_HOSTNAME"), str) else None,
             format="journal-json",
         )
+        if not _prefix_in_range(prefix):
+            self.stats["rejected"] += 1
+            return []
         out: list[FaultRecord] = []
         for part in message.splitlines() or [""]:
+            if len(part) > MAX_MESSAGE_CHARS:
+                self.stats["overlong"] += 1
+                continue
             out.extend(self._text_line(part, n, prefix, raw=line))
         return out
 
     def _text_line(self, line: str, n: int, given: Prefix | None, raw: str | None = None) -> list[FaultRecord]:
+        """One kernel message line; `given`: the prefix fields when the caller read them (journal)."""
         opened = self._open
         if opened is not None and not opened.complete and opened.expects == "fallen" and "NVRM" in line:
             m = NVRM.search(line)
@@ -217,9 +247,10 @@ class KernelLogParser:
                 match = recognise(key)
                 if match is not None:
                     self._enrich(match)
-                if len(cache) >= _MESSAGE_CACHE_SIZE:
-                    cache.clear()
-                cache[key] = match
+                if len(key) <= MAX_CACHED_CHARS:
+                    if len(cache) >= _MESSAGE_CACHE_SIZE:
+                        cache.clear()
+                    cache[key] = match
         else:
             match = recognise(line)
             if match is None:
@@ -227,6 +258,9 @@ class KernelLogParser:
             start = match.start
             self._enrich(match)
         if match is None:
+            return []
+        if match.kind == "rejected":
+            self.stats["rejected"] += 1
             return []
         if match.kind[:5] == "nvrm_" or match.kind == "driver_error":
             if opened is not None and self._driver_body(opened, match, raw or line, n):
@@ -243,18 +277,11 @@ class KernelLogParser:
             opened, match, raw or line, n
         ):
             return []
+        prefix = self._prefix(line[:start]) if given is None else given
+        if prefix is None:  # a time out of range
+            self.stats["rejected"] += 1
+            return []
         out = self._close()
-        if given is None:
-            ptext = line[:start]
-            prefix = self._prefix_cache.get(ptext)
-            if prefix is None:
-                prefix = parse_prefix(ptext, self.options.year, self._now)
-                if prefix.uptime_s is None:  # wall-clock prefixes repeat within a second; uptimes do not
-                    if len(self._prefix_cache) >= _MESSAGE_CACHE_SIZE:
-                        self._prefix_cache.clear()
-                    self._prefix_cache[ptext] = prefix
-        else:
-            prefix = given
         record = self._record(match, prefix, raw or line, n)
         expects = match.expects or ("sxid" if match.kind == "sxid" else None)
         kmsg = prefix.format == "kmsg"
@@ -265,32 +292,31 @@ class KernelLogParser:
                            driver=match.driver, function=match.function)
         return out
 
+    def _prefix(self, ptext: str) -> Prefix | None:
+        """The prefix fields of the text in front of a message (none when it is implausibly long);
+        None when a number in it is out of range."""
+        prefix = self._prefix_cache.get(ptext)
+        if prefix is None:
+            if len(ptext) > MAX_PREFIX_CHARS:
+                return Prefix()
+            prefix = parse_prefix(ptext, self.options.year, self._now)
+            if not _prefix_in_range(prefix):
+                return None
+            if prefix.uptime_s is None:  # wall-clock prefixes repeat within a second; uptimes do not
+                if len(self._prefix_cache) >= _MESSAGE_CACHE_SIZE:
+                    self._prefix_cache.clear()
+                self._prefix_cache[ptext] = prefix
+        return prefix
+
     # -- assembly ---------------------------------------------------------------------------
 
     def _record(self, match: Match, prefix: Prefix, raw: str, n: int) -> FaultRecord:
+        # Positional, in FaultRecord's field order (a storm creates thousands per second).
         rec = FaultRecord(
-            line=n,
-            line_end=n,
-            kind=match.kind,
-            raw=raw,
-            message=match.message,
-            timestamp=prefix.timestamp,
-            uptime_s=prefix.uptime_s,
-            host=prefix.host,
-            pci=match.pci,
-            source_pci=match.source_pci,
-            xid=match.xid,
-            sxid=match.sxid,
-            pid=match.pid,
-            process=match.process,
-            gpu_uuid=match.gpu_uuid,
-            serial=match.serial,
-            format=prefix.format,
-            details=dict(match.details),
-            mnemonic=match.mnemonic,
-            immediate_action=match.immediate_action,
-            category=match.category,
-            catalog_version=self.catalog.version,
+            n, match.kind, raw, match.message, n, prefix.timestamp, prefix.uptime_s, prefix.host, match.pci,
+            match.source_pci, match.xid, match.sxid, match.pid, match.process, match.gpu_uuid, match.serial,
+            match.mnemonic, match.immediate_action, match.category, self.catalog.version, prefix.format,
+            dict(match.details),
         )
         if prefix.kmsg_seq is not None:
             rec.details["kmsg_seq"] = prefix.kmsg_seq
@@ -345,7 +371,10 @@ class KernelLogParser:
         key, _, value = line.strip().partition("=")
         rec.details.setdefault("kmsg_dict", {})[key] = value
         if key == "DEVICE" and value.startswith("+pci:") and rec.pci is None:
-            rec.pci = normalize_pci(value[5:])
+            try:
+                rec.pci = checked_pci(value[5:])
+            except OutOfRange:
+                self.stats["rejected"] += 1
 
     def _aer_continuation(self, opened: _Open, line: str, n: int) -> bool:
         match = recognise(line)
@@ -467,15 +496,33 @@ def parse_lines(lines: Iterable[str], options: ParseOptions | None = None) -> It
     return KernelLogParser(options).parse(lines)
 
 
-def _us(value: Any) -> float | None:
-    try:
-        return int(value) / 1_000_000
-    except (TypeError, ValueError):
+def _prefix_in_range(prefix: Prefix) -> bool:
+    up, seq = prefix.uptime_s, prefix.kmsg_seq
+    return (up is None or valid_uptime(up)) and (seq is None or seq <= KMSG_SEQ_MAX)
+
+
+def _int_field(value: Any) -> int | None:
+    """A journal field of ASCII digits (journald writes numbers as strings), or None."""
+    if isinstance(value, bool):
         return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and 0 < len(value) <= 20 and value.isascii() and value.isdigit():
+        return int(value)
+    return None
+
+
+def _us(value: Any) -> float | None:
+    """Microseconds as seconds; a value past UPTIME_MAX_S reads as one (the record is rejected)."""
+    us = _int_field(value)
+    if us is None:
+        return None
+    return us / 1_000_000 if us >= 0 else UPTIME_MAX_S + 1.0
 
 
 def _epoch_us(value: Any) -> str | None:
+    us = _int_field(value)
     try:
-        return datetime.fromtimestamp(int(value) / 1_000_000, UTC).isoformat()
-    except (TypeError, ValueError, OverflowError, OSError):
+        return datetime.fromtimestamp(us / 1_000_000, UTC).isoformat() if us is not None else None
+    except (ValueError, OverflowError, OSError):
         return None

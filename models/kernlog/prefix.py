@@ -15,36 +15,38 @@ from typing import NamedTuple
 
 from models.kernlog.clock import infer_year
 
-KMSG_HEADER = re.compile(r"^(?P<prio>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),(?P<flags>[^;]*);")
-_DMESG_UPTIME = re.compile(r"\[\s*(?P<up>\d+\.\d+)(?:\s*<\s*[+-]?[\d.]+\s*>)?\s*\]")
+KMSG_HEADER = re.compile(r"^(?P<prio>[0-9]{1,4}),(?P<seq>[0-9]{1,20}),(?P<usec>[0-9]{1,20}),(?P<flags>[^;]{0,16});")
+_DMESG_UPTIME = re.compile(r"\[\s*(?P<up>[0-9]+\.[0-9]{1,9})(?:\s*<\s*[+-]?[0-9.]{1,24}\s*>)?\s*\]")
 _DMESG_CTIME = re.compile(
-    r"\[\s*[^\W\d_]+\.?\s+(?P<mon>[^\W\d_]+\.?|\d{1,2}月)\s+(?P<day>\d{1,2})\s+"
-    r"(?P<time>\d{1,2}:\d\d:\d\d)\s+(?P<year>\d{4})(?:\s*<\s*[+-]?[\d.]+\s*>)?\s*\]"
+    r"\[\s*[^\W\d_]{1,16}\.?\s+(?P<mon>[^\W\d_]{1,16}\.?|[0-9]{1,2}月)\s+(?P<day>[0-9]{1,2})\s+"
+    r"(?P<time>[0-9]{1,2}:[0-9][0-9]:[0-9][0-9])\s+(?P<year>[0-9]{4})(?:\s*<\s*[+-]?[0-9.]{1,24}\s*>)?\s*\]"
 )
 _ISO = re.compile(
-    r"(?<!\d)(?P<date>\d{4}-\d\d-\d\d)[T ](?P<time>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,9}))?"
-    r"(?P<tz>Z|[+-]\d\d:?\d\d)?(?![\d])"
+    r"(?<![0-9])(?P<date>[0-9]{4}-[0-9][0-9]-[0-9][0-9])[T ](?P<time>[0-9][0-9]:[0-9][0-9]:[0-9][0-9])"
+    r"(?:[.,](?P<frac>[0-9]{1,9}))?"
+    r"(?P<tz>Z|[+-][0-9][0-9]:?[0-9][0-9])?(?![0-9])"
 )
 _RFC3164 = re.compile(
-    r"(?<![\w.])(?P<mon>[^\W\d_]{3,9}\.?|\d{1,2}[月월])\s+(?P<day>\d{1,2})\s+"
-    r"(?P<time>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))?(?![\d:])"
+    r"(?<![\w.])(?P<mon>[^\W\d_]{3,9}\.?|[0-9]{1,2}[月월])\s+(?P<day>[0-9]{1,2})\s+"
+    r"(?P<time>[0-9][0-9]:[0-9][0-9]:[0-9][0-9])(?:\.(?P<frac>[0-9]{1,9}))?(?![0-9:])"
 )
 _RFC5424 = re.compile(
-    r"<\d{1,3}>1\s+(?P<ts>\S+)\s+(?P<host>\S+)\s+(?P<app>\S+)\s+\S+\s+\S+\s+(?:-|\[.*?\])\s*"
+    r"<[0-9]{1,3}>1\s+(?P<ts>\S+)\s+(?P<host>\S+)\s+(?P<app>\S+)\s+\S+\s+\S+\s+(?:-|\[.{0,512}?\])\s*"
 )
 # Anchored whole-prefix forms, tried first (the common cases, one regex each).
-_FAST_DMESG = re.compile(r"^\[\s*(?P<up>\d+\.\d+)\]\s?$")
+_FAST_DMESG = re.compile(r"^\[\s*(?P<up>[0-9]+\.[0-9]{1,9})\]\s?$")
 _FAST_SYSLOG = re.compile(
-    r"^(?:<\d{1,3}>)?(?P<mon>[^\W\d_]{3,9}\.?|\d{1,2}[月월])\s+(?P<day>\d{1,2})\s+(?P<time>\d\d:\d\d:\d\d)"
-    r"(?:\.(?P<frac>\d{1,9}))?\s+(?:(?P<host>[^\s:\[\]<>]+)\s+)?(?P<tag>[^\s:\[\]<>]+)(?:\[\d+\])?:"
-    r"\s*(?:\[\s*(?P<up>\d+\.\d+)\]\s?)?$"
+    r"^(?:<[0-9]{1,3}>)?(?P<mon>[^\W\d_]{3,9}\.?|[0-9]{1,2}[月월])\s+(?P<day>[0-9]{1,2})\s+(?P<time>[0-9][0-9]:[0-9][0-9]:[0-9][0-9])"
+    r"(?:\.(?P<frac>[0-9]{1,9}))?\s+(?:(?P<host>[^\s:\[\]<>]+)\s+)?(?P<tag>[^\s:\[\]<>]+)(?:\[[0-9]+\])?:"
+    r"\s*(?:\[\s*(?P<up>[0-9]+\.[0-9]{1,9})\]\s?)?$"
 )
 _FAST_ISO_SYSLOG = re.compile(
-    r"^(?:<\d{1,3}>)?(?P<date>\d{4}-\d\d-\d\d)[T ](?P<time>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,9}))?"
-    r"(?P<tz>Z|[+-]\d\d:?\d\d)?\s+(?:(?:(?P<host>[^\s:\[\]<>]+)\s+)?(?P<tag>[^\s:\[\]<>]+)(?:\[\d+\])?:"
-    r"\s*(?:\[\s*(?P<up>\d+\.\d+)\]\s?)?)?$"
+    r"^(?:<[0-9]{1,3}>)?(?P<date>[0-9]{4}-[0-9][0-9]-[0-9][0-9])[T ](?P<time>[0-9][0-9]:[0-9][0-9]:[0-9][0-9])"
+    r"(?:[.,](?P<frac>[0-9]{1,9}))?"
+    r"(?P<tz>Z|[+-][0-9][0-9]:?[0-9][0-9])?\s+(?:(?:(?P<host>[^\s:\[\]<>]+)\s+)?(?P<tag>[^\s:\[\]<>]+)(?:\[[0-9]+\])?:"
+    r"\s*(?:\[\s*(?P<up>[0-9]+\.[0-9]{1,9})\]\s?)?)?$"
 )
-_HOST_TAG = re.compile(r"^\s*(?:(?P<host>[^\s:\[\]<>]+)\s+)?(?P<tag>[^\s:\[\]<>]+)(?:\[\d+\])?:(?:\s|$)")
+_HOST_TAG = re.compile(r"^\s*(?:(?P<host>[^\s:\[\]<>]+)\s+)?(?P<tag>[^\s:\[\]<>]+)(?:\[[0-9]+\])?:(?:\s|$)")
 
 _MONTHS: dict[str, int] = {}
 for _num, _names in enumerate(
@@ -74,7 +76,7 @@ def month_number(token: str) -> int | None:
     t = token.lower().rstrip(".")
     if t.endswith(("月", "월")):
         digits = t[:-1]
-        return int(digits) if digits.isdigit() and 1 <= int(digits) <= 12 else None
+        return int(digits) if digits.isascii() and digits.isdigit() and 1 <= int(digits) <= 12 else None
     for n in (4, 3):
         got = _MONTHS.get(t[:n])
         if got:
@@ -228,8 +230,8 @@ def _uptime(text: str) -> float | None:
     return float(m["up"]) if m else None
 
 
-_TAG_UPTIME = re.compile(r"\s+(?:[^\s:\[\]<>]+\s+)?[^\s:\[\]<>]+(?:\[\d+\])?:\s*\[\s*(?P<up>\d+\.\d+)\]")
-_PRI = re.compile(r"<\d{1,3}>")
+_TAG_UPTIME = re.compile(r"\s+(?:[^\s:\[\]<>]+\s+)?[^\s:\[\]<>]+(?:\[[0-9]+\])?:\s*\[\s*(?P<up>[0-9]+\.[0-9]{1,9})\]")
+_PRI = re.compile(r"<[0-9]{1,3}>")
 
 
 def leading_stamp(line: str, year: int | None, now: datetime) -> Prefix:

@@ -122,3 +122,22 @@ def test_filtered_lines_come_out_in_bulk_with_exact_positions(tmp_path: Path) ->
     assert isinstance(block, SourceSkip) and len(block.messages) == 2
     assert block.cursor["offset"] == log.stat().st_size
     src.close()
+
+
+def test_every_piece_of_an_overlong_line_is_marked_and_parses_as_no_record(tmp_path: Path) -> None:
+    from agents.kernlog.filetail import CHUNK
+    from models.kernlog import KernelLogParser
+    from models.kernlog.limits import MAX_LINE_CHARS, TRUNCATED_MARK
+
+    log = tmp_path / "kern.log"
+    # A line longer than a read, whose last piece reads like a fault on its own; one that fits a
+    # read but not the bound; then a real fault.
+    crafted = "x" * (CHUNK + MAX_LINE_CHARS // 2) + XID
+    long = "y" * (MAX_LINE_CHARS + 1) + XID
+    _write(log, [crafted, long, XID], "w")
+    items = [i for i in FileSource(log, None, follow=False).items() if isinstance(i, SourceLine)]
+    messages = [i.message for i in items]
+    assert messages[-1] == XID and len(messages) >= 4
+    assert all(m.endswith(TRUNCATED_MARK) and len(m) <= MAX_LINE_CHARS + len(TRUNCATED_MARK) for m in messages[:-1])
+    assert items[-1].cursor["offset"] == len(crafted) + len(long) + len(XID) + 3
+    assert [r.line for r in KernelLogParser().parse(messages)] == [len(messages)]

@@ -7,9 +7,14 @@ import io
 import sys
 from collections.abc import Iterator
 from datetime import datetime
+from functools import partial
+from itertools import chain
 from typing import BinaryIO
 
 from models.kernlog import ParseOptions
+from models.kernlog.lines import line_lists
+
+READ_CHARS = 64 * 1024
 
 
 class InputError(Exception):
@@ -34,11 +39,16 @@ def open_input(path: str) -> BinaryIO:
 
 
 def iter_lines(path: str) -> Iterator[str]:
-    """Lines of a file as text; invalid UTF-8 is replaced, never fatal."""
+    """Lines of a file as text; invalid UTF-8 is replaced, never fatal; a line longer than
+    MAX_LINE_CHARS is cut and marked (`models.kernlog.lines`), so no input costs unbounded memory."""
+    return chain.from_iterable(_line_lists(path))
+
+
+def _line_lists(path: str) -> Iterator[list[str]]:
     stream = open_input(path)
-    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
+    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace")
     try:
-        yield from text
+        yield from line_lists(iter(partial(text.read, READ_CHARS), ""))
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     finally:
