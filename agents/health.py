@@ -1,4 +1,11 @@
-"""`/healthz` and `/metrics` on a local port (stdlib http.server in a daemon thread)."""
+"""`/healthz` and `/metrics` on a configurable address (stdlib http.server in a daemon thread), and
+the watch on the agent's threads that `/healthz` reports.
+
+The server binds to `metrics_host` (127.0.0.1 unless the settings say otherwise: the DaemonSet sets
+the pod's own IP so the kubelet's probes and Prometheus reach it, and nothing else on the node's
+other interfaces), answers GET only, and gives each connection `REQUEST_TIMEOUT_S` to send its
+request: a client that connects and sends nothing holds no thread for long.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +20,55 @@ from agents.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
+REQUEST_TIMEOUT_S = 5.0
+
+
+class ThreadWatch:
+    """The agent's threads that died: of an uncaught exception (seen through `threading.excepthook`,
+    so the sensors' own threads count too), or by ending while they should run."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failed: dict[str, str] = {}
+        self._previous: Any = None
+
+    def install(self) -> None:
+        previous = self._previous = threading.excepthook
+
+        def hook(args: Any) -> None:
+            name = args.thread.name if args.thread is not None else "?"
+            with self._lock:
+                self._failed[name] = f"{args.exc_type.__name__}: {args.exc_value}"[:300]
+            previous(args)
+
+        threading.excepthook = hook
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            threading.excepthook = self._previous
+            self._previous = None
+
+    def failed(self, name: str, reason: str) -> None:
+        with self._lock:
+            self._failed[name] = reason[:300]
+
+    def dead(self, expected_alive: dict[str, threading.Thread | None]) -> dict[str, str]:
+        """Thread name → why it is dead: those that failed, and those of `expected_alive` that ended."""
+        with self._lock:
+            out = dict(self._failed)
+        for name, thread in expected_alive.items():
+            if thread is not None and not thread.is_alive():
+                out.setdefault(name, "ended")
+        return out
+
 
 class HealthServer:
     def __init__(self, host: str, port: int, metrics: Metrics, health: Callable[[], dict[str, Any]]) -> None:
         metrics_ref, health_ref = metrics, health
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = REQUEST_TIMEOUT_S
+
             def do_GET(self) -> None:
                 if self.path == "/metrics":
                     body = metrics_ref.render().encode()
@@ -50,7 +100,7 @@ class HealthServer:
 
     def start(self) -> None:
         self._thread.start()
-        log.info("health and metrics listening", extra={"port": self.port})
+        log.info("health and metrics listening", extra={"host": self._server.server_address[0], "port": self.port})
 
     def stop(self) -> None:
         self._server.shutdown()

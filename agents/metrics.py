@@ -7,6 +7,8 @@ from collections.abc import Mapping
 
 _HELP: dict[str, tuple[str, str]] = {
     "xidpipe_agent_kernel_lines_read_total": ("counter", "Kernel log records read from the source."),
+    "xidpipe_agent_kernel_foreign_dropped_total": (
+        "counter", "Records dropped because user space, not the kernel, wrote them (facility not kern)."),
     "xidpipe_agent_prefilter_kept_total": ("counter", "Kernel lines kept by the GPU pre-filter."),
     "xidpipe_agent_prefilter_dropped_total": ("counter", "Kernel lines dropped by the GPU pre-filter."),
     "xidpipe_agent_kernel_gaps_total": ("counter", "Kernel log gaps detected (overrun or sequence jump)."),
@@ -15,6 +17,7 @@ _HELP: dict[str, tuple[str, str]] = {
     "xidpipe_agent_records_acked_total": ("counter", "Records acknowledged by Kafka."),
     "xidpipe_agent_records_failed_total": ("counter", "Records Kafka rejected permanently."),
     "xidpipe_agent_spool_dropped_total": ("counter", "Non-fault records dropped because the spool was full."),
+    "xidpipe_agent_spool_corrupt_total": ("counter", "Corrupt spool records moved aside into spool/corrupt/."),
     "xidpipe_agent_spool_bytes": ("gauge", "Bytes held in the disk spool."),
     "xidpipe_agent_spool_pending": ("gauge", "Records in the spool not yet acknowledged by Kafka."),
     "xidpipe_agent_kafka_connected": ("gauge", "1 when the Kafka producer is connected."),

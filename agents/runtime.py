@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.cursors import CursorTracker, later_cursor
-from agents.health import HealthServer
+from agents.health import HealthServer, ThreadWatch
 from agents.identity import NodeToken
 from agents.kernlog.base import KernelLogSource, SourceGap, SourceLine, SourceSkip
 from agents.kernlog.prefilter import PreFilter
@@ -39,11 +39,13 @@ def build_source(
     cursor: dict[str, Any] | None,
     line_filter: Callable[[str], bool] | None = None,
     block_filter: Callable[[str], bool] | None = None,
+    on_foreign: Callable[[], None] | None = None,
 ) -> KernelLogSource:
     if settings.source == "kmsg":
         from agents.kernlog.kmsg import KmsgSource
 
-        return KmsgSource(settings.kmsg_path, settings.boot_id_path, cursor, follow=settings.follow)
+        return KmsgSource(settings.kmsg_path, settings.boot_id_path, cursor, follow=settings.follow,
+                          on_foreign=on_foreign)
     if settings.source == "journald":
         from agents.kernlog.journald import JournaldSource
 
@@ -54,6 +56,7 @@ def build_source(
             journal_file=settings.journal_file,
             journal_directory=settings.journal_directory,
             follow=settings.follow,
+            on_foreign=on_foreign,
         )
     from agents.kernlog.filetail import FileSource
 
@@ -102,6 +105,8 @@ class Agent:
         self._source = source
         self._threads: list[threading.Thread] = []
         self._kernel_thread: threading.Thread | None = None
+        self._publisher_thread: threading.Thread | None = None
+        self.thread_watch = ThreadWatch()
         self._kernel_error: BaseException | None = None
         self._side: list[Any] = []  # the sensors: objects with start(stop) / close()
         self.evidence: Any = None
@@ -152,6 +157,7 @@ class Agent:
                 self.resume_cursor(),
                 lambda message: self.prefilter(message).keep,
                 self.prefilter.may_match,
+                lambda: self.metrics.inc("xidpipe_agent_kernel_foreign_dropped_total"),
             )
             self._source = source
             for item in source.items():
@@ -266,8 +272,12 @@ class Agent:
 
     def health(self) -> dict[str, Any]:
         kernel_alive = self._kernel_thread is not None and self._kernel_thread.is_alive()
+        dead = self.thread_watch.dead({} if self.stop_event.is_set() else {"publisher": self._publisher_thread})
+        if self._kernel_error is not None:
+            dead["kernel-log"] = repr(self._kernel_error)[:300]
         return {
-            "ok": kernel_alive or (self.kernel_done.is_set() and self._kernel_error is None),
+            "ok": (kernel_alive or (self.kernel_done.is_set() and self._kernel_error is None)) and not dead,
+            "dead_threads": dead,
             "node": self.node,
             "kernel_source": self.settings.source,
             "kernel_path_alive": kernel_alive,
@@ -288,7 +298,8 @@ class Agent:
                 self.settings.metrics_host, self.settings.metrics_port, self.metrics, self.health
             )
             self.health_server.start()
-        self._spawn("publisher", lambda: self.publisher.run(self.stop_event))
+        self.thread_watch.install()
+        self._publisher_thread = self._spawn("publisher", lambda: self.publisher.run(self.stop_event))
         for component in self._side:
             component.start(self.stop_event)
         self._kernel_thread = self._spawn("kernel-log", self._kernel_loop)
@@ -320,3 +331,4 @@ class Agent:
         self.spool.close()
         if self.health_server is not None:
             self.health_server.stop()
+        self.thread_watch.uninstall()

@@ -8,6 +8,12 @@ append blocks (back-pressure on the reader) rather than drop a fault.
 
 Segment files hold one JSON object per line:
 `{"n": number, "t": topic, "k": key, "f": fault, "s": source, "c": cursor, "id": record id, "v": value}`.
+
+A line that does not decode (a flipped bit, a block of zeros after a power loss) is moved aside into
+`corrupt/` (one file per record, named by segment and offset) and counted in
+`xidpipe_agent_spool_corrupt_total`; the records around it are published as usual. Opening the spool
+checks every segment and takes corrupt lines out of it; a line that goes bad later is moved aside
+when the publisher reads it. A torn last line (a crash mid-write) is cut off on open.
 """
 
 from __future__ import annotations
@@ -28,6 +34,11 @@ log = logging.getLogger(__name__)
 
 SEGMENT_BYTES = 4 * 1024 * 1024
 STATE_FILE = "spool-state.json"
+CORRUPT_DIR = "corrupt"
+
+
+class CorruptRecord(ValueError):
+    """A spool line that is not a record."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +64,19 @@ class SpoolEntry:
 
     @staticmethod
     def decode(line: bytes) -> SpoolEntry:
-        d = json.loads(line)
-        return SpoolEntry(d["n"], d["t"], d["k"], d["v"], d["f"], d["id"], d.get("s"), d.get("c"))
+        """The record on one line; CorruptRecord when the line is not one (zeros a crash left in
+        front of a record are skipped)."""
+        try:
+            d = json.loads(line.lstrip(b"\0"))
+            entry = SpoolEntry(d["n"], d["t"], d["k"], d["v"], d["f"], d["id"], d.get("s"), d.get("c"))
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            raise CorruptRecord(f"{type(exc).__name__}: {exc}") from exc
+        text = (entry.topic, entry.key, entry.value, entry.record_id)
+        if (type(entry.number) is not int or entry.number < 1 or not all(isinstance(v, str) for v in text)
+                or not isinstance(entry.fault, bool) or not isinstance(entry.source, str | None)
+                or not isinstance(entry.cursor, dict | None)):
+            raise CorruptRecord("a field has the wrong type")
+        return entry
 
 
 class Spool:
@@ -80,6 +102,7 @@ class Spool:
         self.dropped_total = 0
         self._dropped_unreported = 0
         self._closed = False
+        self._set_aside: set[tuple[int, int]] = set()  # (segment, offset) of lines moved aside
         # segment number -> (size, last number in it)
         self._segments: dict[int, list[int]] = {}
         self._last_number = self.acked
@@ -106,6 +129,7 @@ class Spool:
         return self._dir / f"{seg:010d}.seg"
 
     def _recover_segment(self, path: Path) -> tuple[int, int]:
+        """Cut a torn tail, move corrupt lines aside; (size, last record number) of what is left."""
         data = path.read_bytes()
         good = data.rfind(b"\n") + 1
         if good != len(data):
@@ -113,11 +137,42 @@ class Spool:
             with open(path, "r+b") as fh:
                 fh.truncate(good)
             data = data[:good]
-        last = 0
-        tail = data[: good - 1].rsplit(b"\n", 1)[-1] if good else b""
-        if tail:
-            last = SpoolEntry.decode(tail).number
+        seg = int(path.stem)
+        kept: list[bytes] = []
+        last = offset = 0
+        for line in data.splitlines(keepends=True):
+            try:
+                last = max(last, SpoolEntry.decode(line).number)
+                kept.append(line)
+            except CorruptRecord as exc:
+                self._move_aside(seg, offset, line, str(exc))
+            offset += len(line)
+        if len(kept) != len(data.splitlines()):
+            clean = b"".join(kept)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(clean)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+            good = len(clean)
         return good, last
+
+    def _move_aside(self, seg: int, offset: int, line: bytes, reason: str) -> None:
+        """Keep a corrupt line's bytes under corrupt/ for a human, count it, and go on without it."""
+        if (seg, offset) in self._set_aside:
+            return
+        self._set_aside.add((seg, offset))
+        aside = self._dir / CORRUPT_DIR
+        aside.mkdir(exist_ok=True)
+        name = aside / f"{seg:010d}-{offset:012d}.rec"
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+        self._metrics.inc("xidpipe_agent_spool_corrupt_total")
+        log.error("corrupt spool record moved aside", extra={"segment": seg, "offset": offset, "bytes": len(line),
+                                                              "reason": reason[:200], "file": str(name)})
 
     @property
     def size(self) -> int:
@@ -234,8 +289,13 @@ class Spool:
                     line = fh.readline()
                     if not line.endswith(b"\n"):
                         break
+                    at = self._rpos
                     self._rpos += len(line)
-                    entry = SpoolEntry.decode(line)
+                    try:
+                        entry = SpoolEntry.decode(line)
+                    except CorruptRecord as exc:
+                        self._move_aside(self._rseg, at, line, str(exc))
+                        continue
                     if entry.number > self._rlast:
                         self._rlast = entry.number
                         out.append(entry)

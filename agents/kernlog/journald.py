@@ -6,6 +6,10 @@ the previous boot logged after our cursor (often the fault that preceded a crash
 journalctl itself would write the cursor of the last line it *printed*; we want the last line
 Kafka *acknowledged*, so F is a scratch copy seeded from our own cursor file at each start.
 
+Only entries the kernel wrote are passed on (`models.kernlog.origin`): `_TRANSPORT=kernel` and the
+kernel facility. A line user space wrote into /dev/kmsg (journald keeps it as a kernel-transport
+entry of facility user) is dropped, reported through `on_foreign`, and its cursor still advances.
+
 A line's event time is the entry's `__REALTIME_TIMESTAMP` (when journald received it from the
 kernel); `__MONOTONIC_TIMESTAMP` and `_BOOT_ID` order lines within a boot, and realtime minus
 monotonic is the boot's time.
@@ -18,13 +22,14 @@ import logging
 import os
 import select
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from agents.kernlog.base import SourceItem, SourceLine
+from agents.kernlog.base import SourceItem, SourceLine, SourceSkip
 from models.kernlog.clock import from_epoch_us
+from models.kernlog.origin import journal_origin
 from models.node_records import KernelSource
 
 log = logging.getLogger(__name__)
@@ -50,6 +55,7 @@ class JournaldSource:
         journal_file: Path | None = None,
         journal_directory: Path | None = None,
         follow: bool = True,
+        on_foreign: Callable[[], None] | None = None,
     ) -> None:
         self._cursor = (cursor or {}).get("cursor")
         self._scratch = scratch_cursor_file
@@ -58,6 +64,7 @@ class JournaldSource:
         self._directory = journal_directory
         self._follow = follow
         self._proc: subprocess.Popen[bytes] | None = None
+        self._on_foreign = on_foreign
 
     def command(self) -> list[str]:
         cmd = [self._journalctl, "_TRANSPORT=kernel", "-o", "json", "--no-pager", "--no-tail",
@@ -115,7 +122,7 @@ class JournaldSource:
         finally:
             self.close()
 
-    def _item(self, raw: bytes) -> SourceLine | None:
+    def _item(self, raw: bytes) -> SourceLine | SourceSkip | None:
         try:
             entry = json.loads(raw)
         except ValueError:
@@ -124,9 +131,16 @@ class JournaldSource:
         cursor = entry.get("__CURSOR")
         if not isinstance(cursor, str):
             return None
-        cont = {k: str(entry[k]) for k in ("_KERNEL_SUBSYSTEM", "_KERNEL_DEVICE") if k in entry}
         prio = entry.get("PRIORITY")
         fac = entry.get("SYSLOG_FACILITY")
+        origin = journal_origin(entry.get("_TRANSPORT"), fac)
+        if not origin.kernel:
+            log.warning("journal entry not from the kernel dropped",
+                        extra={"reason": origin.reason, "raw": _message(entry.get("MESSAGE"))[:200]})
+            if self._on_foreign is not None:
+                self._on_foreign()
+            return SourceSkip({"cursor": cursor}, [])
+        cont = {k: str(entry[k]) for k in ("_KERNEL_SUBSYSTEM", "_KERNEL_DEVICE") if k in entry}
         mono = entry.get("__MONOTONIC_TIMESTAMP")
         mono_us = int(mono) if str(mono).isdigit() else None
         realtime = from_epoch_us(entry.get("__REALTIME_TIMESTAMP"))

@@ -4,6 +4,9 @@ The device (or a regular file / FIFO holding recorded records, for tests) is ope
 `seq <= cursor.seq` of the same boot are skipped, and gaps are reported: when the kernel overwrote
 records before we read them (`EPIPE`, once) or when sequence numbers jump.
 
+Only records of the kernel facility are passed on (`models.kernlog.origin`): a line user space wrote
+into /dev/kmsg is dropped, reported through `on_foreign`, and its cursor still advances.
+
 A record's event time is its timestamp (microseconds since boot) plus the boot time, read from
 `btime` in /proc/stat once per boot (whole seconds: the event time is good to about a second).
 """
@@ -21,8 +24,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agents.kernlog.base import SourceGap, SourceItem, SourceLine
+from agents.kernlog.base import SourceGap, SourceItem, SourceLine, SourceSkip
 from models.kernlog.clock import at_uptime, boot_time_from_stat
+from models.kernlog.origin import kmsg_origin
 from models.node_records import KernelSource
 
 log = logging.getLogger(__name__)
@@ -78,10 +82,12 @@ class KmsgSource:
         read: Callable[[int, int], bytes] = os.read,
         one_record_per_read: bool | None = None,
         boot_time: Callable[[], datetime | None] = read_boot_time,
+        on_foreign: Callable[[], None] | None = None,
     ) -> None:
         """`one_record_per_read`: None detects it (a character device is read record by record,
         a regular file or FIFO holding a recording is split into records). `boot_time` reads the
-        boot time of the current boot; it is called once per boot."""
+        boot time of the current boot; it is called once per boot. `on_foreign` is called for each
+        record dropped because user space wrote it."""
         self._path = path
         self._boot_id_path = boot_id_path
         self._boot_id = read_boot_id(boot_id_path)
@@ -90,6 +96,7 @@ class KmsgSource:
         self._follow = follow
         self._read = read
         self._per_read = one_record_per_read
+        self._on_foreign = on_foreign
         self._fd: int | None = None
         self._stream_buf = b""
         self.last_seq: int | None = None
@@ -230,6 +237,14 @@ class KmsgSource:
             emitted = True
             self._new_boot = False
             self.last_seq = seq
+            origin = kmsg_origin(prio)
+            if not origin.kernel:
+                log.warning("kmsg record not from the kernel dropped",
+                            extra={"seq": seq, "reason": origin.reason, "raw": message[:200]})
+                if self._on_foreign is not None:
+                    self._on_foreign()
+                yield SourceSkip(cursor, [])
+                continue
             yield SourceLine(
                 source="kmsg",
                 message=message,

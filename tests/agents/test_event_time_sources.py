@@ -79,10 +79,12 @@ def test_kmsg_without_a_readable_boot_time_leaves_the_event_time_unknown(tmp_pat
 # journalctl -o json entries as recorded on a node (gpu-node-05 of the sample cluster).
 JOURNAL = [
     {"__CURSOR": "s=5c1e0a;i=1000", "__REALTIME_TIMESTAMP": "1795600004000000", "__MONOTONIC_TIMESTAMP": "4000000",
-     "_BOOT_ID": "9d1f6c2b7a4e4c0f8e3d2a1b0c9d8e7f", "PRIORITY": "4", "SYSLOG_FACILITY": "0",
+     "_BOOT_ID": "9d1f6c2b7a4e4c0f8e3d2a1b0c9d8e7f", "_TRANSPORT": "kernel", "PRIORITY": "4",
+     "SYSLOG_FACILITY": "0",
      "MESSAGE": "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.127.05"},
     {"__CURSOR": "s=5c1e0a;i=1005", "__REALTIME_TIMESTAMP": "1795632404250000",
-     "__MONOTONIC_TIMESTAMP": "32404250000", "_BOOT_ID": "9d1f6c2b7a4e4c0f8e3d2a1b0c9d8e7f", "PRIORITY": "3",
+     "__MONOTONIC_TIMESTAMP": "32404250000", "_BOOT_ID": "9d1f6c2b7a4e4c0f8e3d2a1b0c9d8e7f",
+     "_TRANSPORT": "kernel", "PRIORITY": "3",
      "SYSLOG_FACILITY": "0", "MESSAGE": "NVRM: Xid (PCI:0000:18:00): 119, pid=1234, name=python3, Timeout"},
 ]
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.kernlog.base import SourceLine
+from agents.kernlog.base import SourceLine, SourceSkip
 from agents.kernlog.journald import JournaldSource
 from tests.agents.conftest import JOURNAL_REMOTE, require_tool
 
@@ -65,3 +65,24 @@ def test_follow_mode_yields_idle_markers_and_stops_on_close(tmp_path: Path, jour
     src.close()
     with pytest.raises(StopIteration):
         next(it)
+
+
+def test_lines_user_space_wrote_into_kmsg_are_dropped_and_counted(tmp_path: Path) -> None:
+    # journald keeps a line written into /dev/kmsg from user space as a kernel-transport entry of
+    # facility user (1): it reads exactly like the driver's line otherwise.
+    tool = require_tool(JOURNAL_REMOTE, "systemd-journal-remote")
+    require_tool("journalctl", "systemd")
+    export = _export_entry(1, XID) + _export_entry(2, XID).replace("SYSLOG_FACILITY=0", "SYSLOG_FACILITY=1") \
+        + _export_entry(3, "eth0: up")
+    journal = tmp_path / "forged.journal"
+    subprocess.run([tool, f"--output={journal}", "-"], input=export.encode(), check=True, capture_output=True)
+    foreign: list[int] = []
+    src = JournaldSource(None, tmp_path / "scratch.cursor", journal_file=journal, follow=False,
+                         on_foreign=lambda: foreign.append(1))
+    items = [i for i in src.items() if i is not None]
+    lines = [i for i in items if isinstance(i, SourceLine)]
+    assert [ln.message for ln in lines] == [XID, "eth0: up"]
+    assert [ln.record_id.split("i=")[1].split(";")[0] for ln in lines] == ["1", "3"]
+    assert len(foreign) == 1
+    skipped = [i for i in items if isinstance(i, SourceSkip)]
+    assert len(skipped) == 1 and skipped[0].messages == [] and "i=2" in skipped[0].cursor["cursor"]

@@ -1,10 +1,13 @@
 import errno
+import json
 import os
 import threading
 from pathlib import Path
 
-from agents.kernlog.base import SourceGap, SourceLine
+from agents.kernlog.base import SourceGap, SourceLine, SourceSkip
 from agents.kernlog.kmsg import KmsgSource, parse_kmsg_record
+from agents.runtime import Agent
+from agents.settings import AgentSettings
 from tests.agents.kmsg_records import XID79, boot_stream, record
 
 BOOT_A = "6f3b2a8e-0c51-4d7e-9a53-0d8a1f0e2b11"
@@ -128,3 +131,38 @@ def test_a_recording_that_spans_a_reboot_is_read_into_the_new_boot(tmp_path: Pat
     after = [next(i for i in it if i is not None) for _ in range(5)]
     assert [x.record_id for x in after] == [f"kmsg:{BOOT_B}:{s}" for s in range(5)]
     assert next(it) is None  # the duplicate of seq 3 in the same boot is skipped
+
+
+def test_records_user_space_wrote_are_dropped_counted_and_passed(tmp_path: Path) -> None:
+    # `echo '<4>NVRM: Xid ...' > /dev/kmsg` arrives with the user facility: priority 8 + 4 = 12
+    stream = tmp_path / "kmsg"
+    stream.write_bytes(record(0, "eth0: up", prio=6) + record(1, XID79, prio=12) + record(2, XID79, prio=3)
+                       + record(3, XID79, prio=(23 << 3) | 4))
+    foreign: list[int] = []
+    src = KmsgSource(stream, _boot(tmp_path, BOOT_A), None, follow=False, on_foreign=lambda: foreign.append(1))
+    items = _read_all(src)
+    lines = [i for i in items if isinstance(i, SourceLine)]
+    assert [ln.seq for ln in lines] == [0, 2]
+    assert len(foreign) == 2
+    skips = [i for i in items if isinstance(i, SourceSkip)]
+    assert [s.cursor for s in skips] == [{"boot_id": BOOT_A, "seq": 1}, {"boot_id": BOOT_A, "seq": 3}]
+    assert all(not s.messages for s in skips)  # not even kept for the evidence window
+    assert not [i for i in items if isinstance(i, SourceGap)]  # dropped, not lost
+
+
+def test_the_agent_publishes_no_fault_for_a_line_written_from_user_space(tmp_path: Path) -> None:
+    stream = tmp_path / "kmsg"
+    stream.write_bytes(record(0, XID79, prio=12) + record(1, "NVRM: loading NVIDIA UNIX driver", prio=14)
+                       + record(2, XID79, prio=4))
+    settings = AgentSettings(node="n1", bootstrap_servers="127.0.0.1:1", state_dir=tmp_path / "s", source="kmsg",
+                             kmsg_path=stream, boot_id_path=_boot(tmp_path, BOOT_A), follow=False,
+                             nvml_enabled=False, podresources_enabled=False, evidence_enabled=False,
+                             metrics_port=None)
+    agent = Agent(settings)
+    try:
+        agent._kernel_loop()
+        spooled = [json.loads(e.value) for e in agent.spool.pending_entries()]
+        assert [(r["seq"], r["fault"]) for r in spooled] == [(2, True)]
+        assert agent.metrics.get("xidpipe_agent_kernel_foreign_dropped_total") == 2
+    finally:
+        agent.stop()

@@ -1,6 +1,8 @@
 import threading
 from pathlib import Path
 
+import pytest
+
 from agents.metrics import Metrics
 from agents.spool import Spool
 
@@ -76,3 +78,65 @@ def test_torn_tail_is_discarded_on_open(tmp_path: Path) -> None:
     again = _spool(tmp_path)
     assert [e.number for e in again.read(10)] == [1, 2]
     assert _add(again, 3) == 3
+
+
+def _corrupt_line(seg: Path, index: int, replacement: bytes) -> bytes:
+    lines = seg.read_bytes().splitlines(keepends=True)
+    original = lines[index]
+    lines[index] = replacement
+    seg.write_bytes(b"".join(lines))
+    return original
+
+
+CORRUPTIONS = [
+    b'{"n":2,"t":"t","k":"node","f":fa\xff\xfe lse}\n',  # a flipped byte
+    b"\0" * 64 + b"\n",  # zeros a power loss left
+    b'{"n":"2","t":"t","k":"node","f":false,"id":"r1","v":"x"}\n',  # valid JSON, wrong type
+    b"[]\n",
+]
+
+
+@pytest.mark.parametrize("bad", CORRUPTIONS, ids=["flipped", "zeros", "wrong-type", "not-an-object"])
+def test_a_corrupt_record_mid_segment_is_moved_aside_on_open(tmp_path: Path, bad: bytes) -> None:
+    s = _spool(tmp_path)
+    for i in range(5):
+        _add(s, i)
+    s.close()
+    seg = next((tmp_path / "spool").glob("*.seg"))
+    _corrupt_line(seg, 1, bad)
+    m = Metrics()
+    again = Spool(tmp_path / "spool", m)
+    assert [e.number for e in again.read(10)] == [1, 3, 4, 5]
+    assert m.get("xidpipe_agent_spool_corrupt_total") == 1
+    aside = list((tmp_path / "spool" / "corrupt").iterdir())
+    assert [p.read_bytes() for p in aside] == [bad]
+    assert bad not in seg.read_bytes()
+    assert _add(again, 9) == 6
+
+
+def test_a_corrupt_last_record_does_not_stop_the_spool_opening(tmp_path: Path) -> None:
+    s = _spool(tmp_path)
+    for i in range(3):
+        _add(s, i)
+    s.close()
+    seg = next((tmp_path / "spool").glob("*.seg"))
+    _corrupt_line(seg, 2, b'{"n":3,"t":"t","k":"nod\x00e"}\n')
+    m = Metrics()
+    again = Spool(tmp_path / "spool", m)
+    assert [e.number for e in again.read(10)] == [1, 2]
+    assert m.get("xidpipe_agent_spool_corrupt_total") == 1
+    assert _add(again, 3) == 3
+
+
+def test_a_record_that_goes_bad_while_running_is_moved_aside_once_and_reading_goes_on(tmp_path: Path) -> None:
+    m = Metrics()
+    s = Spool(tmp_path / "spool", m)
+    for i in range(4):
+        _add(s, i)
+    seg = next((tmp_path / "spool").glob("*.seg"))
+    original = seg.read_bytes().splitlines(keepends=True)[1]
+    _corrupt_line(seg, 1, b"x" * (len(original) - 1) + b"\n")  # same length: the offsets hold
+    assert [e.number for e in s.read(10)] == [1, 3, 4]
+    assert [e.number for e in s.pending_entries()] == [1, 3, 4]
+    assert m.get("xidpipe_agent_spool_corrupt_total") == 1
+    assert _add(s, 5) == 5 and [e.number for e in s.read(10)] == [5]
