@@ -70,7 +70,7 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     assert card["placements"][0]["node"] == "gpu-node-02"  # type: ignore[index]
     assert [i["category"] for i in card["incidents"]] == ["hardware"]  # type: ignore[index]
     # Five incidents on H100s (the job counts where it first faulted); the NVSwitch is no GPU.
-    assert cli("stats")["by_gpu_model"] == {"NVIDIA H100 80GB HBM3": 5, "unknown": 1}
+    assert cli("stats")["incidents"]["by_gpu_model"] == {"NVIDIA H100 80GB HBM3": 5, "unknown": 1}  # type: ignore[index]
 
     from tests.web.conftest import start_server
 
