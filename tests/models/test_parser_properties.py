@@ -1,4 +1,5 @@
-"""Property tests: prefixes never change what a message means, and no input crashes the parser."""
+"""Property tests: prefixes never change what a message means, no input crashes the parser, and a
+number is read only in ASCII digits and within its range."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.kernlog import ParseOptions, parse_lines
+from models.kernlog.limits import PID_MAX, SXID_RANGE, UPTIME_MAX_S, XID_RANGE
 from models.kernlog.parser import ANCHORS
 
 OPTS = ParseOptions(year=2025, now=datetime(2025, 12, 20, tzinfo=UTC))
@@ -140,3 +142,43 @@ def test_parse_fast_path_equals_feeding_every_line(lines: list[str]) -> None:
     from models.kernlog import KernelLogParser
 
     assert [r.to_dict() for r in KernelLogParser(OPTS).parse(lines)] == _fed(lines)
+
+
+# -- ranges and digits (issue #18): a number out of range makes the line no record -------------------
+
+OTHER_DIGITS = st.characters(categories=["Nd"]).filter(lambda c: not c.isascii())
+
+
+@settings(max_examples=300)
+@given(code=st.one_of(st.integers(-10, 2000), st.integers(0, 10**40)), pid=st.integers(-5, 10**12))
+def test_an_xid_line_is_a_record_exactly_when_its_code_and_pid_are_in_range(code: int, pid: int) -> None:
+    records = list(parse_lines([f"NVRM: Xid (PCI:0000:3b:00): {code}, pid={pid}, name=a, msg"], OPTS))
+    in_range = XID_RANGE[0] <= code <= XID_RANGE[1] and 0 <= pid <= PID_MAX
+    assert [(r.xid, r.pid) for r in records] == ([(code, pid)] if in_range else [])
+
+
+@settings(max_examples=200)
+@given(code=st.integers(0, 10**7))
+def test_an_sxid_line_is_a_record_exactly_when_its_code_is_in_range(code: int) -> None:
+    records = list(parse_lines([f"nvidia-nvswitch0: SXid (PCI:0000:c8:00.0): {code}, Non-fatal, Link 3"], OPTS))
+    assert [r.sxid for r in records] == ([code] if SXID_RANGE[0] <= code <= SXID_RANGE[1] else [])
+
+
+@settings(max_examples=200)
+@given(seconds=st.one_of(st.floats(0, UPTIME_MAX_S * 2, allow_nan=False), st.floats(0, 1e30, allow_nan=False)))
+def test_an_uptime_past_ten_years_makes_the_line_no_record(seconds: float) -> None:
+    stamp = f"{seconds:.6f}"
+    records = list(parse_lines([f"[{stamp}] {MESSAGES[0]}"], OPTS))
+    assert [r.uptime_s for r in records] == ([float(stamp)] if float(stamp) <= UPTIME_MAX_S else [])
+
+
+@settings(max_examples=300)
+@given(message=st.sampled_from(MESSAGES[:6]), data=st.data())
+def test_a_digit_of_another_script_never_reads_as_a_number(message: str, data: st.DataObject) -> None:
+    positions = [i for i, c in enumerate(message) if c.isdigit()]
+    i = data.draw(st.sampled_from(positions))
+    line = message[:i] + data.draw(OTHER_DIGITS) + message[i + 1:]
+    for r in parse_lines([line], OPTS):
+        for value in (r.xid, r.sxid, r.pid):
+            assert value is None or str(value) in line
+        assert r.kind not in ("xid", "sxid") or BARE[message]["kind"] == r.kind
