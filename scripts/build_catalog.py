@@ -17,6 +17,17 @@ from pathlib import Path
 
 CATALOG_VERSION = "2026.11-2"
 OUT = Path(__file__).resolve().parent.parent / "models" / "catalog"
+# What the last check against NVIDIA's newest published sources found (written into the headers).
+XID_CHECK = (
+    "2026-12 against the newest stored copy of NVIDIA's Xid catalog page: codes 1-172, none newer; "
+    "Xid 154's recovery-action values from NVML's nvmlDeviceGpuRecoveryAction_t (0 NONE .. 7 SYSTEM_REBOOT, "
+    "models.catalog.RECOVERY_ACTIONS); Xid 144-150 (NVLink5) take WORKFLOW_NVLINK5_ERR, no sub-code table is "
+    "published"
+)
+SXID_CHECK = (
+    "2026-12: severities as the Fabric Manager User Guide's fatal (D.5) and non-fatal (D.4) tables give them; "
+    "no newer guide with other severities was found"
+)
 
 APP_LEVEL_ACTIONS = {"RESTART_APP", "IGNORE", "WORKFLOW_XID_45"}
 RESET_LEVEL_ACTIONS = {"RESET_GPU", "RESTART_BM", "RESTART_VM", "CHECK_MECHANICALS", "WORKFLOW_XID_48"}
@@ -65,6 +76,7 @@ def main(ref: Path) -> None:
             "# source: NVIDIA, Analyzing Xid Errors with the Xid Catalog "
             "(docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html) and its archive page; "
             "category derived by scripts/build_catalog.py\n"
+            f"# checked: {XID_CHECK}\n"
         )
         w = csv.writer(out, delimiter="\t", lineterminator="\n")
         w.writerow(["code", "mnemonic", "description", "immediate_action", "investigatory_action",
@@ -83,6 +95,7 @@ def main(ref: Path) -> None:
             f"# catalog_version: {CATALOG_VERSION}\n"
             "# source: NVIDIA Fabric Manager User Guide DU-09883-001 (sections D.4-D.7), "
             "NVSwitch SXid codes; every SXid is categorised interconnect\n"
+            f"# checked: {SXID_CHECK}\n"
         )
         w = csv.writer(out, delimiter="\t", lineterminator="\n")
         w.writerow(["code", "name", "fatal", "class"])

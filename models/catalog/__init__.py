@@ -13,6 +13,19 @@ from importlib import resources
 
 CATEGORIES = ("application", "hardware", "driver", "interconnect", "thermal", "unknown")
 
+# The values behind Xid 154 ("GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset
+# Required)"): NVML's nvmlDeviceGpuRecoveryAction_t, as the driver numbers them.
+RECOVERY_ACTIONS = {
+    0: "NONE",  # no action needed
+    1: "GPU_RESET",  # reset the GPU
+    2: "NODE_REBOOT",  # reboot the node
+    3: "DRAIN_P2P",  # drain peer-to-peer traffic
+    4: "DRAIN_AND_RESET",  # drain peer-to-peer traffic, then reset the GPU
+    5: "RECOVER_IMEX_DOMAIN",  # recover the IMEX domain
+    6: "BUS_RESET",  # reset the GPU's PCIe bus
+    7: "SYSTEM_REBOOT",  # reboot the system
+}
+
 
 @dataclass(frozen=True, slots=True)
 class XidInfo:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.catalog import RECOVERY_ACTIONS
 from models.kernlog.driver_lines import (
     BODY,
     BODY_CLASSES,
@@ -142,7 +143,8 @@ def _xid_details(xid: int, msg: str) -> dict[str, Any]:
         d["recovery_action_old"] = rec["old"]
         d["recovery_action_new"] = (rec["new"] or "").strip()
         d["recovery_action_old_code"] = int(rec["old_code"], 16)
-        d["recovery_action_new_code"] = int(rec["new_code"], 16)
+        d["recovery_action_new_code"] = new = int(rec["new_code"], 16)
+        d["recovery_action"] = RECOVERY_ACTIONS.get(new, "unknown")  # NVML's name of the action now required
     if "ink" in msg or "INK" in msg:
         links = _LINKS.search(msg)
         if links:

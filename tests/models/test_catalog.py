@@ -74,3 +74,31 @@ def test_nvlink5_codes_take_the_nvlink5_workflow_and_154_its_own() -> None:
         assert info is not None and (info.immediate_action, info.category) == ("WORKFLOW_NVLINK5_ERR", "interconnect")
     info = cat.xid(154)
     assert info is not None and (info.immediate_action, info.category) == ("XID_154", "driver")
+
+
+def test_both_files_record_what_the_last_check_against_nvidia_found() -> None:
+    for name in ("xid.tsv", "sxid.tsv"):
+        lines = resources.files("models.catalog").joinpath(name).read_text(encoding="utf-8").splitlines()
+        checked = [line for line in lines[:4] if line.startswith("# checked: ")]
+        assert len(checked) == 1 and len(checked[0]) > 40, name
+    assert max(load_catalog().xids) == 172
+
+
+def test_every_sxid_severity_follows_its_fabric_manager_class() -> None:
+    cat = load_catalog()
+    for info in cat.sxids.values():
+        klass = info.klass.lower()
+        # The guide's fatal table (D.5) is fatal; its non-fatal table (D.4) and "other notable" (D.7) are not.
+        assert info.fatal == ("fatal" in klass and not klass.startswith(("non-fatal", "other notable"))), info
+    assert sum(s.fatal for s in cat.sxids.values()) > 0 and sum(not s.fatal for s in cat.sxids.values()) > 0
+
+
+def test_xid_154_names_the_recovery_action_nvml_defines() -> None:
+    from models.catalog import RECOVERY_ACTIONS
+    from models.kernlog import ParseOptions, parse_lines
+
+    assert sorted(RECOVERY_ACTIONS) == list(range(8))
+    lines = [f"NVRM: Xid (PCI:0000:4e:00): 154, GPU recovery action changed from 0x0 (None) to 0x{code:x} (x)"
+             for code in (1, 2, 4, 7, 9)]
+    got = [r.details["recovery_action"] for r in parse_lines(lines, ParseOptions(year=2025))]
+    assert got == ["GPU_RESET", "NODE_REBOOT", "DRAIN_AND_RESET", "SYSTEM_REBOOT", "unknown"]
