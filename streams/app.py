@@ -283,8 +283,20 @@ class Pipeline:
         topic = self.dead_letters.get(dl.topic)
         if topic is None:
             return
-        fut = await topic.send(key=dl.key, value=dl.to_json(), headers=dl.headers(), force=True)
-        await fut
+        # The message is acknowledged only once its dead letter is published: retry until Kafka takes it.
+        delay = _DEAD_LETTER_RETRY_S
+        while True:
+            try:
+                fut = await topic.send(key=dl.key, value=dl.to_json(), headers=dl.headers(), force=True)
+                await fut
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("dead letter from %s[%d]@%d not published (%s: %s); retrying in %.1f s", dl.topic,
+                            dl.partition, dl.offset, type(exc).__name__, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _DEAD_LETTER_RETRY_MAX_S)
 
     async def _publish(self, outgoing: Sequence[Outgoing]) -> None:
         """Hand committed outbox rows to the publisher task: the stream does not wait for Kafka."""
@@ -385,6 +397,8 @@ class Pipeline:
 
 _PENDING_BATCHES = 2  # messages waiting for the committer, in batches, before the stream waits
 _MAX_CONFLICT_RETRIES = 5  # a conflict that outlives this many retries is not a race but a bad record
+_DEAD_LETTER_RETRY_S = 0.2  # first wait before publishing a dead letter again; it doubles up to the most below
+_DEAD_LETTER_RETRY_MAX_S = 30.0
 _PUBLISH_QUEUE_BATCHES = 1000  # committed batches waiting to be published before the stream waits
 
 

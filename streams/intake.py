@@ -1,15 +1,28 @@
-"""The intake: input messages in, one transaction out, with dead letters for what cannot be stored."""
+"""The intake: input messages in, one transaction out, with dead letters for what cannot be stored.
+
+A record with a value the history cannot hold (an integer past its column's range, a string longer
+than its column or holding a NUL byte, a float that is not finite) is set aside before the
+transaction, as a `bad_field` dead letter of its message that names the field: one hostile record
+never fails the batch it arrived in. When a transaction fails all the same, the worker stores the
+batch message by message, and a message whose records fail together is stored record by record, so
+only the records that fail become dead letters.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from functools import cache
+from typing import Any
 
 import sqlalchemy as sa
 
+from history.tables import EvidenceRecord, FaultEvent, NodeState
 from streams.decode import DeadLetter, decode_message
-from streams.ingest import Ingest, Item, Ref
+from streams.ingest import EvidenceItem, FaultItem, Ingest, Item, Ref
 from streams.outbox import Outgoing
 from streams.store import BatchResult, Store
 
@@ -83,14 +96,26 @@ class Intake:
         if sent:
             self.store.mark_sent(sent)
         for msg, its in prepared:
-            try:
-                res.outgoing.extend(self.store.process(its).outgoing)
-            except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError):
-                raise
-            except Exception as exc:  # this message's records cannot be stored: keep it, say why, go on
-                log.exception("message %s[%d]@%d could not be stored", msg.topic, msg.partition, msg.offset)
-                res.dead_letters.append(dead_letter(msg, "processing_error", f"{type(exc).__name__}: {exc}"))
+            errors = self._store_each(its, res, split=True)
+            if errors:  # these records of the message cannot be stored: keep it, say why, go on
+                log.error("message %s[%d]@%d: %d record(s) could not be stored", msg.topic, msg.partition,
+                          msg.offset, len(errors))
+                res.dead_letters.append(dead_letter(msg, "processing_error", "; ".join(errors)))
         return res
+
+    def _store_each(self, items: list[Item], res: IntakeResult, *, split: bool) -> list[str]:
+        """Store `items` in one transaction; if that fails (not for an unavailable database) and
+        `split`, one transaction per item. The errors of the items that could not be stored."""
+        try:
+            res.outgoing.extend(self.store.process(items).outgoing)
+            return []
+        except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError):
+            raise
+        except Exception as exc:
+            if not split or len(items) == 1:
+                log.warning("records could not be stored: %s", exc, exc_info=True)
+                return [f"{type(exc).__name__}: {exc}"]
+        return [e for item in items for e in self._store_each([item], res, split=False)]
 
     def _prepare(self, messages: Sequence[Message]) -> tuple[list[tuple[Message, list[Item]]], list[DeadLetter]]:
         prepared: list[tuple[Message, list[Item]]] = []
@@ -107,6 +132,12 @@ class Intake:
                 log.exception("record %s of %s could not be mapped", rec.record_id, rec.node)
                 dead.append(dead_letter(msg, "processing_error", f"{type(exc).__name__}: {exc}"))
                 continue
+            problems = [(item, problem) for item in items if (problem := bad_field(item)) is not None]
+            if problems:
+                log.warning("record of %s[%d]@%d set aside: %s", msg.topic, msg.partition, msg.offset,
+                            problems[0][1])
+                dead.append(dead_letter(msg, "bad_field", "; ".join(p for _, p in problems)))
+                items = [item for item in items if all(item is not bad for bad, _ in problems)]
             if items:
                 prepared.append((msg, items))
         return prepared, dead
@@ -161,3 +192,74 @@ class _Prepared:
 def dead_letter(msg: Message, reason: str, error: str) -> DeadLetter:
     """The dead letter of `msg`: the reason, the error (cut to 2,000 characters), the original bytes."""
     return DeadLetter(reason, error[:2000], msg.topic, msg.partition, msg.offset, msg.key, msg.value)
+
+
+_INT_BITS = {"SmallInteger": 16, "Integer": 32, "BigInteger": 64}
+_MAX_DEPTH = 64
+
+
+@cache
+def _columns(table: Any) -> dict[str, tuple[str, int]]:
+    """Column name → ("str", most characters) or ("int", bits), from the table's SQL types."""
+    out: dict[str, tuple[str, int]] = {}
+    for col in table.__table__.columns:
+        kind = type(col.type).__name__
+        if kind in _INT_BITS:
+            out[col.name] = ("int", _INT_BITS[kind])
+        elif isinstance(col.type, sa.String) and col.type.length:
+            out[col.name] = ("str", col.type.length)
+    return out
+
+
+def bad_field(item: Item) -> str | None:
+    """Why `item` cannot be stored as it is, naming the field, or None: a field past the range or
+    length of the column it is stored in, or anywhere in it an integer past 64 bits, a string with
+    a NUL byte (PostgreSQL text cannot hold one) or a float that is not finite (nor can JSON)."""
+    table: Any
+    if isinstance(item, FaultItem):
+        head, values, table = "fault", _attributes(item.observation), FaultEvent
+    elif isinstance(item, EvidenceItem):
+        head, values, table = "evidence", _attributes(item.record), EvidenceRecord
+    else:
+        head, values, table = f"state {item.kind}", _attributes(item), NodeState
+    for name, (kind, limit) in _columns(table).items():
+        value = values.get(name)
+        if kind == "int" and isinstance(value, int) and not -(2 ** (limit - 1)) <= value < 2 ** (limit - 1):
+            return f"{head} field {name}: {str(value)[:40]} is out of range ({limit}-bit column)"
+        if kind == "str" and isinstance(value, str) and len(value) > limit:
+            return f"{head} field {name}: {len(value)} characters, the column holds {limit}"
+    return _bad_value(values, head)
+
+
+def _attributes(obj: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    return dict(vars(obj))
+
+
+def _bad_value(values: Mapping[str, Any], head: str) -> str | None:
+    """The first value, at any depth, that no column or JSON document can hold."""
+    stack: list[tuple[str, Any, int]] = [(f"{head} field {k}", v, 0) for k, v in values.items()]
+    while stack:
+        path, value, depth = stack.pop()
+        if isinstance(value, str):
+            if "\0" in value:
+                return f"{path}: holds a NUL character"
+        elif isinstance(value, bool) or value is None:
+            continue
+        elif isinstance(value, int):
+            if not -(2**63) <= value < 2**63:
+                return f"{path}: {str(value)[:40]} is out of range (64 bits)"
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                return f"{path}: {value} is not a finite number"
+        elif depth >= _MAX_DEPTH:
+            return f"{path}: nested deeper than {_MAX_DEPTH} levels"
+        elif isinstance(value, Mapping):
+            stack.extend((f"{path}.{str(k)[:40]}", v, depth + 1) for k, v in value.items())
+            stack.extend((f"{path} key", k, depth + 1) for k in value if isinstance(k, str))
+        elif isinstance(value, list | tuple):
+            stack.extend((f"{path}[{i}]", v, depth + 1) for i, v in enumerate(value))
+        elif dataclasses.is_dataclass(value) or hasattr(value, "model_fields"):
+            stack.extend((f"{path}.{k}", v, depth + 1) for k, v in _attributes(value).items())
+    return None

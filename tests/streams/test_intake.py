@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from history.tables import OutboxMessage
-from models.node_records import encode_node_record
+from models.node_records import Evidence, encode_node_record
 from models.stream_policy import PipelinePolicy
 from models.topics import topology
 from streams.app import _Acks, _Batches
-from streams.intake import Intake, Message
+from streams.decode import DeadLetter
+from streams.ingest import FaultItem, StateItem
+from streams.intake import Intake, IntakeResult, Message, bad_field
 from streams.store import Store
 from streams.store_process import AsyncStore
 from tests.streams.records import T0, Kmsg, pci, s
@@ -172,3 +176,94 @@ def test_dropped_partitions_are_never_acknowledged() -> None:
     assert acks.drop([("k", 0)]) == 2
     acks.note(held=[], released=[("k", 0, 5)])  # a stale release after the revocation
     assert acks.drain() == [] and held.message.acked and later.message.acked
+
+
+def evidence(node: str, n: int, **fields: Any) -> Message:
+    record = Evidence(node=node, record_id=f"evidence:{node}:{n}", trigger_record_id=f"kmsg:b:{n}", **fields)
+    return Message(TOPO.evidence.name, 0, 100 + n, node.encode(), encode_node_record(record))
+
+
+def store_with_hostile_fields(it: Intake, node: str, hostile: list[Message]) -> IntakeResult:
+    k = Kmsg(node)
+    good = messages([k.xid(0, 13, T0, 7, "p"), k.xid(1, 31, T0 + s(1), 8, "q")])
+    return it.handle(1, [good[0], *hostile, good[1]], [])
+
+
+def test_a_bad_integer_rejects_only_its_record_never_the_batch(tmp_path: Path) -> None:
+    it = intake(tmp_path)
+    res = store_with_hostile_fields(it, "n4", [evidence("n4", 1, pid=10**23), evidence("n4", 2, pid=42)])
+    assert res.faults == 2 and res.evidence == 1  # the batch went through in its one transaction
+    assert [(d.reason, d.offset) for d in res.dead_letters] == [("bad_field", 101)]
+    assert "evidence field pid" in res.dead_letters[0].error and "out of range" in res.dead_letters[0].error
+    assert json.loads(res.dead_letters[0].value or b"")["pid"] == 10**23  # the original bytes are kept
+    it.dispose()
+
+
+def test_bad_fields_postgres_refuses_are_set_aside_before_the_transaction(postgres_database: str) -> None:
+    store = Store(postgres_database, PipelinePolicy())
+    store.create_schema()
+    it = Intake(store, KINDS)
+    hostile = [evidence("n5", 1, pid=2**31), evidence("n5", 2, gpu_uuid="GPU-\0-x"),
+               evidence("n5", 3, gpu_uuid="G" * 200), evidence("n5", 4, xid=7, pid=9)]
+    res = store_with_hostile_fields(it, "n5", hostile)
+    assert res.faults == 2 and res.evidence == 1
+    assert [d.offset for d in res.dead_letters] == [101, 102, 103]
+    assert all(d.reason == "bad_field" for d in res.dead_letters)
+    errors = [d.error for d in res.dead_letters]
+    assert "pid" in errors[0] and "NUL" in errors[1] and "200 characters" in errors[2]
+    it.dispose()
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ({"a": [1, 2**64]}, "out of range"), ({"a": {"b": float("nan")}}, "not a finite"),
+    ({"a\0": 1}, "NUL"), ({"ok": [1, "x", 2.5, None, True]}, None),
+])
+def test_bad_field_finds_what_no_column_or_json_holds_at_any_depth(value: dict[str, Any], problem: str | None
+                                                                   ) -> None:
+    item = StateItem("n6", "r1", TOPO.state.name, "processes", T0, value)
+    found = bad_field(item)
+    assert (found is None) if problem is None else (found is not None and problem in found)
+
+
+def test_a_message_whose_records_fail_together_is_stored_record_by_record(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    it = intake(tmp_path)
+    k = Kmsg("n7")
+    batch = messages([k.xid(0, 13, T0, 7, "p"), k.xid(1, 13, T0 + s(1), 8, "q")])
+    real = it.store.process
+
+    def refuse_pid_8(items: Any, *args: Any, **kw: Any) -> Any:  # a constraint only the database knows
+        if any(isinstance(i, FaultItem) and i.observation.pid == 8 for i in items):
+            raise sa.exc.DataError("INSERT", {}, Exception("value out of range"))
+        return real(items, *args, **kw)
+
+    monkeypatch.setattr(it.store, "process", refuse_pid_8)
+    items = [i for _, its in it._prepare(batch)[0] for i in its]
+    res = IntakeResult()
+    assert len(it._store_each(items, res, split=True)) == 1  # one record failed, the other was stored
+    assert [e["pid"] for e in it.store.fault_events()] == [7]
+    it.dispose()
+
+
+def test_a_dead_letter_publish_that_fails_is_retried_until_kafka_takes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafka.errors import KafkaTimeoutError
+
+    import streams.app as app_module
+
+    monkeypatch.setattr(app_module, "_DEAD_LETTER_RETRY_S", 0.01)
+    sent: list[bytes | None] = []
+
+    class Topic:  # the broker is away for the first two sends
+        async def send(self, **kw: Any) -> Any:
+            if len(sent) < 2:
+                sent.append(None)
+                raise KafkaTimeoutError("no broker")
+            sent.append(kw["key"])
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+    pipeline = SimpleNamespace(dead_letters={"k": Topic()})
+    dl = DeadLetter("bad_field", "pid out of range", "k", 0, 5, b"n1", b"{}")
+    asyncio.run(asyncio.wait_for(app_module.Pipeline.dead_letter(pipeline, dl), 10))  # type: ignore[arg-type]
+    assert sent == [None, None, b"n1"]
