@@ -42,7 +42,7 @@ def list_gpus(s: Session, f: GpuFilter, *, limit: int = 50, offset: int = 0) -> 
     if f.node:
         conds.append(GpuCard.node == f.node)
     if f.model:
-        conds.append(GpuCard.model.ilike(f"%{f.model}%"))
+        conds.append(GpuCard.model.icontains(f.model, autoescape=True))  # a `%`, `_` or backslash matches itself
     if f.state:
         conds.append(GpuCard.state == f.state)
     total = s.scalar(sa.select(sa.func.count()).select_from(GpuCard).where(*conds)) or 0

@@ -120,7 +120,8 @@ def find_incident(s: Session, ident: str) -> Incident | None:
     if row is not None:
         return row
     matches = list(s.scalars(sa.select(Incident).where(
-        sa.or_(Incident.incident_id.startswith(ident), Incident.fingerprint.startswith(ident)))
+        sa.or_(Incident.incident_id.startswith(ident, autoescape=True),
+               Incident.fingerprint.startswith(ident, autoescape=True)))
         .order_by(Incident.opened_at.desc()).limit(2)))
     return matches[0] if len(matches) == 1 else None
 

@@ -220,7 +220,7 @@ async def test_openapi_is_public_and_names_every_route(client: TestClient) -> No
                                   f"{API}/incidents/{{id}}/transitions", f"{API}/gpus", f"{API}/gpus/{{ident}}",
                                   f"{API}/stats", f"{API}/heatmap"}
     post = spec["paths"][f"{API}/incidents/{{id}}/transitions"]["post"]
-    assert set(post["responses"]) == {"200", "400", "401", "403", "404", "409"}
+    assert set(post["responses"]) == {"200", "400", "401", "403", "404", "409", "429"}
     assert spec["paths"]["/healthz"]["get"]["security"] == []
     params = {p["name"] for p in spec["paths"][f"{API}/incidents"]["get"]["parameters"]}
     assert params == {"node", "gpu", "xid", "category", "status", "lifecycle", "component", "since", "until",

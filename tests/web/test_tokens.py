@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import stat
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -10,7 +11,14 @@ import pytest
 
 from xidpipe.web.params import parse_date, parse_datetime
 from xidpipe.web.session import Sessions
-from xidpipe.web.tokens import TokenFileError, TokenStore, ensure_default_tokens, load_tokens, parse_tokens
+from xidpipe.web.tokens import (
+    TokenFileError,
+    TokenStore,
+    ensure_default_tokens,
+    load_tokens,
+    parse_tokens,
+    token_bits,
+)
 
 SECRET = "s3cret-0123456789abcdef"
 
@@ -18,7 +26,10 @@ SECRET = "s3cret-0123456789abcdef"
 @pytest.mark.parametrize(("text", "says"), [
     ("alice read", "expected `name role token`"),
     (f"alice admin {SECRET}", "role must be one of read, operator"),
-    ("alice read tiny-tok", "shorter than 16"),
+    ("alice read tiny-tok", "fewer than 128 bits"),
+    ("alice read abcdefghijklmnop", "fewer than 128 bits"),  # 16 characters were enough before
+    ("alice read 0123456789abcdef0123", "fewer than 128 bits"),  # 24 hex digits: 96 bits
+    ("alice read " + "ab" * 40, "fewer than 128 bits"),  # long, but two characters
     (f"alice read {SECRET}\nalice operator {SECRET}x", "appears twice"),
     (f"alice read {SECRET}\nbob operator {SECRET}", "also another name's token"),
 ])
@@ -26,6 +37,7 @@ def test_a_bad_tokens_file_says_where_and_never_shows_a_token(text: str, says: s
     with pytest.raises(TokenFileError) as err:
         parse_tokens(text, "tokens")
     assert says in str(err.value) and SECRET not in str(err.value) and "tiny-tok" not in str(err.value)
+    assert text.split()[-1] not in str(err.value)
 
 
 def test_tokens_are_verified_to_their_name_and_role() -> None:
@@ -87,3 +99,21 @@ def test_times(text: str, expected: datetime | None) -> None:
 def test_dates() -> None:
     assert parse_date("2026-11-25") == date(2026, 11, 25)
     assert parse_date("2026-11-25T00:00:00Z") is None and parse_date("2026-13-01") is None
+
+
+@pytest.mark.parametrize("token", [secrets.token_urlsafe(16), secrets.token_hex(16), secrets.token_urlsafe(32),
+                                   "Zq7!x-9vLm#2Rt$8Kp&4Wc"])
+def test_random_tokens_of_128_bits_are_accepted(token: str) -> None:
+    assert token_bits(token) >= 128
+    assert TokenStore(parse_tokens(f"alice read {token}")).verify(token) is not None
+
+
+def test_a_revoked_session_is_dead_also_as_a_copy_and_others_live_on() -> None:
+    store = TokenStore(parse_tokens(f"alice operator {SECRET}"))
+    who = store.verify(SECRET)
+    assert who is not None
+    sessions = Sessions(store, b"k" * 32, ttl_s=60)
+    mine, other = sessions.issue(who), sessions.issue(who)
+    assert sessions.verify(mine) == who and sessions.revoke(mine)
+    assert sessions.verify(mine) is None and sessions.verify(other) == who
+    assert not sessions.revoke("forged.cookie")

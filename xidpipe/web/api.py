@@ -16,6 +16,7 @@ from history.queries import GpuFilter, IncidentFilter
 from models.identity import COMPONENTS
 from xidpipe.web import data
 from xidpipe.web.db import Database
+from xidpipe.web.guard import MAX_JSON_DEPTH, json_depth_ok, log_text
 from xidpipe.web.keys import DB_KEY, PRINCIPAL_KEY
 from xidpipe.web.params import Param, parse_query
 from xidpipe.web.problems import PROBLEM_TYPE, Problem
@@ -128,9 +129,11 @@ async def _incident(request: web.Request, args: dict[str, Any]) -> web.StreamRes
 
 
 def transition_body(raw: bytes) -> tuple[str, str]:
+    if not json_depth_ok(raw):
+        raise Problem(400, "Bad request body", f"the JSON nests deeper than {MAX_JSON_DEPTH} levels")
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise Problem(400, "Bad request body", "expected a JSON object {\"to\": ..., \"reason\": ...}") from None
     if not isinstance(body, dict):
         raise Problem(400, "Bad request body", "expected a JSON object {\"to\": ..., \"reason\": ...}")
@@ -156,8 +159,8 @@ async def _transition(request: web.Request, args: dict[str, Any]) -> web.StreamR
         raise Problem(404, "Not found", f"no incident {args['id']!r} (or the prefix is not unique)") from None
     except ValueError as exc:
         raise Problem(409, "Transition not allowed", str(exc)) from None
-    log.info("incident %s: lifecycle %s -> %s by %s: %s", args["id"], done.get("from"), done.get("to"), who.name,
-             reason, extra={"incident": args["id"]})
+    log.info("incident %s: lifecycle %s -> %s by %s: %s", log_text(args["id"], 200), done.get("from"),
+             done.get("to"), who.name, log_text(reason), extra={"incident": args["id"]})
     return _json(done)
 
 
@@ -255,6 +258,9 @@ def _operation_spec(op: Operation) -> dict[str, Any]:
     else:
         r["401"] = {**_problem("no credentials, or a token or session that is not valid"),
                     "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}}}
+        r["429"] = {**_problem("too many failed tokens or logins from this address of late"),
+                    "headers": {"Retry-After": {"description": "seconds until the next try",
+                                                "schema": {"type": "integer"}}}}
     if op.auth == "operator":
         r["403"] = _problem("the token is read-only; this needs an operator token")
     if op.not_found:

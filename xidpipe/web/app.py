@@ -12,7 +12,8 @@ from aiohttp import web
 
 from xidpipe.web import api, pages
 from xidpipe.web.db import Database
-from xidpipe.web.keys import DB_KEY, PRINCIPAL_KEY, SESSIONS_KEY, TOKENS_KEY
+from xidpipe.web.guard import Proxies, Throttle, log_text, throttled
+from xidpipe.web.keys import DB_KEY, PRINCIPAL_KEY, PROXIES_KEY, SESSIONS_KEY, THROTTLE_KEY, TOKENS_KEY
 from xidpipe.web.problems import Problem, unauthorized
 from xidpipe.web.session import COOKIE_NAME, Sessions
 from xidpipe.web.tokens import Principal, TokenStore
@@ -46,7 +47,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
         return await _problem(request, Problem(exc.status, exc.reason, detail, headers))
     except Exception:
-        log.exception("%s %s failed", request.method, request.path)
+        log.exception("%s %s failed", request.method, log_text(request.path, 200))
         return await _problem(request, Problem(500, "Internal Server Error",
                                                "the server failed to answer; the error is in its log"))
 
@@ -56,14 +57,17 @@ async def _problem(request: web.Request, p: Problem) -> web.StreamResponse:
 
 
 def authenticate(request: web.Request) -> tuple[Principal | None, str]:
-    """(principal, "bearer" | "cookie" | ""). A bearer token that is not valid is a 401 at once."""
+    """(principal, "bearer" | "cookie" | ""). A bearer token that is not valid is a 401 at once, and
+    counts against the client (see `throttled`)."""
     header = request.headers.get("Authorization")
     if header is not None:
+        client = throttled(request, request.app[PROXIES_KEY], request.app[THROTTLE_KEY])
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise unauthorized("the Authorization header must be `Bearer <token>`")
         who = request.app[TOKENS_KEY].verify(token.strip())
         if who is None:
+            request.app[THROTTLE_KEY].failed(client)
             raise unauthorized("the bearer token is not valid")
         return who, "bearer"
     cookie = request.cookies.get(COOKIE_NAME)
@@ -106,11 +110,17 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
         response.headers.setdefault("Cache-Control", "no-store")
 
 
-def make_app(db: Database, tokens: TokenStore, session_secret: bytes | None = None) -> web.Application:
+def make_app(db: Database, tokens: TokenStore, session_secret: bytes | None = None,
+             proxies: Proxies | None = None, throttle: Throttle | None = None) -> web.Application:
+    """`proxies`: the reverse proxies trusted for `X-Forwarded-Proto` and `X-Forwarded-For` (default:
+    `XIDPIPE_WEB_TRUSTED_PROXIES`, none when unset); `throttle`: failed logins and tokens allowed per
+    client (default: `XIDPIPE_WEB_AUTH_FAILURES_PER_MINUTE`, 10)."""
     app = web.Application(middlewares=[errors, auth], client_max_size=64 * 1024)
     app[DB_KEY] = db
     app[TOKENS_KEY] = tokens
     app[SESSIONS_KEY] = Sessions(tokens, session_secret)
+    app[PROXIES_KEY] = proxies if proxies is not None else Proxies.from_environment()
+    app[THROTTLE_KEY] = throttle if throttle is not None else Throttle.from_environment()
     api.add_routes(app)
     pages.add_routes(app)
     app.router.add_static("/static/", STATIC_DIR, name="static")

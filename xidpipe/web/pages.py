@@ -15,7 +15,8 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from history.queries import GpuFilter
 from models.identity import COMPONENTS
 from xidpipe.web import api, data, svg
-from xidpipe.web.keys import DB_KEY, SESSIONS_KEY, TOKENS_KEY
+from xidpipe.web.guard import log_text, safe_next, throttled
+from xidpipe.web.keys import DB_KEY, PROXIES_KEY, SESSIONS_KEY, THROTTLE_KEY, TOKENS_KEY
 from xidpipe.web.params import parse_query
 from xidpipe.web.problems import Problem
 from xidpipe.web.schemas import LIFECYCLE, PEOPLES_STEPS
@@ -67,30 +68,25 @@ async def error_page(request: web.Request, p: Problem) -> web.Response:
     return resp
 
 
-def _safe_next(value: str | None) -> str:
-    """Only a local path: never another origin (`//host`, `/\\host`, a scheme)."""
-    if not value or not value.startswith("/") or value.startswith(("//", "/\\")) or any(c in value for c in "\r\n\\"):
-        return "/incidents"
-    return value
-
-
 async def login_form(request: web.Request) -> web.StreamResponse:
-    return render(request, "login.html", next=_safe_next(request.query.get("next")), failed=False)
+    return render(request, "login.html", next=safe_next(request.query.get("next")), failed=False)
 
 
 async def login_submit(request: web.Request) -> web.StreamResponse:
+    client = throttled(request, request.app[PROXIES_KEY], request.app[THROTTLE_KEY])
     form = await request.post()
     token = str(form.get("token", "")).strip()
-    nxt = _safe_next(str(form.get("next", "")))
+    nxt = safe_next(str(form.get("next", "")))
     who = request.app[TOKENS_KEY].verify(token) if token else None
     if who is None:
-        log.info("login refused from %s", request.remote)
+        request.app[THROTTLE_KEY].failed(client)
+        log.info("login refused from %s", log_text(client, 64))
         return render(request, "login.html", status=401, next=nxt, failed=True)
-    log.info("login: %s (%s) from %s", who.name, who.role, request.remote)
+    log.info("login: %s (%s) from %s", who.name, who.role, log_text(client, 64))
     resp = web.Response(status=303, headers={"Location": nxt})
     sessions = request.app[SESSIONS_KEY]
     resp.set_cookie(COOKIE_NAME, sessions.issue(who), max_age=sessions.ttl_s, path="/", httponly=True,
-                    samesite="Strict", secure=request.secure)
+                    samesite="Strict", secure=request.app[PROXIES_KEY].secure(request))
     return resp
 
 
@@ -104,8 +100,10 @@ def _check_form_csrf(request: web.Request, form: Any) -> None:
 
 async def logout(request: web.Request) -> web.StreamResponse:
     _check_form_csrf(request, await request.post())
+    request.app[SESSIONS_KEY].revoke(request.cookies.get(COOKIE_NAME, ""))  # a copy of the cookie is dead too
     resp = web.Response(status=303, headers={"Location": "/login"})
-    resp.del_cookie(COOKIE_NAME, path="/")
+    resp.del_cookie(COOKIE_NAME, path="/", httponly=True, samesite="Strict",
+                    secure=request.app[PROXIES_KEY].secure(request))
     return resp
 
 
@@ -142,7 +140,12 @@ async def incident(request: web.Request) -> web.StreamResponse:
     if found is None:
         raise Problem(404, "Not found", f"no incident {ident!r} (or the prefix is not unique)")
     return render(request, "incident.html", d=found["dossier"], inc=found["incident"], timeline=found["timeline"],
-                  transitions=found["transitions"], steps=PEOPLES_STEPS, done=request.query.get("done"))
+                  transitions=found["transitions"], steps=PEOPLES_STEPS, done=_done(request.query.get("done")))
+
+
+def _done(value: str | None) -> str | None:
+    """The step the banner names after a transition: one of the lifecycle's own words, never the query's text."""
+    return value if value in PEOPLES_STEPS else None
 
 
 async def incident_transition(request: web.Request) -> web.StreamResponse:
@@ -164,8 +167,8 @@ async def incident_transition(request: web.Request) -> web.StreamResponse:
         raise Problem(404, "Not found", f"no incident {ident!r}") from None
     except ValueError as exc:
         raise Problem(409, "Transition not allowed", str(exc)) from None
-    log.info("incident %s: lifecycle %s -> %s by %s (page): %s", ident, done.get("from"), done.get("to"), who.name,
-             reason, extra={"incident": ident})
+    log.info("incident %s: lifecycle %s -> %s by %s (page): %s", log_text(ident, 200), done.get("from"),
+             done.get("to"), who.name, log_text(reason), extra={"incident": ident})
     raise web.HTTPSeeOther(f"/incidents/{quote(ident, safe=':@')}?{urlencode({'done': to})}")
 
 

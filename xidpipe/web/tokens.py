@@ -8,6 +8,7 @@ file readable only by its owner (mode 0600) and the server prints that file's pa
 from __future__ import annotations
 
 import hmac
+import math
 import os
 import secrets
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from typing import Literal
 
 Role = Literal["read", "operator"]
 ROLES: tuple[Role, ...] = ("read", "operator")
-MIN_TOKEN_LENGTH = 16  # shorter secrets are refused when the file is loaded
+MIN_TOKEN_BITS = 128  # tokens that cannot carry this much are refused when the file is loaded
+MIN_TOKEN_DISTINCT = 8  # distinct characters a token must use (refuses `aaaa...`, `abababab...`)
 TOKENS_FILE_ENV = "XIDPIPE_API_TOKENS_FILE"
 DEFAULT_TOKENS_FILE = Path("var/api-tokens")
 
@@ -67,6 +69,16 @@ class TokenStore:
         return None
 
 
+def token_bits(token: str) -> float:
+    """The most bits `token` can carry: its length times log2 of the alphabet its character classes
+    span (lower case, upper case, digits, other). A random token of that alphabet carries as many;
+    a chosen one carries fewer, which no count can see, so this is an upper bound used to refuse."""
+    classes = [any(c.islower() and c.isascii() for c in token), any(c.isupper() and c.isascii() for c in token),
+               any(c.isdigit() and c.isascii() for c in token), any(not (c.isascii() and c.isalnum()) for c in token)]
+    alphabet = sum(size for size, present in zip((26, 26, 10, 32), classes, strict=True) if present)
+    return len(token) * math.log2(alphabet) if alphabet > 1 else 0.0
+
+
 def parse_tokens(text: str, source: str = "tokens file") -> list[tuple[str, Role, str]]:
     out: list[tuple[str, Role, str]] = []
     names: set[str] = set()
@@ -81,8 +93,9 @@ def parse_tokens(text: str, source: str = "tokens file") -> list[tuple[str, Role
         name, role, token = parts
         if role not in ROLES:
             raise TokenFileError(f"{source}:{n}: role must be one of {', '.join(ROLES)}, not {role!r}")
-        if len(token) < MIN_TOKEN_LENGTH:
-            raise TokenFileError(f"{source}:{n}: the token of {name!r} is shorter than {MIN_TOKEN_LENGTH} characters")
+        if token_bits(token) < MIN_TOKEN_BITS or len(set(token)) < MIN_TOKEN_DISTINCT:
+            raise TokenFileError(f"{source}:{n}: the token of {name!r} carries fewer than {MIN_TOKEN_BITS} bits: "
+                                 "use a random one (`python -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
         if name in names:
             raise TokenFileError(f"{source}:{n}: the name {name!r} appears twice")
         if token in secrets_seen:
