@@ -224,17 +224,9 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     own. A batch's offsets are committed once everything in it was handled (at-least-once; every
     effect is idempotent).
     """
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.structs import OffsetAndMetadata
 
-    topic = topology(settings.topic_prefix, 1).actions.name
-    security = _kafka_security(settings)
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap_servers, group_id=settings.group_id,
-                                enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=100,
-                                **security)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all", **security)
-    await consumer.start()
-    await producer.start()
+    consumer, producer = await _start_clients(settings)
     sinks = responder.sinks
     bg = [asyncio.create_task(responder.drain_tickets(stop, sinks.ticket_drain_interval_s)),
           asyncio.create_task(sinks.chat.run(stop, sinks.chat_flush_interval_s)),
@@ -294,6 +286,21 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
                 await t
             await consumer.stop()
             await producer.stop()
+
+
+async def _start_clients(settings: RespondSettings) -> tuple[Any, Any]:
+    """The actions topic's consumer (manual commits) and the producer of dead letters and completions."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    security = _kafka_security(settings)
+    consumer = AIOKafkaConsumer(topology(settings.topic_prefix, 1).actions.name,
+                                bootstrap_servers=settings.bootstrap_servers, group_id=settings.group_id,
+                                enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=100,
+                                **security)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all", **security)
+    await consumer.start()
+    await producer.start()
+    return consumer, producer
 
 
 def _sort_batch(batches: dict[Any, list[Any]]) -> tuple[list[Item], list[Item], dict[Any, Any]]:
