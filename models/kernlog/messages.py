@@ -65,6 +65,12 @@ _AER_ERRNAME = re.compile(
     r"^(?:AER:)?\s*\[\s{0,4}(?P<bit>[0-9]{1,2})\]\s+(?P<name>[A-Za-z][\w ]{0,80}?)\s*(?:\((?P<note>[^)]{0,64})\))?\s*$"
 )
 _AER_OTHER = re.compile(r"TLP Header:|Error of this Agent is reported first|AER: +aer_")
+# What the AER driver prints while it recovers the devices below the reporting port: a line on a
+# device (`nvidia 0000:02:00.0: device has no AER-aware driver`) names a device under that port.
+AER_RECOVERY = re.compile(
+    r"device has no AER-aware driver|can't recover \(no error_detected callback\)|broadcast error_detected message"
+    r"|device recovery failed|link has been reset"
+)
 
 _GPC = re.compile(
     r"\(GPC (?P<gpc>[0-9]{1,4}), TPC (?P<tpc>[0-9]{1,4})(?:, SM (?P<sm>[0-9]{1,4}))?\)(?::\s*(?P<exc>[^.]{1,256}))?"
@@ -292,7 +298,7 @@ def aer_continuation(text: str) -> dict[str, Any] | None:
     name = _AER_ERRNAME.match(text)
     if name:
         return {"error": name["name"].strip()}
-    if _AER_OTHER.search(text):
+    if _AER_OTHER.search(text) or AER_RECOVERY.search(text):
         return {}
     return None
 

@@ -28,6 +28,7 @@ from models.kernlog.limits import (
     valid_uptime,
 )
 from models.kernlog.messages import (
+    AER_RECOVERY,
     CORRECTABLE_NAMES,
     CRASH_DUMP_TAIL,
     NVRM,
@@ -124,6 +125,10 @@ class KernelLogParser:
                 opened.expects == "aer"
                 and ((opened.record.pci or "@") in line or (opened.record.source_pci or "@") in line)
                 and self._aer_continuation(opened, line, n)
+            ):
+                return []
+            if opened.expects == "aer" and ("recover" in line or "AER-aware" in line) and self._aer_recovery(
+                opened, line, n
             ):
                 return []
         if not anchored:
@@ -405,6 +410,21 @@ class KernelLogParser:
         self._extend(opened, line, n, None)
         return True
 
+    def _aer_recovery(self, opened: _Open, line: str, n: int) -> bool:
+        """A recovery line on a device below the reporting port joins the report; an NVIDIA device
+        there makes the port a GPU's port (`details.affected` lists the GPUs named)."""
+        match = recognise(line)
+        if match is None or match.kind != "device_line" or not AER_RECOVERY.search(match.message):
+            return False
+        if match.driver == "nvidia" and match.pci:
+            self._known_gpus.add(match.pci)
+            opened.driver = "nvidia"
+            affected: list[str] = opened.record.details.setdefault("affected", [])
+            if match.pci not in affected:
+                affected.append(match.pci)
+        self._extend(opened, line, n, None)
+        return True
+
     def _sxid_detail(self, opened: _Open, match: Match, raw: str, n: int) -> bool:
         rec = opened.record
         if rec.pci != match.pci or rec.sxid != match.sxid:
@@ -470,7 +490,7 @@ class KernelLogParser:
         if rec.kind == "pcie_aer":
             if not self._aer_is_gpu(opened):
                 return []
-            if rec.source_pci and rec.pci and rec.source_pci != rec.pci:
+            if rec.pci and (rec.source_pci != rec.pci or rec.details.get("affected")):
                 self._gpu_root_ports.add(rec.pci)
             self._aer_severity_and_count(rec)
         return [rec]

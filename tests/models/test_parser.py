@@ -94,6 +94,32 @@ def test_aer_from_root_port_of_known_gpu_is_kept() -> None:
     assert aer.details["severity"] == "non-fatal"
 
 
+@pytest.mark.parametrize(("below", "kept"), [
+    ("nvidia 0000:02:00.0: device has no AER-aware driver", True),
+    ("nvidia 0000:02:00.0: AER: can't recover (no error_detected callback)", True),
+    ("ahci 0000:02:00.0: AER: can't recover (no error_detected callback)", False),
+])
+def test_port_report_is_a_gpus_when_recovery_names_an_nvidia_device_below(below: str, kept: bool) -> None:
+    lines = [
+        "pcieport 0000:00:02.0: AER: Uncorrected (Fatal) error received: 0000:00:02.0",
+        "pcieport 0000:00:02.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)",
+        "pcieport 0000:00:02.0:    [ 5] SDES                   (First)",
+        "pcieport 0000:00:02.0: broadcast error_detected message",
+        below,
+        "pcieport 0000:00:02.0: AER: Root Port link has been reset (0)",
+        # A later report from the same port is the GPU's too, with no recovery line of its own.
+        "pcieport 0000:00:02.0: AER: Corrected error received: 0000:00:02.0",
+    ]
+    records = parse(lines)
+    if not kept:
+        assert records == []
+        return
+    fatal, corrected = records
+    assert (fatal.kind, fatal.pci, fatal.line, fatal.line_end) == ("pcie_aer", "0000:00:02.0", 1, 6)
+    assert fatal.details["affected"] == ["0000:02:00.0"] and fatal.details["errors"] == ["SDES"]
+    assert corrected.line == 7 and corrected.details["severity"] == "corrected"
+
+
 def test_stream_feed_returns_records_as_soon_as_they_are_complete() -> None:
     p = KernelLogParser(OPTS)
     assert [r.xid for r in p.feed("NVRM: Xid (PCI:0000:3b:00): 13, pid=7, name=a, Graphics Exception")] == [13]
