@@ -1,5 +1,7 @@
 """Taints are written by read-modify-write guarded by metadata.resourceVersion: a writer holding a
-stale node loses cleanly (422 or 409) and never overwrites another writer's taints."""
+stale node loses cleanly (422 or 409) and never overwrites another writer's taints. The writers
+here are any controllers that taint nodes (the admin identity): xidpipe's worker itself may write
+only its own taint (deploy/rbac/worker-node-policy.yaml, tests/deploy/test_node_policy.py)."""
 
 from __future__ import annotations
 
@@ -29,68 +31,68 @@ def taint_keys(node: client.V1Node) -> list[str]:
 
 
 def test_stale_json_patch_loses_with_422(
-    worker_core: client.CoreV1Api, worker_client: client.ApiClient, node: client.V1Node
+    admin_core: client.CoreV1Api, admin_client: client.ApiClient, node: client.V1Node
 ) -> None:
     name = node.metadata.name
-    seen_by_a = worker_core.read_node(name)
-    seen_by_b = worker_core.read_node(name)
-    existing = worker_client.sanitize_for_serialization(seen_by_a.spec.taints)
+    seen_by_a = admin_core.read_node(name)
+    seen_by_b = admin_core.read_node(name)
+    existing = admin_client.sanitize_for_serialization(seen_by_a.spec.taints)
 
-    worker_core.patch_node(
+    admin_core.patch_node(
         name,
         guarded_taint_patch(seen_by_a.metadata.resource_version, [*existing, taint("writer-a/gpu-fault")]),
     )
     status = status_of(
-        lambda: worker_core.patch_node(
+        lambda: admin_core.patch_node(
             name,
             guarded_taint_patch(seen_by_b.metadata.resource_version, [*existing, taint("writer-b/gpu-fault")]),
         )
     )
 
     assert status == 422
-    assert taint_keys(worker_core.read_node(name)) == [*taint_keys(seen_by_a), "writer-a/gpu-fault"]
+    assert taint_keys(admin_core.read_node(name)) == [*taint_keys(seen_by_a), "writer-a/gpu-fault"]
 
 
 def test_stale_merge_patch_with_resource_version_loses_with_409(
-    worker_core: client.CoreV1Api, worker_client: client.ApiClient, node: client.V1Node
+    admin_core: client.CoreV1Api, admin_client: client.ApiClient, node: client.V1Node
 ) -> None:
     name = node.metadata.name
-    seen_by_a = worker_core.read_node(name)
-    seen_by_b = worker_core.read_node(name)
-    existing = worker_client.sanitize_for_serialization(seen_by_a.spec.taints)
+    seen_by_a = admin_core.read_node(name)
+    seen_by_b = admin_core.read_node(name)
+    existing = admin_client.sanitize_for_serialization(seen_by_a.spec.taints)
 
     def merge(seen: client.V1Node, key: str) -> object:
         body = {
             "metadata": {"resourceVersion": seen.metadata.resource_version},
             "spec": {"taints": [*existing, taint(key)]},
         }
-        return worker_core.patch_node(name, body, _content_type="application/merge-patch+json")
+        return admin_core.patch_node(name, body, _content_type="application/merge-patch+json")
 
     merge(seen_by_a, "writer-a/gpu-fault")
     status = status_of(lambda: merge(seen_by_b, "writer-b/gpu-fault"))
 
     assert status == 409
-    assert taint_keys(worker_core.read_node(name)) == [*taint_keys(seen_by_a), "writer-a/gpu-fault"]
+    assert taint_keys(admin_core.read_node(name)) == [*taint_keys(seen_by_a), "writer-a/gpu-fault"]
 
 
 def test_concurrent_writers_that_retry_lose_no_taint(
-    worker_core: client.CoreV1Api, worker_client: client.ApiClient, node: client.V1Node
+    admin_core: client.CoreV1Api, admin_client: client.ApiClient, node: client.V1Node
 ) -> None:
     name = node.metadata.name
     writers = [f"writer-{i}/gpu-fault" for i in range(4)]
     # Taints other owners hold, among them node.kubernetes.io/not-ready added at creation by the
     # TaintNodesByCondition admission plugin.
-    before = taint_keys(worker_core.read_node(name))
+    before = taint_keys(admin_core.read_node(name))
     conflicts: list[int] = []
     start = threading.Barrier(len(writers))
 
     def add_taint(key: str) -> None:
         start.wait()
         for _attempt in range(50):
-            current = worker_core.read_node(name)
-            taints = [*worker_client.sanitize_for_serialization(current.spec.taints or []), taint(key)]
+            current = admin_core.read_node(name)
+            taints = [*admin_client.sanitize_for_serialization(current.spec.taints or []), taint(key)]
             try:
-                worker_core.patch_node(name, guarded_taint_patch(current.metadata.resource_version, taints))
+                admin_core.patch_node(name, guarded_taint_patch(current.metadata.resource_version, taints))
                 return
             except ApiException as exc:
                 if exc.status not in (409, 422):
@@ -104,5 +106,5 @@ def test_concurrent_writers_that_retry_lose_no_taint(
     for thread in threads:
         thread.join(timeout=60)
 
-    assert sorted(taint_keys(worker_core.read_node(name))) == sorted([*before, *writers])
+    assert sorted(taint_keys(admin_core.read_node(name))) == sorted([*before, *writers])
     assert set(conflicts) <= {422}
