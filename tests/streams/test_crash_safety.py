@@ -10,7 +10,6 @@ A real Faust worker subprocess, the real Kafka broker, real PostgreSQL.
 from __future__ import annotations
 
 import time
-import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,8 @@ from models.topics import topology
 from streams.runner import WorkerProcess, consumer_lag, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
-from streams.worker import prepare
 from tests.streams.records import T0, Kmsg, inventory, pci, s, uuid
+from tests.streams.workers import poll, worker_settings, worker_starter
 
 NOTICE = (f"NVRM: The NVIDIA GPU {pci(1)}", "NVRM: (PCI ID: 10de:2330) installed in this system has",
           "NVRM: fallen off the bus and is not responding to commands.")
@@ -31,55 +30,14 @@ NOTICE = (f"NVRM: The NVIDIA GPU {pci(1)}", "NVRM: (PCI ID: 10de:2330) installed
 
 @pytest.fixture
 def settings(kafka_bootstrap: str, postgres_database: str, tmp_path: Path) -> Iterator[WorkerSettings]:
-    run = uuidlib.uuid4().hex[:8]
-    st = WorkerSettings(
-        bootstrap_servers=kafka_bootstrap, database_url=postgres_database, app_id=f"t-crash-{run}",
-        topic_prefix=f"t-crash-{run}.", partitions=1, datadir=tmp_path / "faust", session_timeout_s=6.0,
-        heartbeat_interval_s=1.0, commit_interval_s=0.5, sweep_interval_s=1.0, outbox_resend_after_s=1.0,
-        parser_idle_flush_s=600.0,  # the open record is closed by its last line, never by the idle flush
-    )
-    prepare(st)
-    yield st
-    from kafka import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    try:
-        topo = topology(st.topic_prefix, st.partitions)
-        names = sorted({n for t in topo.all for n in t.names})
-        names += [t for t in admin.list_topics() if t.startswith(st.app_id) and t not in names]
-        admin.delete_topics(names)
-    except Exception as exc:  # the broker may already be gone at session end
-        print(f"could not delete topics of {st.topic_prefix}: {exc}")
-    finally:
-        admin.close()
+    # The open record is closed by its last line, never by the idle flush.
+    yield from worker_settings(kafka_bootstrap, postgres_database, tmp_path, "crash", partitions=1,
+                               parser_idle_flush_s=600.0)
 
 
 @pytest.fixture
 def workers(settings: WorkerSettings, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
-    started: list[WorkerProcess] = []
-
-    def start(**overrides: Any) -> WorkerProcess:
-        st = settings.model_copy(update=overrides)
-        w = WorkerProcess(st, tmp_path / f"worker-{len(started)}.log").start()
-        started.append(w)
-        return w
-
-    yield start
-    for w in started:
-        w.kill()
-
-
-def poll(what: str, check: Callable[[], Any], timeout: float, worker: WorkerProcess) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        if not worker.alive():
-            raise AssertionError(f"worker died while waiting for {what}:\n{worker.log_tail()}")
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n{worker.log_tail()}")
+    yield from worker_starter(settings, tmp_path)
 
 
 def events_of(store: Store, node: str) -> list[dict[str, Any]]:

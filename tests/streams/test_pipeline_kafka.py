@@ -11,7 +11,6 @@ import base64
 import json
 import threading
 import time
-import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,60 +22,18 @@ from models.topics import Topology, topology
 from streams.runner import WorkerProcess, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
-from streams.worker import prepare
 from tests.streams.records import T0, Kmsg, inventory, nvml_xid, pods, processes, s, serial, uuid
+from tests.streams.workers import poll, worker_settings, worker_starter
 
 
 @pytest.fixture
 def settings(kafka_bootstrap: str, postgres_database: str, tmp_path: Path) -> Iterator[WorkerSettings]:
-    run = uuidlib.uuid4().hex[:8]
-    st = WorkerSettings(
-        bootstrap_servers=kafka_bootstrap, database_url=postgres_database, app_id=f"t-worker-{run}",
-        topic_prefix=f"t-{run}.", partitions=2, datadir=tmp_path / "faust", session_timeout_s=6.0,
-        heartbeat_interval_s=1.0, commit_interval_s=0.5, sweep_interval_s=1.0, outbox_resend_after_s=1.0,
-        cluster="lab",
-    )
-    prepare(st)
-    yield st
-    from kafka import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    try:
-        topo = topology(st.topic_prefix, st.partitions)
-        names = [n for t in topo.all for n in t.names]
-        names += [t for t in admin.list_topics() if t.startswith(st.app_id)]
-        admin.delete_topics(names)
-    except Exception as exc:  # the broker may already be gone at session end
-        print(f"could not delete topics of {st.topic_prefix}: {exc}")
-    finally:
-        admin.close()
+    yield from worker_settings(kafka_bootstrap, postgres_database, tmp_path, "worker", partitions=2, cluster="lab")
 
 
 @pytest.fixture
-def workers(settings: WorkerSettings, tmp_path: Path) -> Iterator[Callable[[], WorkerProcess]]:
-    started: list[WorkerProcess] = []
-
-    def start() -> WorkerProcess:
-        w = WorkerProcess(settings, tmp_path / f"worker-{len(started)}.log").start()
-        started.append(w)
-        return w
-
-    yield start
-    for w in started:
-        w.kill()
-
-
-def poll(what: str, check: Callable[[], Any], timeout: float, worker: WorkerProcess | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        if worker is not None and not worker.alive():
-            raise AssertionError(f"worker died while waiting for {what}:\n{worker.log_tail()}")
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n{worker.log_tail() if worker else ''}")
+def workers(settings: WorkerSettings, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    yield from worker_starter(settings, tmp_path)
 
 
 def read_topic(bootstrap: str, topic: str, want: int, timeout: float = 20.0,
