@@ -59,16 +59,31 @@ def print_incidents(incidents: list[dict[str, Any]]) -> None:
     rows = sorted(incidents, key=lambda i: (i["node"], i["first_seen"] or "", i["family"]))
     print(f"\n{len(rows)} incidents:\n")
     for n, i in enumerate(rows, 1):
-        gpu = i.get("gpu_uuid") or i.get("pci") or i.get("gpu")
-        pods = ", ".join(str(p) for p in i.get("pods") or []) or "unknown"
-        procs = ", ".join(str(p) for p in i.get("processes") or []) or "unknown"
         codes = ", ".join(str(c) for c in i.get("codes") or [])
         print(f"[{n}] {i['node']}  {i['family']}  {i['category'].upper()}  x{i['count']}  {codes}")
-        print(f"    GPU {gpu}  serial {i.get('serial') or 'unknown'}  PCI {i.get('pci') or 'unknown'}")
-        print(f"    pods: {pods}   processes: {procs}")
+        print(f"    {_component(i)}")
+        attribution = "   ".join(f"{what}: {', '.join(str(v) for v in values)}"
+                                   for what, values in (("pods", i.get("pods")), ("processes", i.get("processes")))
+                                   if values)
+        if attribution:  # what is not known is left out
+            print(f"    {attribution}")
         print(f"    why: {i['reason']}")
         if i.get("immediate_action"):
             print(f"    NVIDIA: {i['immediate_action']}")
+
+
+def _component(i: dict[str, Any]) -> str:
+    """What the incident is about: the workload, the NVSwitch, the node's driver, or the GPU."""
+    kind = i.get("component") or "gpu"
+    if kind == "workload":
+        return f"workload {i.get('component_id')}"
+    if kind == "nvswitch":
+        return f"NVSwitch {i.get('component_id') or i.get('pci')}"
+    if kind in ("node", "fleet"):
+        return f"{kind} {i.get('component_id') or i['node']}"
+    facts = [("GPU", i.get("gpu_uuid") or i.get("pci") or i.get("gpu")), ("serial", i.get("serial")),
+             ("PCI", i.get("pci"))]
+    return "  ".join(f"{what} {value}" for what, value in facts if value)
 
 
 def print_actions(actions: list[Any]) -> None:
