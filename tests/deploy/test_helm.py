@@ -1,0 +1,348 @@
+"""The Helm chart deploy/helm/xidpipe: lint, render, and admission of what it renders.
+
+helm is built by ``deploy/testcluster/build.sh`` (``make testcluster``); under ``CI=true`` a
+missing helm fails these tests, elsewhere they are skipped. The admission tests apply the
+rendered objects server-side to the real kube-apiserver of ``tests/kube.py`` into namespaces that
+enforce Pod Security Standards, and submit each workload's pod template as a Pod (dry run: no
+kubelet runs), which is what Pod Security admission judges.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError
+
+from tests.kube import unique
+from tests.services import service_unavailable
+from xidpipe.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+CHART = DEPLOY / "helm" / "xidpipe"
+BUILD = DEPLOY / "testcluster" / "build.sh"
+PRODUCTION = Path(__file__).with_name("helm-production-values.yaml")
+VALUES = {"default": [], "production": [PRODUCTION]}
+WORKLOADS = ("Deployment", "DaemonSet")
+CLUSTER_SCOPED = (
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+MANAGER = "xidpipe-helm-test"
+
+Doc = dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    proc = subprocess.run([str(BUILD), "--print-helm"], capture_output=True, text=True, timeout=60, check=False)
+    path = Path(proc.stdout.strip())
+    if proc.returncode != 0 or not path.is_file():
+        service_unavailable("helm", f"{path} is not built {proc.stderr.strip()}".strip() + ": run `make testcluster`")
+    return str(path)
+
+
+def render(
+    helm: str, values: list[Path], *sets: str, release: str = "xidpipe", namespace: str = "xidpipe"
+) -> list[Doc]:
+    cmd = [helm, "template", release, str(CHART), "--namespace", namespace]
+    for path in values:
+        cmd += ["--values", str(path)]
+    for s in sets:
+        cmd += ["--set", s]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, f"helm template failed: {proc.stderr}"
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def raw_manifests() -> list[Doc]:
+    paths = [
+        DEPLOY / "agent" / "daemonset.yaml",
+        DEPLOY / "worker" / "deployment.yaml",
+        DEPLOY / "web" / "deployment.yaml",
+    ]
+    rbac = yaml.safe_load((DEPLOY / "rbac" / "kustomization.yaml").read_text())["resources"]
+    paths += [DEPLOY / "rbac" / name for name in rbac] + [DEPLOY / "rbac" / "pod-logs" / "pod-logs.yaml"]
+    return [d for p in paths for d in yaml.safe_load_all(p.read_text()) if d]
+
+
+def by_key(docs: list[Doc]) -> dict[tuple[str, str, str], Doc]:
+    return {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d for d in docs}
+
+
+def pod_spec(doc: Doc) -> Doc:
+    return dict(doc["spec"]["template"]["spec"])
+
+
+@pytest.mark.parametrize("values", VALUES.values(), ids=VALUES.keys())
+def test_helm_lint_is_clean(helm: str, values: list[Path]) -> None:
+    cmd = [helm, "lint", "--strict", str(CHART), *[a for p in values for a in ("--values", str(p))]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and "0 chart(s) failed" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_chart_renders_every_raw_manifest_with_the_same_rights_commands_and_mounts(helm: str) -> None:
+    """Installed as release `xidpipe` in `xidpipe`, the chart makes every object of deploy/ (but the
+    namespace, which is the release's), with the same RBAC rules, node policy, commands, env and mounts."""
+    chart = by_key(render(helm, [], "agent.namespace=xidpipe", "respond.podLogsNamespaces={team-example}"))
+    raw = by_key([d for d in raw_manifests() if d["kind"] != "Namespace"])
+    assert sorted(set(raw) - set(chart)) == []
+    extra = {(k, n) for k, _, n in set(chart) - set(raw)}
+    assert extra == {
+        ("ConfigMap", "xidpipe-policy"),
+        ("ServiceAccount", "xidpipe-web"),
+        *{("NetworkPolicy", f"xidpipe-{c}") for c in ("agent", "worker", "respond", "web")},
+        *{("PodDisruptionBudget", f"xidpipe-{c}") for c in ("worker", "respond", "web")},
+    }
+    for key, doc in raw.items():
+        mine = chart[key]
+        if key[0] in ("ClusterRole", "Role"):
+            assert mine["rules"] == doc["rules"], key
+        if key[0].startswith("ValidatingAdmissionPolicy") or key[0].endswith("Binding"):
+            assert {k: v for k, v in mine.items() if k != "metadata"} == {
+                k: v for k, v in doc.items() if k != "metadata"
+            }, key
+        if key[0] in WORKLOADS:
+            assert doc["spec"]["selector"]["matchLabels"].items() <= mine["spec"]["selector"]["matchLabels"].items(), (
+                key
+            )
+            assert pod_spec(mine)["serviceAccountName"] == pod_spec(doc).get("serviceAccountName", "xidpipe-web"), key
+            assert pod_spec(mine).get("automountServiceAccountToken") == pod_spec(doc).get(
+                "automountServiceAccountToken"
+            )
+            for c_raw, c_mine in zip(pod_spec(doc)["containers"], pod_spec(mine)["containers"], strict=True):
+                assert c_mine["args"] == c_raw["args"], key
+                assert {e["name"] for e in c_raw.get("env", [])} <= {e["name"] for e in c_mine.get("env", [])}, key
+                assert c_mine["volumeMounts"] == c_raw["volumeMounts"], key
+        if key[0] == "ConfigMap":
+            assert doc["data"].items() <= mine["data"].items(), key
+
+
+def test_the_default_policy_is_the_documented_example(helm: str) -> None:
+    (policy,) = [d for d in render(helm, []) if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "xidpipe-policy"]
+    example = yaml.safe_load((DEPLOY / "policy.example.yaml").read_text())
+    assert yaml.safe_load(policy["data"]["policy.yaml"]) == example
+
+
+@pytest.mark.parametrize("values", VALUES.values(), ids=VALUES.keys())
+def test_rendered_pods_run_real_commands_with_settings_that_exist(helm: str, values: list[Path]) -> None:
+    from agents.settings import AgentSettings
+    from respond.cordon.settings import ActionSettings
+    from respond.responder import RespondSettings
+    from respond.sinks.settings import SinkSettings
+    from streams.settings import WorkerSettings
+
+    prefixes = [
+        ("XIDPIPE_AGENT_", AgentSettings),
+        ("XIDPIPE_RESPOND_", RespondSettings),
+        ("XIDPIPE_ACTIONS_", ActionSettings),
+        ("XIDPIPE_SINKS_", SinkSettings),
+        ("XIDPIPE_", WorkerSettings),
+    ]
+    docs = render(helm, values)
+    names = {
+        k for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] != "xidpipe-policy" for k in d["data"]
+    }
+    workloads = [d for d in docs if d["kind"] in WORKLOADS]
+    assert {d["metadata"]["name"] for d in workloads} == {
+        "xidpipe-agent",
+        "xidpipe-worker",
+        "xidpipe-respond",
+        "xidpipe-web",
+    }
+    for doc in workloads:
+        for c in pod_spec(doc)["containers"]:
+            args = build_parser().parse_args(c["args"])
+            assert callable(getattr(args, "func", None)), doc["metadata"]["name"]
+            assert c["resources"]["limits"] and c["securityContext"]["allowPrivilegeEscalation"] is False
+            names |= {e["name"] for e in c.get("env", [])}
+    for name in sorted(n for n in names if n.startswith("XIDPIPE_")):
+        prefix, model = next((p, m) for p, m in prefixes if name.startswith(p))
+        assert name[len(prefix) :].lower() in model.model_fields, f"{name}: {model.__name__} has no such field"
+
+
+def test_secrets_are_referenced_never_held(helm: str) -> None:
+    docs = render(helm, [PRODUCTION])
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    env = {
+        e["name"]: e
+        for d in docs
+        if d["kind"] in WORKLOADS
+        for c in pod_spec(d)["containers"]
+        for e in c.get("env", [])
+    }
+    secret_like = [
+        n for n in env if any(w in n for w in ("PASSWORD", "TOKEN", "DATABASE_URL", "JIRA_USER", "JIRA_URL"))
+    ]
+    assert len(secret_like) >= 9
+    for name in secret_like:
+        assert "value" not in env[name] and env[name]["valueFrom"]["secretKeyRef"]["name"], name
+    assert env["XIDPIPE_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "xidpipe-db", "key": "url"}
+    assert env["XIDPIPE_SINKS_SLACK_BOT_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "slack-token"
+
+
+def test_monitoring_objects_are_rendered_only_when_enabled(helm: str) -> None:
+    kinds = {d["kind"] for d in render(helm, [PRODUCTION])}
+    assert not kinds & {"ServiceMonitor", "PrometheusRule"}
+    docs = render(helm, [PRODUCTION], "serviceMonitor.enabled=true", "prometheusRule.enabled=true")
+    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
+    service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "xidpipe-agent-metrics")
+    agent = next(d for d in docs if d["kind"] == "DaemonSet")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert service["spec"]["selector"].items() <= agent["spec"]["template"]["metadata"]["labels"].items()
+    rules = next(d for d in docs if d["kind"] == "PrometheusRule")["spec"]["groups"][0]["rules"]
+    assert "XidpipeAgentDown" in {r["alert"] for r in rules}
+
+
+# --- admission by the real kube-apiserver -------------------------------------------------------
+
+
+class Installed:
+    """The chart's objects applied server-side under a unique release, namespaces and RuntimeClass."""
+
+    def __init__(self, api: client.ApiClient, docs: list[Doc], namespaces: dict[str, str]) -> None:
+        self.dyn = DynamicClient(api)
+        self.docs = docs
+        self.namespaces = namespaces
+
+    def apply(self, doc: Doc, dry_run: str | None = None) -> Any:
+        resource = self.dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        return self.dyn.server_side_apply(
+            resource,
+            body=doc,
+            namespace=doc["metadata"].get("namespace"),
+            field_manager=MANAGER,
+            force_conflicts=True,
+            dry_run=dry_run,
+        )
+
+    def pod_of(self, workload: Doc, namespace: str | None = None) -> Doc:
+        template = workload["spec"]["template"]
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "spec": copy.deepcopy(template["spec"]),
+            "metadata": {
+                "name": unique(workload["metadata"]["name"]),
+                "labels": template["metadata"]["labels"],
+                "namespace": namespace or workload["metadata"]["namespace"],
+            },
+        }
+
+    def refusal(self, pod: Doc) -> str:
+        """'' when the API server admits the Pod (dry run), else its refusal message."""
+        try:
+            self.apply(pod, dry_run="All")
+        except ApiException as exc:
+            return f"{exc.status}: {exc.body}"
+        return ""
+
+
+def make_namespace(core: client.CoreV1Api, name: str, level: str) -> None:
+    labels = {"pod-security.kubernetes.io/enforce": level, "pod-security.kubernetes.io/enforce-version": "latest"}
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+
+
+@pytest.fixture(params=list(VALUES), ids=list(VALUES))
+def installed(request: pytest.FixtureRequest, helm: str, admin_client: client.ApiClient) -> Iterator[Installed]:
+    core, node = client.CoreV1Api(admin_client), client.NodeV1Api(admin_client)
+    release = unique("xidpipe")
+    ns = {
+        "release": f"{release}-ns",
+        "agent": f"{release}-agent",
+        "logs": f"{release}-team",
+        "baseline": f"{release}-base",
+    }
+    runtime_class = f"{release}-nvidia"
+    docs = render(
+        helm,
+        VALUES[request.param],
+        f"agent.namespace={ns['agent']}",
+        f"agent.runtimeClassName={runtime_class}",
+        f"respond.podLogsNamespaces={{{ns['logs']}}}",
+        release=release,
+        namespace=ns["release"],
+    )
+    make_namespace(core, ns["release"], "restricted")
+    make_namespace(core, ns["logs"], "restricted")
+    make_namespace(core, ns["baseline"], "baseline")
+    node.create_runtime_class(client.V1RuntimeClass(metadata=client.V1ObjectMeta(name=runtime_class), handler="nvidia"))
+    installed = Installed(admin_client, docs, ns)
+    try:
+        yield installed
+    finally:
+        for doc in reversed(docs):
+            if doc["kind"] in CLUSTER_SCOPED:
+                resource = installed.dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+                with contextlib.suppress(NotFoundError):  # a test that applied only part of the chart
+                    installed.dyn.delete(resource, name=doc["metadata"]["name"])
+        for name in (ns["release"], ns["logs"], ns["baseline"]):
+            core.delete_namespace(name)
+        node.delete_runtime_class(runtime_class)
+
+
+def test_every_rendered_object_is_applied_and_every_pod_admitted_under_pod_security(installed: Installed) -> None:
+    first = [d for d in installed.docs if d["kind"] in ("Namespace", "ServiceAccount", "ConfigMap")]
+    for doc in first + [d for d in installed.docs if d not in first]:
+        applied = installed.apply(doc)
+        assert applied.metadata.name == doc["metadata"]["name"]
+    agent_ns = next(d for d in installed.docs if d["kind"] == "Namespace")
+    assert agent_ns["metadata"]["name"] == installed.namespaces["agent"]
+    assert agent_ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    workloads = {d["metadata"]["name"].rsplit("-", 1)[1]: d for d in installed.docs if d["kind"] in WORKLOADS}
+    assert set(workloads) == {"agent", "worker", "respond", "web"}
+    for name, doc in workloads.items():
+        expected = installed.namespaces["agent" if name == "agent" else "release"]
+        assert doc["metadata"]["namespace"] == expected
+        assert installed.refusal(installed.pod_of(doc)) == "", name
+
+
+def test_pod_security_refuses_what_the_chart_avoids(installed: Installed) -> None:
+    """The admission checks above can fail: the agent is refused below `privileged`, and a worker
+    pod that keeps its capabilities is refused under `restricted`."""
+    for doc in installed.docs:
+        if doc["kind"] in ("Namespace", "ServiceAccount"):
+            installed.apply(doc)
+    agent = next(d for d in installed.docs if d["kind"] == "DaemonSet")
+    worker = next(d for d in installed.docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-worker"))
+    for level, standard in (("baseline", "baseline:latest"), ("release", "restricted:latest")):
+        account = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": pod_spec(agent)["serviceAccountName"], "namespace": installed.namespaces[level]},
+        }
+        installed.apply(account)
+        refusal = installed.refusal(installed.pod_of(agent, installed.namespaces[level]))
+        assert refusal.startswith("403") and f'violates PodSecurity \\"{standard}' in refusal, refusal
+        assert "hostPath" in refusal and "SYSLOG" in refusal, refusal
+    pod = installed.pod_of(worker)
+    del pod["spec"]["containers"][0]["securityContext"]["capabilities"]
+    refusal = installed.refusal(pod)
+    assert refusal.startswith("403") and "restricted:latest" in refusal and "capabilities" in refusal, refusal
+
+
+def test_every_value_is_documented_in_the_chart_readme() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+    keys = [k for k, v in values.items() if not isinstance(v, dict) or k == "policy"]
+    keys += [
+        f"{k}.{sub}"
+        for k, v in values.items()
+        if isinstance(v, dict) and k not in ("policy", "commonLabels")
+        for sub in v
+    ]
+    missing = [k for k in keys if f"`{k}`" not in readme and f".{k.rsplit('.', 1)[-1]}`" not in readme]
+    assert missing == []
