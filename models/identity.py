@@ -60,9 +60,9 @@ ONE_SHOT_GROUPS = frozenset({"gpu_lost", "gsp"})
 # Node-level reports (no PCI address, no UUID) that belong to the GPU fault of their own kind they
 # come with ("GPU lost" assertions with an Xid 79, GSP timeouts with an Xid 119) ...
 NODE_LEVEL_COMPANION_FAMILIES = frozenset({"gpu_lost", "gsp", "recovery_action"})
-# ... and driver reports that follow whatever fatal GPU fault they come with: the crash dump, its
-# RPC history and libos report, the "reset required" assertion.
-ATTACHING_DRIVER_ERRORS = frozenset({"crash_dump", "reset_required", "rpc_history", "gsp_rpc_history", "libos_crash"})
+# ... and driver reports that follow whatever fatal GPU fault they come with: the crash-dump notice and
+# the "reset required" assertion (RPC-history and libos bodies join their Xid 119/120 record in the parser).
+ATTACHING_DRIVER_ERRORS = frozenset({"crash_dump", "reset_required"})
 
 
 def attaches_to_gpu_fault(family: str, error: object) -> str | None:

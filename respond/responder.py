@@ -121,7 +121,7 @@ class Responder:
             actions = action_items(self.executor.store.recent(500), incident_id)
             dossier = build_dossier(s, row, actions, cluster=self.cluster)
             meta: dict[str, str] = {}
-            if self.cluster_api is not None:
+            if self.cluster_api is not None and row.component != "fleet":  # a fleet incident's node is the cluster
                 from respond.cluster_evidence import capture, namespace_meta
 
                 a = dossier.attribution

@@ -33,6 +33,7 @@ pass by skipping.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -97,19 +98,8 @@ def kafka_bootstrap() -> Iterator[str]:
         _timings["kafka"] = f"external broker {external}"
         yield external
         return
-    broker = LocalKafka(num_partitions=1)
-    try:
-        broker.start()
-    except LocalInfraError as exc:
-        service_unavailable("Kafka", str(exc))
-    _timings["kafka"] = (
-        f"local Kafka at {broker.bootstrap}: storage formatted in {broker.format_seconds:.1f} s, "
-        f"broker ready {broker.ready_seconds:.1f} s after launch"
-    )
-    try:
+    with _running(LocalKafka(num_partitions=1), "Kafka", "kafka", "Kafka") as broker:
         yield broker.bootstrap
-    finally:
-        broker.stop()
 
 
 @pytest.fixture
@@ -171,17 +161,22 @@ class SecuredKafka:
 @pytest.fixture(scope="session")
 def secured_kafka() -> Iterator[SecuredKafka]:
     passwords = {user: f"{user}-{uuid.uuid4().hex}" for user in SECURED_USERS}
-    broker = LocalKafka(num_partitions=1, scram_users=passwords, tls=True)
+    with _running(LocalKafka(num_partitions=1, scram_users=passwords, tls=True), "Kafka (SASL_SSL with ACLs)",
+                  "kafka-secured", "SASL_SSL Kafka") as broker:
+        yield SecuredKafka(broker, passwords)
+
+
+@contextlib.contextmanager
+def _running(broker: LocalKafka, service: str, timing: str, label: str) -> Iterator[LocalKafka]:
+    """`broker` started (or the service reported unavailable), its start-up times noted, stopped after."""
     try:
         broker.start()
     except LocalInfraError as exc:
-        service_unavailable("Kafka (SASL_SSL with ACLs)", str(exc))
-    _timings["kafka-secured"] = (
-        f"local SASL_SSL Kafka at {broker.bootstrap}: storage formatted in {broker.format_seconds:.1f} s, "
-        f"broker ready {broker.ready_seconds:.1f} s after launch"
-    )
+        service_unavailable(service, str(exc))
+    _timings[timing] = (f"local {label} at {broker.bootstrap}: storage formatted in {broker.format_seconds:.1f} s, "
+                        f"broker ready {broker.ready_seconds:.1f} s after launch")
     try:
-        yield SecuredKafka(broker, passwords)
+        yield broker
     finally:
         broker.stop()
 

@@ -113,3 +113,38 @@ def test_the_responders_dossier_carries_the_cluster_evidence_and_owner(
     assert notice.namespace_meta.get("xidpipe.io/slack-channel") == "#team-nlp"
     assert {e.name for e in d.evidence if e.source == "cluster"} == {
         "node description", "pod description", "pod events", "container log (last lines)"}
+
+
+def test_a_fleet_incident_asks_the_cluster_for_no_node(worker_client: client.ApiClient, tmp_path: object) -> None:
+    """A fleet incident's `node` is the cluster's name: there is no such node to describe."""
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from sqlalchemy.orm import Session
+
+    from history.engine import make_engine
+    from history.migrate import upgrade
+    from history.tables import Incident
+    from respond.responder import Responder
+
+    engine = make_engine(f"sqlite:///{Path(str(tmp_path)) / 'f.db'}")
+    upgrade(engine)
+    t = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+    with Session(engine) as s:
+        s.add(Incident(incident_id="fleet-1", fingerprint="v2:f", node="prod-east", gpu="fleet", family="gpu_lost",
+                       status="open", category="fleet", reason="gpu_lost on 3 nodes", count=3, first_seen=t,
+                       last_seen=t, opened_at=t, updated_at=t, codes=["Xid 79"], pods=[], processes=[],
+                       workloads=[], component="fleet", component_id="gpu_lost",
+                       nodes=["rack-1", "rack-2", "rack-3"]))
+        s.commit()
+
+    class NoActions:
+        class store:
+            @staticmethod
+            def recent(limit: int) -> list[object]:
+                return []
+
+    responder = Responder(engine, NoActions(), sinks=None, cluster_api=worker_client)  # type: ignore[arg-type]
+    notice = responder._notice("fleet-1")
+    assert notice is not None and notice.dossier.component == "fleet"
+    assert not [e for e in notice.dossier.evidence if e.source == "cluster"]
