@@ -16,6 +16,7 @@ COPY agents ./agents
 COPY streams ./streams
 COPY respond ./respond
 COPY history ./history
+COPY service ./service
 COPY xidpipe ./xidpipe
 RUN pip install . \
  && rm -rf /build \
