@@ -13,6 +13,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,7 @@ from history.migrate import upgrade
 from history.tables import Incident
 from models.cordon_retry import RetryBackoff
 from models.kafka_security import KafkaClientSecurity
+from models.leader_election import LeaseTimings
 from models.node_records import dead_letter_topic
 from models.topics import topology
 from respond.cordon.executor import CordonExecutor
@@ -60,6 +63,25 @@ class RespondSettings(KafkaClientSecurity, BaseSettings):
     cordon_pending_interval_s: float = Field(
         default=1.0, gt=0, description="how often due cordon retries are run and the breaker is checked for a "
         "reset (held cordons are offered again within this long of `xidpipe breaker reset`)")
+    election: bool = Field(
+        default=False, description="elect one acting replica through a coordination.k8s.io Lease (needs a "
+        "cluster: XIDPIPE_KUBE_CONFIG); off for one machine and the demo, on in the Helm chart")
+    lease_name: str = Field(default="xidpipe-respond", description="the election's Lease")
+    lease_namespace: str = Field(
+        default_factory=lambda: os.environ.get("POD_NAMESPACE") or "default",
+        description="the Lease's namespace (default: the pod's, from POD_NAMESPACE)")
+    identity: str = Field(
+        default_factory=lambda: os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
+        description="this replica's name in the Lease (default: the pod's, from POD_NAME)")
+    lease_duration_s: float = Field(default=15.0, ge=1, description="a standby takes over this long after the "
+                                    "last renewal it saw (the longest gap after a leader dies)")
+    renew_deadline_s: float = Field(default=10.0, gt=0, description="a leader that could not renew for this long "
+                                    "stops acting (fencing); shorter than lease_duration_s")
+    retry_period_s: float = Field(default=2.0, gt=0, description="how often the Lease is renewed or read")
+
+    def lease_timings(self) -> LeaseTimings:
+        return LeaseTimings(lease_duration_s=self.lease_duration_s, renew_deadline_s=self.renew_deadline_s,
+                            retry_period_s=self.retry_period_s)
 
 
 @dataclass(slots=True)

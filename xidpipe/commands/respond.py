@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -17,8 +18,9 @@ def register(sub: Any) -> None:
         description="Consume the actions topic and act on each request from the incident's state in SQL: "
         "cordon through the guarded executor (XIDPIPE_ACTIONS_*; dry run without a cluster), tickets and "
         "chat through the sinks (XIDPIPE_SINKS_*; file outboxes without Jira or Slack). Settings of its "
-        "own: XIDPIPE_RESPOND_BOOTSTRAP_SERVERS, _TOPIC_PREFIX, _DATABASE_URL, _GROUP_ID, _CLUSTER. Run one "
-        "replica per cluster: the cordon circuit breaker counts within one process.",
+        "own: XIDPIPE_RESPOND_BOOTSTRAP_SERVERS, _TOPIC_PREFIX, _DATABASE_URL, _GROUP_ID, _CLUSTER. Several "
+        "replicas elect one acting leader through a Lease with XIDPIPE_RESPOND_ELECTION=true (_LEASE_NAME, "
+        "_LEASE_NAMESPACE, _IDENTITY, _LEASE_DURATION_S, _RENEW_DEADLINE_S, _RETRY_PERIOD_S).",
     )
     p.set_defaults(func=run)
 
@@ -28,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from respond.cordon.runtime import api_client, build_executor
     from respond.cordon.settings import ActionSettings
     from respond.fleet_alerts import wire_breaker_trips
+    from respond.leader import LeadershipLost, run_elected
     from respond.responder import RespondSettings, build_responder, run_responder
     from respond.sinks.build import build_sinks
     from respond.sinks.settings import SinkSettings
@@ -40,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         api = api_client(actions)
         executor = build_executor(actions, api=api)
         sinks = build_sinks(SinkSettings())
+        elector = _elector(settings, api)
     except (ValueError, OSError) as exc:  # pydantic's ValidationError and PolicyError are ValueErrors
         print(f"xidpipe respond: bad configuration: {exc}", file=sys.stderr)
         return 2
@@ -54,7 +58,27 @@ def run(args: argparse.Namespace) -> int:
         # The worker normally created them; a responder started first must not wait on a missing topic.
         await ensure_topics(settings.bootstrap_servers, topology(settings.topic_prefix, settings.partitions),
                             settings.replication_factor, security=settings)
-        await run_responder(settings, responder, stop)
+        if elector is None:
+            await run_responder(settings, responder, stop)
+            return
+        try:
+            await run_elected(elector, lambda lost: run_responder(settings, responder, lost), stop)
+        except LeadershipLost as exc:  # work still running after the fence: nothing of it may act on
+            logging.getLogger("xidpipe.respond").critical("%s: exiting", exc)
+            os._exit(1)
 
     asyncio.run(main())
     return 0
+
+
+def _elector(settings: Any, api: Any) -> Any:
+    """The Lease election when `XIDPIPE_RESPOND_ELECTION` is on (it needs the cluster), else None."""
+    if not settings.election:
+        return None
+    if api is None:
+        raise ValueError("XIDPIPE_RESPOND_ELECTION needs a cluster for its Lease (XIDPIPE_KUBE_CONFIG)")
+    from respond.leader import LeaderElector
+    from respond.lease_kube import KubeLease
+
+    return LeaderElector(KubeLease(api, settings.lease_name, settings.lease_namespace), settings.identity,
+                         settings.lease_timings())
