@@ -10,13 +10,20 @@ Two stores with one interface:
   laptop. The cordon times are read once and kept in memory (read again when another process
   appended), so keep the log to a few hundred thousand lines.
 
-The per-hour breaker limit counts records with `action="cordon"` and `outcome="done"`.
+The per-hour breaker limit counts records with `action="cordon"` and `outcome="done"`: one per
+cordon, however often its request is delivered (`cordon_recorded`). `exclusive()` is the lock the
+executor holds from reading the counts to recording the cordon, across processes too (PostgreSQL:
+an advisory lock; JSON Lines: `flock` on `<path>.lock`), so two responders acting at once (a
+leader and one that has not yet noticed that it was fenced) never pass the breaker's limits together.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -28,6 +35,8 @@ from history.action_tables import actions_table, breaker_table
 from models.cordon import BreakerState
 
 ActionKind = Literal["cordon", "repeat", "release", "evict", "breaker_trip", "breaker_reset"]
+# The PostgreSQL advisory lock that serialises cordon decisions across responders ("xidpipe" in ASCII).
+CORDON_LOCK_KEY = 0x786964706970
 ActionOutcome = Literal["done", "noop", "dry_run", "skipped", "refused", "blocked", "failed"]
 
 
@@ -60,6 +69,10 @@ class ActionStore(Protocol):
     def set_breaker(self, state: BreakerState) -> None: ...
 
     def recent(self, limit: int = 50) -> list[ActionRecord]: ...
+
+    def cordon_recorded(self, node: str, incident_id: str) -> bool: ...
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]: ...
 
 
 # --- JSON Lines -----------------------------------------------------------------------------------
@@ -111,6 +124,20 @@ class JsonlActionStore:
     def recent(self, limit: int = 50) -> list[ActionRecord]:
         return self._all()[-limit:]
 
+    def cordon_recorded(self, node: str, incident_id: str) -> bool:
+        return any(r.action == "cordon" and r.outcome == "done" and r.node == node and r.incident_id == incident_id
+                   for r in self._all())
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.with_name(self.path.name + ".lock").open("a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
     def breaker(self) -> BreakerState:
         try:
             return BreakerState.model_validate_json(self.breaker_path.read_text(encoding="utf-8"))
@@ -142,6 +169,29 @@ class SqlActionStore:
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
+        self._lock = threading.Lock()  # SQLite: one process; PostgreSQL adds its advisory lock
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._lock:
+            if self.engine.dialect.name != "postgresql":
+                yield
+                return
+            with self.engine.connect() as conn:
+                conn.execute(sa.select(sa.func.pg_advisory_lock(CORDON_LOCK_KEY)))
+                conn.commit()
+                try:
+                    yield
+                finally:
+                    conn.execute(sa.select(sa.func.pg_advisory_unlock(CORDON_LOCK_KEY)))
+                    conn.commit()
+
+    def cordon_recorded(self, node: str, incident_id: str) -> bool:
+        q = sa.select(actions_table.c.id).where(
+            actions_table.c.action == "cordon", actions_table.c.outcome == "done", actions_table.c.node == node,
+            actions_table.c.incident_id == incident_id).limit(1)
+        with self.engine.connect() as conn:
+            return conn.execute(q).first() is not None
 
     def close(self) -> None:
         self.engine.dispose()

@@ -8,9 +8,12 @@ Safe under at-least-once delivery: each step checks the node's current state fir
 redelivered request changes nothing (no second taint, annotation change or Event).
 
 The breaker: the fleet view (the pool's size and xidpipe's cordons in it, from the cluster; the
-last hour's cordons, from the action record) and the breaker state are read and the cordon is
-written under one lock, so the threads of one worker never overshoot the limits together. Run one
-executor per cluster (the stream's cluster-keyed stage) for a cluster-wide guarantee.
+last hour's cordons, from the action record) and the breaker state are read, the cordon is written
+and recorded under the action record's `exclusive()` lock (across processes on PostgreSQL), so
+neither the threads of one responder nor two responders acting at once overshoot the limits. A
+redelivered cordon of a node that this incident already holds is recorded as `done` only when no
+`done` record of it exists (its first responder died between the patch and the record), so each
+cordon counts once.
 
 The cluster is reached through `port.NodePort` (`kube_nodes.KubeNodes` on the Kubernetes API), whose
 client is synchronous: use `handle_async` from asyncio code.
@@ -108,17 +111,18 @@ class CordonExecutor:
 
     def handle(self, req: CordonRequest) -> ActionResult:
         ctx = {"node": req.node, "incident": req.incident_id, "family": req.family, "xids": list(req.xids)}
-        try:
-            result = self._handle(req)
-        except ActionError as exc:
-            result = ActionResult(action="cordon", outcome="failed", node=req.node, incident_id=req.incident_id,
-                                  reason=str(exc), retryable=exc.retryable, dry_run=self.dry_run)
-        level = logging.WARNING if result.outcome in ("failed", "blocked", "refused") else logging.INFO
-        log.log(level, "cordon %s: %s", result.outcome, result.reason,
-                extra={**ctx, "decision": result.decision, "changes": result.changes})
-        self._record(result, details={"changes": result.changes,
-                                      "drain": result.drain.model_dump() if result.drain else None,
-                                      "retryable": result.retryable})
+        with self.store.exclusive():
+            try:
+                result = self._handle(req)
+            except ActionError as exc:
+                result = ActionResult(action="cordon", outcome="failed", node=req.node, incident_id=req.incident_id,
+                                      reason=str(exc), retryable=exc.retryable, dry_run=self.dry_run)
+            level = logging.WARNING if result.outcome in ("failed", "blocked", "refused") else logging.INFO
+            log.log(level, "cordon %s: %s", result.outcome, result.reason,
+                    extra={**ctx, "decision": result.decision, "changes": result.changes})
+            self._record(result, details={"changes": result.changes,
+                                          "drain": result.drain.model_dump() if result.drain else None,
+                                          "retryable": result.retryable})
         return result
 
     def _handle(self, req: CordonRequest) -> ActionResult:
@@ -196,7 +200,9 @@ class CordonExecutor:
                                     reason=_event_reason(req), note=f"Cordoned by xidpipe: {decision.reason}",
                                     at=at) == "created":
                     changes.append("event")
-            return self._result(req, decision, "done" if changes else "noop", changes=changes)
+            # "done" once per cordon: when its first responder died before recording it, this completes it.
+            first = not decision.dry_run and not self.store.cordon_recorded(req.node, req.incident_id)
+            return self._result(req, decision, "done" if first else "noop", changes=changes)
         if decision.outcome == "already_cordoned":
             return self._result(req, decision, "noop")
         if decision.outcome == "node_missing":
