@@ -89,11 +89,14 @@ class LeaderElector:
         `models.leader_election.decide_step` says. True when we hold it afterwards."""
         started = self.clock()
         current = self.lease.get()
+        before = self.seen.record.holder if self.seen is not None and self.seen.record is not None else None
         self.seen = observe(self.seen, current.record if current else None,
                             current.resource_version if current else None, started)
         step = decide_step(self.seen, self.identity, self.clock(), self.timings)
         if step.kind == "wait":
-            log.debug("leader election: %s", step.reason, extra={"identity": self.identity})
+            new_holder = current is not None and current.record.holder != before
+            log.log(logging.INFO if new_holder else logging.DEBUG, "leader election: %s is a standby: %s",
+                    self.identity, step.reason, extra={"identity": self.identity})
             return False
         record = claimed(current.record if current else None, self.identity, self.wall(), self.timings)
         try:
