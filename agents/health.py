@@ -1,5 +1,5 @@
-"""`/healthz` and `/metrics` on a configurable address (stdlib http.server in a daemon thread), and
-the watch on the agent's threads that `/healthz` reports.
+"""`/metrics`, `/healthz` and `/readyz` on a configurable address (`service.http.EndpointServer`, a
+daemon thread), and the watch on the agent's threads that `/healthz` reports.
 
 The server binds to `metrics_host` (127.0.0.1 unless the settings say otherwise: the DaemonSet sets
 the pod's own IP so the kubelet's probes and Prometheus reach it, and nothing else on the node's
@@ -9,14 +9,13 @@ request: a client that connects and sends nothing holds no thread for long.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agents.metrics import Metrics
+from service.http import EndpointServer
 
 log = logging.getLogger(__name__)
 
@@ -62,46 +61,16 @@ class ThreadWatch:
         return out
 
 
-class HealthServer:
+class HealthServer(EndpointServer):
+    """The agent's endpoint: `/metrics`, `/healthz` (its threads alive) and `/readyz` (alive, and Kafka
+    connected: while it is not, records are spooled on the node and the agent is live but not ready)."""
+
     def __init__(self, host: str, port: int, metrics: Metrics, health: Callable[[], dict[str, Any]]) -> None:
-        metrics_ref, health_ref = metrics, health
+        def ready() -> dict[str, Any]:
+            state = dict(health())
+            if state.get("ok") and not state.get("kafka_connected", True):
+                state["ok"] = False
+                state["reason"] = f"kafka not connected: {state.get('spool_pending', 0)} records spooled"
+            return state
 
-        class Handler(BaseHTTPRequestHandler):
-            timeout = REQUEST_TIMEOUT_S
-
-            def do_GET(self) -> None:
-                if self.path == "/metrics":
-                    body = metrics_ref.render().encode()
-                    self._reply(200, "text/plain; version=0.0.4; charset=utf-8", body)
-                elif self.path == "/healthz":
-                    state = health_ref()
-                    code = 200 if state.get("ok") else 503
-                    self._reply(code, "application/json", json.dumps(state).encode())
-                else:
-                    self._reply(404, "text/plain", b"not found\n")
-
-            def _reply(self, code: int, ctype: str, body: bytes) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="health", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> None:
-        self._thread.start()
-        log.info("health and metrics listening", extra={"host": self._server.server_address[0], "port": self.port})
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(host, port, metrics.registry, live=health, ready=ready, request_timeout_s=REQUEST_TIMEOUT_S)

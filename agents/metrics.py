@@ -1,9 +1,15 @@
-"""Counters and gauges rendered in the Prometheus text exposition format (no client library)."""
+"""The agent's metrics on `prometheus_client`, in a registry of its own, addressed by their full
+names: `inc("xidpipe_agent_records_acked_total")`, `set("xidpipe_agent_spool_bytes", n)`.
+
+Counters keep the `_total` name they are exposed under; gauges are plain values. The spool depth is
+`xidpipe_agent_spool_pending` (records) and `xidpipe_agent_spool_bytes` (bytes).
+"""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 _HELP: dict[str, tuple[str, str]] = {
     "xidpipe_agent_kernel_lines_read_total": ("counter", "Kernel log records read from the source."),
@@ -31,31 +37,33 @@ _HELP: dict[str, tuple[str, str]] = {
 
 
 class Metrics:
+    """The agent's registry; every metric exists (at 0) from the start."""
+
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values: dict[str, float] = {name: 0.0 for name in _HELP}
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._counters: dict[str, Counter] = {}
+        self._gauges: dict[str, Gauge] = {}
+        for name, (kind, text) in _HELP.items():
+            if kind == "counter":
+                self._counters[name] = Counter(name, text, registry=self.registry)
+            else:
+                self._gauges[name] = Gauge(name, text, registry=self.registry)
 
     def inc(self, name: str, amount: float = 1.0) -> None:
-        with self._lock:
-            self._values[name] = self._values.get(name, 0.0) + amount
+        if amount:
+            self._counters[name].inc(amount)
 
     def set(self, name: str, value: float) -> None:
-        with self._lock:
-            self._values[name] = value
+        self._gauges[name].set(value)
 
     def get(self, name: str) -> float:
-        with self._lock:
-            return self._values.get(name, 0.0)
+        metric = self._counters.get(name) or self._gauges.get(name)
+        if metric is None:
+            raise KeyError(name)
+        return float(metric._value.get())
 
     def snapshot(self) -> Mapping[str, float]:
-        with self._lock:
-            return dict(self._values)
+        return {name: self.get(name) for name in _HELP}
 
     def render(self) -> str:
-        lines: list[str] = []
-        for name, value in sorted(self.snapshot().items()):
-            kind, text = _HELP.get(name, ("gauge", name))
-            lines.append(f"# HELP {name} {text}")
-            lines.append(f"# TYPE {name} {kind}")
-            lines.append(f"{name} {value:g}")
-        return "\n".join(lines) + "\n"
+        return generate_latest(self.registry).decode()

@@ -74,3 +74,13 @@ def open_history(url: str) -> sa.Engine:
         engine.dispose()
         raise
     return engine
+
+
+def schema_problem(engine: sa.Engine) -> str | None:
+    """None when the database answers and is at this xidpipe's schema, else why not (a readiness check)."""
+    from history.migrate import current_revision, head_revision
+
+    current, head = current_revision(engine), head_revision()
+    if current != head:
+        return f"schema at revision {current or 'none'}, this xidpipe needs {head}"
+    return None

@@ -34,6 +34,7 @@ from models.cordon import CordonRequest
 from models.cordon_retry import CordonFollowup, RetryBackoff, cordon_followup, incident_ended
 from respond.cordon.executor import ActionResult, CordonExecutor
 from respond.cordon.pending import PendingCordons
+from service.metrics import ResponderMetrics
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,10 @@ class CordonOffer:
 class CordonLane:
     def __init__(self, engine: sa.Engine, executor: CordonExecutor, *, backoff: RetryBackoff | None = None,
                  clock: Callable[[], datetime] = utcnow,
-                 after: Callable[[CordonOffer], Awaitable[None]] | None = None) -> None:
+                 after: Callable[[CordonOffer], Awaitable[None]] | None = None,
+                 metrics: ResponderMetrics | None = None) -> None:
         self.engine = engine
+        self.metrics = metrics
         self.executor = executor
         self.backoff = backoff or RetryBackoff()
         self.clock = clock
@@ -103,6 +106,8 @@ class CordonLane:
         the retries whose time has come."""
         offers: list[CordonOffer] = []
         breaker = await asyncio.to_thread(self.executor.breaker_status)
+        if self.metrics is not None:
+            await asyncio.to_thread(self._gauges, breaker.tripped)
         if not breaker.tripped:
             for held in await asyncio.to_thread(self.pending.held):
                 log.info("breaker reset: offering the held cordon of %s again", held.incident_id,
@@ -113,6 +118,13 @@ class CordonLane:
         for due in await asyncio.to_thread(self.pending.due, self.clock()):
             offers.append(await self._again(due.incident_id))
         return offers
+
+    def _gauges(self, tripped: bool) -> None:
+        assert self.metrics is not None
+        self.metrics.breaker_tripped.set(1 if tripped else 0)
+        kinds = [p.kind for p in self.pending.all()]
+        for kind in ("retry", "breaker"):
+            self.metrics.cordons_pending.labels(kind).set(kinds.count(kind))
 
     async def _again(self, incident_id: str) -> CordonOffer:
         try:

@@ -34,9 +34,11 @@ from models.topics import topology
 from respond.cordon.executor import CordonExecutor
 from respond.cordon_lane import CordonLane, CordonOffer
 from respond.dossier_builder import action_items, build_dossier
+from respond.observe import ResponderEndpoint, observe_request
 from respond.sinks.build import Sinks
 from respond.sinks.model import IncidentNotice
 from respond.steps import cordoned, record_step
+from service.metrics import ResponderMetrics
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,9 @@ class RespondSettings(KafkaClientSecurity, BaseSettings):
     cordon_pending_interval_s: float = Field(
         default=1.0, gt=0, description="how often due cordon retries are run and the breaker is checked for a "
         "reset (held cordons are offered again within this long of `xidpipe breaker reset`)")
+    metrics_host: str = Field(default="127.0.0.1", description="address of /metrics, /healthz and /readyz "
+                              "(the chart binds the pod's IP)")
+    metrics_port: int | None = Field(default=9466, description="port of /metrics, /healthz and /readyz; None: off")
     election: bool = Field(
         default=False, description="elect one acting replica through a coordination.k8s.io Lease (needs a "
         "cluster: XIDPIPE_KUBE_CONFIG); off for one machine and the demo, on in the Helm chart")
@@ -130,10 +135,14 @@ class Responder:
     retry: RetryBackoff = field(default_factory=RetryBackoff)
     # Incidents whose ticket should show a cordon action: refreshed in the ticket lane, never the cordon's.
     ticket_refresh: list[str] = field(default_factory=list)
+    metrics: ResponderMetrics = field(default_factory=ResponderMetrics)
     cordons: CordonLane = field(init=False)
 
     def __post_init__(self) -> None:
-        self.cordons = CordonLane(self.engine, self.executor, backoff=self.retry, after=self._after_cordon)
+        self.cordons = CordonLane(self.engine, self.executor, backoff=self.retry, after=self._after_cordon,
+                                  metrics=self.metrics)
+        if self.sinks is not None:
+            self.sinks.tickets.metrics = self.sinks.chat.metrics = self.metrics
 
     def _notice(self, incident_id: str) -> IncidentNotice | None:
         with Session(self.engine) as s:
@@ -194,7 +203,11 @@ class Responder:
         lane to refresh the incident's ticket when it tried or made a cordon."""
         result = offer.result
         if result is None:
+            self.metrics.cordons.labels("skipped", "incident_ended").inc()
             return
+        self.metrics.cordons.labels(result.outcome, result.decision or "none").inc()
+        if result.fleet_incident is not None and not result.dry_run:
+            self.metrics.breaker_trips.inc()
         self.completed.append({"schema_version": 1, "request": offer.request_key, **result.model_dump(mode="json")})
         if cordoned(result):
             await asyncio.to_thread(record_step, self.engine, offer.incident_id, "mitigated",
@@ -249,17 +262,21 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     from aiokafka.structs import OffsetAndMetadata
 
     consumer, producer = await _start_clients(settings)
+    endpoint = ResponderEndpoint(settings.metrics_host, settings.metrics_port, responder.metrics, responder.engine,
+                                 consumer).start()
     sinks = responder.sinks
     bg = [asyncio.create_task(responder.drain_tickets(stop, sinks.ticket_drain_interval_s)),
           asyncio.create_task(sinks.chat.run(stop, sinks.chat_flush_interval_s)),
           asyncio.create_task(responder.cordons.run(stop, settings.cordon_pending_interval_s))]
 
     async def handle_one(tp: Any, msg: Any, body: dict[str, Any] | None, why: str) -> None:
+        observe_request(responder.metrics, msg, body)
         try:
             if body is None:
                 raise ValueError(why)
             await responder.handle(body)
         except (ValueError, LookupError, TypeError) as exc:
+            responder.metrics.dead_letters.inc()
             await producer.send_and_wait(dead_letter_topic(tp.topic), msg.value, key=msg.key, headers=[
                 ("reason", str(exc).encode()), ("topic", tp.topic.encode()),
                 ("partition", str(tp.partition).encode()), ("offset", str(msg.offset).encode())])
@@ -282,6 +299,7 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
         ready.set()
     try:
         while not stop.is_set():
+            endpoint.beat()
             now, later, offsets = _sort_batch(await consumer.getmany(timeout_ms=100, max_records=100))
             for item in now:
                 await handle_one(*item)
@@ -308,6 +326,7 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
                 await t
             await consumer.stop()
             await producer.stop()
+            endpoint.stop()
 
 
 async def _start_clients(settings: RespondSettings) -> tuple[Any, Any]:

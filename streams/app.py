@@ -34,6 +34,7 @@ from models.topics import Topology, topology
 from streams.decode import DeadLetter
 from streams.ingest import Ref
 from streams.intake import IntakeResult, Message
+from streams.observe import HEARTBEAT_S, WorkerObserver
 from streams.outbox import Outgoing
 from streams.settings import WorkerSettings
 from streams.store import BatchResult
@@ -131,6 +132,9 @@ class Pipeline:
         self.identity = _identity_gate(settings)
         self.dead_letters = {t.name: self._topic(t.dead_letter) for t in topo.inputs}
         self.outputs = {"incidents": self._topic(topo.incidents.name), "actions": self._topic(topo.actions.name)}
+        self.observe = WorkerObserver(app, settings)
+        app.timer(HEARTBEAT_S, name=f"{settings.app_id}.heartbeat")(self.observe.heartbeat)
+        app.task(self.observe.serve)
         source = self._topic(*(t.name for t in topo.inputs))
         app.agent(source, name=f"{settings.app_id}.pipeline")(self.consume)
         app.timer(settings.parser_idle_flush_s, name=f"{settings.app_id}.flush_parsers")(self.flush_parsers)
@@ -163,6 +167,7 @@ class Pipeline:
             async for _ in stream:
                 event = stream.current_event
                 if event is not None:
+                    self.observe.consumed(event.message.topic)
                     await batches.put(event, committer)
         finally:
             committer.cancel()
@@ -201,6 +206,7 @@ class Pipeline:
         stored one by one, and the ones that still fail go to the dead-letter topic.
         """
         self._batch_id += 1
+        started = time.monotonic()
         messages, refused = await self._verified(events)
         async with self._store_lock:
             result: BatchResult
@@ -217,6 +223,7 @@ class Pipeline:
             if isinstance(result, IntakeResult):
                 self._acks.note(result.held, result.released)
             ready = self._acks.done(events)
+        self.observe.batch(len(events), time.monotonic() - started, result)
         for dl in (*refused, *result.dead_letters):
             await self.dead_letter(dl)
         await self._publish(result.outgoing)
@@ -262,11 +269,13 @@ class Pipeline:
                 return await self.store.handle(batch_id, messages, sent, per_message)
             except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError, StoreUnavailable) as exc:
                 log.warning("database unavailable (%s); retrying in %.1f s", type(exc).__name__, delay)
+                self.observe.store_failed("unavailable", f"database unavailable: {type(exc).__name__}")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.settings.db_retry_max_s)
             except sa.exc.IntegrityError as exc:
                 # A concurrent writer (another worker after a rebalance) got there first: the retry sees it.
                 conflicts += 1
+                self.observe.store_failed("conflict", "")
                 if conflicts > _MAX_CONFLICT_RETRIES:
                     raise _PermanentError(f"IntegrityError: {exc.orig}") from exc
                 log.warning("conflicting write (%s); retrying", exc.orig)
@@ -289,6 +298,7 @@ class Pipeline:
             try:
                 fut = await topic.send(key=dl.key, value=dl.to_json(), headers=dl.headers(), force=True)
                 await fut
+                self.observe.dead_letter(dl)
                 return
             except asyncio.CancelledError:
                 raise
@@ -357,6 +367,7 @@ class Pipeline:
             await self.mark_published(older_than_s=self.settings.parser_idle_flush_s)
             async with self._store_lock:
                 result = await self.store.flush_idle(self.settings.parser_idle_flush_s)
+                self.observe.stored(result)
                 self._acks.note((), result.released)
                 ready = self._acks.drain()
             await self._publish(result.outgoing)
@@ -382,6 +393,7 @@ class Pipeline:
     async def on_shutdown(self, sender: Any, /, *_: Any, signal: Any = None, **__: Any) -> None:
         """Mark the published outbox rows sent. Open kernel records are left as they are: their lines
         are not acknowledged, and the next worker parses them again."""
+        self.observe.stop()
         try:
             await self.mark_published()
         except Exception:

@@ -107,7 +107,9 @@ class Intake:
         """Store `items` in one transaction; if that fails (not for an unavailable database) and
         `split`, one transaction per item. The errors of the items that could not be stored."""
         try:
-            res.outgoing.extend(self.store.process(items).outgoing)
+            stored = self.store.process(items)
+            res.outgoing.extend(stored.outgoing)
+            res.fault_times.extend(stored.fault_times)
             return []
         except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError):
             raise

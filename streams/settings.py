@@ -82,6 +82,9 @@ class WorkerSettings(KafkaClientSecurity, BaseSettings):
     )
     web_enabled: bool = Field(default=False, description="serve Faust's web views (debugging)")
     web_port: int = 6066
+    metrics_host: str = Field(default="127.0.0.1", description="address of /metrics, /healthz and /readyz "
+                              "(the chart binds the pod's IP)")
+    metrics_port: int | None = Field(default=9465, description="port of /metrics, /healthz and /readyz; None: off")
     log_level: str = Field(default="info", description="crit, error, warn, info or debug")
 
     verify_node_identity: bool = Field(

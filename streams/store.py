@@ -68,6 +68,9 @@ class BatchResult:
     duplicates: int = 0
     states: int = 0
     evidence: int = 0
+    # Per new fault report of the batch: its catalog class and kernel event time (epoch seconds), for the
+    # worker's metrics (fault events by class, Xid → incident latency).
+    fault_times: list[tuple[str, float]] = field(default_factory=list)
 
 
 class Store:
@@ -111,6 +114,7 @@ class Store:
             batch.repair(late)
             batch.faults(faults)
             res.faults, res.merged = batch.faults_stored, batch.faults_merged
+            res.fault_times = [(f.category or "unknown", f.occurred_at.timestamp()) for f in faults]
             for incident_id, record_id in self._evidence(s, [i for i in items if isinstance(i, EvidenceItem)], res):
                 row = s.get(Incident, incident_id)
                 if row is not None:  # late evidence: the ticket sink refreshes the dossier's attachments

@@ -37,6 +37,7 @@ from respond.sinks.model import IncidentNotice
 from respond.sinks.ports import ChatTransport, Posted
 from respond.sinks.slack_blocks import render_group, render_reply
 from respond.sinks.tickets import utcnow
+from service.metrics import ResponderMetrics
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,10 @@ class ChatNotifier:
                  policy: GroupPolicy | None = None, *, channel_interval_s: float = 1.0, retry_base_s: float = 30.0,
                  retry_max_s: float = 900.0, ticket_url: Callable[[str], str | None] = lambda _: None,
                  clock: Callable[[], datetime] = utcnow, sleep: Callable[[float], None] = time.sleep,
-                 retention_s: float = 86400.0, incident_url_base: str | None = None) -> None:
+                 retention_s: float = 86400.0, incident_url_base: str | None = None,
+                 metrics: ResponderMetrics | None = None) -> None:
         self.incident_url_base = incident_url_base
+        self.metrics = metrics
         self.transport = transport
         self.store = store
         self.routing = routing or Routing()
@@ -114,7 +117,10 @@ class ChatNotifier:
     # --- one group ---------------------------------------------------------------------------------
     def flush_group(self, gk: str) -> ChatOutcome:
         with self._lock:
-            return self._flush_group(gk)
+            outcome = self._flush_group(gk)
+        if self.metrics is not None and outcome.action not in ("wait", "suppress"):  # decided again every flush
+            self.metrics.chat.labels(self.transport.name, outcome.action).inc()
+        return outcome
 
     def _flush_group(self, gk: str) -> ChatOutcome:
         now = self.clock()

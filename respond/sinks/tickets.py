@@ -42,6 +42,7 @@ from respond.errors import AmbiguousError, PermanentError, TemporaryError
 from respond.sinks.model import IncidentNotice
 from respond.sinks.ports import TicketBody, TicketInfo, TicketTracker
 from respond.sinks.sink_store import SinkStore
+from service.metrics import ResponderMetrics
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,10 @@ def with_links(d: Dossier, incident_url: str | None) -> Dossier:
 class TicketSink:
     def __init__(self, tracker: TicketTracker, store: SinkStore, policy: TicketPolicy | None = None,
                  retry: RetryPolicy | None = None, clock: Callable[[], datetime] = utcnow,
-                 sleep: Callable[[float], None] = time.sleep, incident_url_base: str | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, incident_url_base: str | None = None,
+                 metrics: ResponderMetrics | None = None) -> None:
         self.incident_url_base = incident_url_base
+        self.metrics = metrics
         self.tracker = tracker
         self.store = store
         self.policy = policy or TicketPolicy()
@@ -127,7 +130,10 @@ class TicketSink:
     # --- handling ----------------------------------------------------------------------------------
     def process(self, incident_id: str) -> TicketOutcome:
         with self._lock:
-            return self._process(incident_id)
+            outcome = self._process(incident_id)
+        if self.metrics is not None:
+            self.metrics.tickets.labels(self.tracker.name, outcome.status, outcome.action or "none").inc()
+        return outcome
 
     def _process(self, incident_id: str) -> TicketOutcome:
         job = self.store.job(incident_id)

@@ -45,6 +45,9 @@ def test_healthz_and_metrics(tmp_path: Path) -> None:
         assert "# TYPE xidpipe_agent_prefilter_kept_total counter" in text
         lines = dict(ln.rsplit(" ", 1) for ln in text.splitlines() if not ln.startswith("#"))
         assert float(lines["xidpipe_agent_kafka_connected"]) == 0  # nothing listens on port 1
+        _wait_for(lambda: agent.metrics.get("xidpipe_agent_spool_pending") >= 1)  # the Xid line waits there
+        code, body = _get(f"{base}/readyz")  # live, but not ready
+        assert code == 503 and "kafka not connected" in json.loads(body)["reason"]
         assert _get(f"{base}/nope")[0] == 404
     finally:
         agent.stop()

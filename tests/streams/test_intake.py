@@ -263,7 +263,12 @@ def test_a_dead_letter_publish_that_fails_is_retried_until_kafka_takes_it(monkey
             done.set_result(None)
             return done
 
-    pipeline = SimpleNamespace(dead_letters={"k": Topic()})
+    from streams.observe import WorkerObserver
+    from streams.settings import WorkerSettings
+
+    observe = WorkerObserver(None, WorkerSettings())
+    pipeline = SimpleNamespace(dead_letters={"k": Topic()}, observe=observe)
     dl = DeadLetter("bad_field", "pid out of range", "k", 0, 5, b"n1", b"{}")
     asyncio.run(asyncio.wait_for(app_module.Pipeline.dead_letter(pipeline, dl), 10))  # type: ignore[arg-type]
     assert sent == [None, None, b"n1"]
+    assert observe.metrics.dead_letters.labels("k", "bad_field")._value.get() == 1  # counted once, when published

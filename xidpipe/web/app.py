@@ -10,7 +10,8 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from xidpipe.web import api, pages
+from service.metrics import WebMetrics
+from xidpipe.web import api, ops, pages
 from xidpipe.web.db import Database
 from xidpipe.web.guard import Proxies, Throttle, log_text, throttled
 from xidpipe.web.keys import DB_KEY, PRINCIPAL_KEY, PROXIES_KEY, SESSIONS_KEY, THROTTLE_KEY, TOKENS_KEY
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-PUBLIC_ROUTES = frozenset({"login", "login_submit", "static"})
+PUBLIC_ROUTES = frozenset({"login", "login_submit", "static"}) | ops.OPS_ROUTES
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; "
        "base-uri 'none'")
 
@@ -30,7 +31,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def is_api(request: web.Request) -> bool:
-    return request.path.startswith("/api/") or request.path == "/healthz"
+    return request.path.startswith("/api/") or request.path in ("/healthz", "/readyz", "/metrics")
 
 
 @web.middleware
@@ -111,17 +112,20 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
 
 
 def make_app(db: Database, tokens: TokenStore, session_secret: bytes | None = None,
-             proxies: Proxies | None = None, throttle: Throttle | None = None) -> web.Application:
+             proxies: Proxies | None = None, throttle: Throttle | None = None,
+             metrics: WebMetrics | None = None) -> web.Application:
     """`proxies`: the reverse proxies trusted for `X-Forwarded-Proto` and `X-Forwarded-For` (default:
     `XIDPIPE_WEB_TRUSTED_PROXIES`, none when unset); `throttle`: failed logins and tokens allowed per
-    client (default: `XIDPIPE_WEB_AUTH_FAILURES_PER_MINUTE`, 10)."""
-    app = web.Application(middlewares=[errors, auth], client_max_size=64 * 1024)
+    client (default: `XIDPIPE_WEB_AUTH_FAILURES_PER_MINUTE`, 10); `metrics`: where requests are counted
+    (`/metrics`; default: a registry of its own)."""
+    app = web.Application(middlewares=[ops.measured, errors, auth], client_max_size=64 * 1024)
     app[DB_KEY] = db
     app[TOKENS_KEY] = tokens
     app[SESSIONS_KEY] = Sessions(tokens, session_secret)
     app[PROXIES_KEY] = proxies if proxies is not None else Proxies.from_environment()
     app[THROTTLE_KEY] = throttle if throttle is not None else Throttle.from_environment()
     api.add_routes(app)
+    ops.add_routes(app, metrics)
     pages.add_routes(app)
     app.router.add_static("/static/", STATIC_DIR, name="static")
     app.on_response_prepare.append(_security_headers)

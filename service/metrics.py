@@ -1,0 +1,128 @@
+"""The Prometheus metrics of every xidpipe service, on `prometheus_client`: one registry per service
+object (never the library's global one, so a test or a second service in one process counts apart),
+names `xidpipe_<service>_<what>`, counters with `_total`, durations in seconds.
+
+`WorkerMetrics`, `ResponderMetrics` and `WebMetrics` are the catalogue of those services' metrics
+(the agent's is `agents.metrics`); docs/operations.md lists them, and the chart's dashboard and
+alert rules are checked against `exposed_names` of these registries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Seconds from a kernel's fault line to its incident's commit: sub-second when the pipeline keeps up,
+# minutes when a node spooled through a Kafka outage, hours for a backfill of old logs.
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 86400.0)
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+SIZE_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
+
+
+class ServiceMetrics:
+    """A registry of one service's metrics, and the helpers that name them `xidpipe_<service>_...`."""
+
+    service = "service"
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+
+    def _name(self, what: str) -> str:
+        return f"xidpipe_{self.service}_{what}"
+
+    def counter(self, what: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(self._name(what), doc, list(labels), registry=self.registry)
+
+    def gauge(self, what: str, doc: str, labels: Sequence[str] = ()) -> Gauge:
+        return Gauge(self._name(what), doc, list(labels), registry=self.registry)
+
+    def histogram(self, what: str, doc: str, labels: Sequence[str] = (),
+                  buckets: Sequence[float] = DURATION_BUCKETS) -> Histogram:
+        return Histogram(self._name(what), doc, list(labels), registry=self.registry, buckets=tuple(buckets))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class WorkerMetrics(ServiceMetrics):
+    service = "worker"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.consumer_lag = self.gauge(
+            "consumer_lag", "Messages not yet committed per input partition: high watermark minus committed offset.",
+            ("topic", "partition"))
+        self.messages = self.counter("messages_consumed", "Input messages consumed, by topic.", ("topic",))
+        self.fault_events = self.counter(
+            "fault_events", "New fault reports stored, by the catalog's class (application, hardware, ...).",
+            ("class",))
+        self.incidents_opened = self.counter(
+            "incidents_opened", "Incidents opened (as told on the incidents topic), by component and class.",
+            ("component", "class"))
+        self.xid_to_incident = self.histogram(
+            "xid_to_incident_seconds", "From a fault's kernel event time to the commit of its incident.",
+            buckets=LATENCY_BUCKETS)
+        self.dead_letters = self.counter(
+            "dead_letters", "Input messages sent to a dead-letter topic, by input topic and reason.",
+            ("topic", "reason"))
+        self.batch_size = self.histogram("batch_messages", "Messages per store transaction.", buckets=SIZE_BUCKETS)
+        self.batch_seconds = self.histogram("batch_seconds", "Duration of a batch: decode, parse, store, commit.")
+        self.database_errors = self.counter(
+            "database_errors", "Store transactions that failed and were retried, by kind.", ("kind",))
+
+
+class ResponderMetrics(ServiceMetrics):
+    service = "responder"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.actions = self.counter("actions_consumed", "Action requests consumed, by kind.", ("kind",))
+        self.action_lag = self.histogram(
+            "action_lag_seconds", "From an action request's publication to its handling.", ("kind",),
+            buckets=LATENCY_BUCKETS)
+        self.dead_letters = self.counter("dead_letters", "Action requests sent to the dead-letter topic.")
+        self.cordons = self.counter(
+            "cordons", "Cordon offers by outcome (done, dry_run, noop, refused, blocked, failed, skipped) and "
+            "the decision behind it (cordon, not_needed, breaker_tripped, ...).", ("outcome", "decision"))
+        self.cordons_pending = self.gauge(
+            "cordons_pending", "Cordons waiting: a retry after a retryable failure, or held by the breaker.",
+            ("kind",))
+        self.breaker_tripped = self.gauge("breaker_tripped", "1 while the cordon circuit breaker is tripped.")
+        self.breaker_trips = self.counter("breaker_trips", "Times the cordon circuit breaker tripped.")
+        self.tickets = self.counter(
+            "ticket_deliveries", "Ticket sink handlings, by sink (jira, outbox, ...), status (done, pending, "
+            "failed) and action (create, comment, reopen, none, ...).",
+            ("sink", "status", "action"))
+        self.chat = self.counter(
+            "chat_deliveries", "Chat messages posted or failed, by sink (web, webhook, outbox, ...) and action "
+            "(send, update, failed).", ("sink", "action"))
+
+
+class WebMetrics(ServiceMetrics):
+    service = "web"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = self.counter("requests", "HTTP requests, by route name, method and status.",
+                                     ("route", "method", "status"))
+        self.request_seconds = self.histogram("request_seconds", "HTTP request duration, by route name.",
+                                              ("route",))
+
+
+def _sample_names(family: Metric) -> Iterable[str]:
+    if family.type == "counter":
+        return (f"{family.name}_total",)
+    if family.type == "histogram":
+        return (f"{family.name}_bucket", f"{family.name}_count", f"{family.name}_sum")
+    if family.type == "summary":
+        return (family.name, f"{family.name}_count", f"{family.name}_sum")
+    return (family.name,)
+
+
+def exposed_names(registry: CollectorRegistry) -> set[str]:
+    """Every sample name the registry can expose, labelled series included before their first value."""
+    return {name for family in registry.collect() for name in _sample_names(family)}
