@@ -1,0 +1,59 @@
+"""benchmarks/fleet_bench.py at a tiny size, on the session's Kafka, PostgreSQL and kube-apiserver: the
+simulated fleet's records all reach the history through a real worker, and the figures are read from
+what happened (no figure is asserted against a target: that is the benchmark's job at fleet size)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from benchmarks.fleet_bench import run_fleet
+from benchmarks.fleet_cordon import cordon_mode
+from benchmarks.fleet_sim import BURST_PROCESS, GPUS_PER_NODE, Fleet, FleetRates
+
+
+def _args(**overrides: Any) -> argparse.Namespace:
+    values = {"nodes": 40, "workers": "1", "partitions": 4, "kernel_rate": 2.0, "fault_share": 0.2,
+              "burst_share": 0.1, "warmup_s": 4.0, "measure_s": 6.0, "drain_timeout_s": 120.0, "seed": 3,
+              "max_pool_share": 0.1, "max_per_hour": 10_000, "concurrency": 4}
+    values.update(overrides)
+    return argparse.Namespace(**values)
+
+
+def test_fleet_records_are_the_agents_and_marked_by_its_prefilter() -> None:
+    fleet = Fleet(10, FleetRates(kernel_per_node_s=50.0, fault_share=0.5), burst_share=0.2, seed=1)
+    fleet.schedule_start(0.0, spread_s=1.0)
+    records = list(fleet.due(2.0))
+    kinds = {r.kind for r in records}
+    assert {"inventory", "pod_assignments", "gpu_processes", "kernel_line"} <= kinds
+    lines = [r for r in records if r.kind == "kernel_line"]
+    assert all(r.fault == ("Xid" in r.message) for r in lines)  # type: ignore[attr-defined]
+    assert {r.record_id.split(":")[0] for r in lines} == {"kmsg"}
+    burst = list(fleet.burst())
+    assert len(burst) == 2 * GPUS_PER_NODE and all(BURST_PROCESS in r.message for r in burst)
+
+
+def test_fleet_bench_tiny_run_stores_every_fault(kafka_bootstrap: str, postgres_url: str, tmp_path: Path) -> None:
+    out = run_fleet(_args(), kafka_bootstrap, postgres_url, 1, tmp_path)
+    published = out["published"]
+    faults = published["fault"] + published["burst_fault"]
+    assert out["drain_s"] is not None, out
+    assert out["producer_failed"] == 0
+    assert out["database"]["rows"]["fault_events"] == faults
+    assert out["database"]["rows"]["node_state"] == (
+        published["inventory"] + published["pod_assignments"] + published["gpu_processes"])
+    lat = out["xid_to_incident_commit_ms"]
+    assert lat["burst_ms"]["n"] == published["burst_fault"]
+    assert 0 < lat["all_ms"]["p50"] <= lat["all_ms"]["max"]
+    assert out["memory"]["rss_peak_bytes"] >= out["memory"]["rss_idle_bytes"] > 0
+    assert out["database"]["growth_bytes"] > 0
+
+
+def test_fleet_cordon_burst_stops_at_the_breaker_cap(control_plane: Any) -> None:
+    out = cordon_mode(_args(nodes=60, burst_share=0.5), control_plane)  # 30 faulty nodes; the cap is 10% of 60 = 6
+    assert out["breaker"]["cap"] == 6
+    assert out["unschedulable_nodes"] == 6
+    assert out["breaker"]["tripped"]
+    assert out["burst"]["outcomes"].get("done") == 6
+    assert out["burst"]["xid_to_unschedulable_ms"]["n"] == 6
