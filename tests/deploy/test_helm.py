@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,6 +207,66 @@ def test_monitoring_objects_are_rendered_only_when_enabled(helm: str) -> None:
     assert service["spec"]["selector"].items() <= agent["spec"]["template"]["metadata"]["labels"].items()
     rules = next(d for d in docs if d["kind"] == "PrometheusRule")["spec"]["groups"][0]["rules"]
     assert "XidpipeAgentDown" in {r["alert"] for r in rules}
+
+
+def test_every_service_is_probed_and_scraped_on_its_metrics_endpoint(helm: str) -> None:
+    docs = render(helm, [PRODUCTION], "serviceMonitor.enabled=true")
+    workloads = {d["metadata"]["name"].removeprefix("xidpipe-"): d for d in docs if d["kind"] in WORKLOADS}
+    services = [d for d in docs if d["kind"] == "Service"]
+    monitors = {d["metadata"]["name"].removeprefix("xidpipe-"): d for d in docs if d["kind"] == "ServiceMonitor"}
+    assert set(monitors) == {"agent", "worker", "respond", "web"}
+    for name, monitor in monitors.items():
+        container = pod_spec(workloads[name])["containers"][0]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        endpoint = monitor["spec"]["endpoints"][0]
+        assert endpoint["path"] == "/metrics" and endpoint["port"] in ports, name
+        service = next(s for s in services if monitor["spec"]["selector"]["matchLabels"].items()
+                       <= s["metadata"]["labels"].items())
+        assert service["spec"]["selector"].items() <= workloads[name]["spec"]["template"]["metadata"]["labels"].items()
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz", name
+        assert container["livenessProbe"]["httpGet"]["port"] in ports
+        if name != "agent":  # the agent's readiness would only say Kafka is away: it spools meanwhile
+            assert container["readinessProbe"]["httpGet"]["path"] == "/readyz", name
+    from respond.responder import RespondSettings
+    from streams.settings import WorkerSettings
+
+    for name, settings in (("worker", WorkerSettings), ("respond", RespondSettings)):
+        prefix = str(settings.model_config["env_prefix"]).upper()
+        container = pod_spec(workloads[name])["containers"][0]
+        env = {e["name"]: e for e in container["env"]}
+        assert env[f"{prefix}METRICS_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+        assert int(env[f"{prefix}METRICS_PORT"]["value"]) == container["ports"][0]["containerPort"]
+
+
+def test_the_dashboard_and_the_alerts_query_only_metrics_the_services_expose(helm: str) -> None:
+    from agents.metrics import Metrics
+    from service.metrics import ResponderMetrics, WebMetrics, WorkerMetrics, exposed_names
+
+    services = [WorkerMetrics(), ResponderMetrics(), WebMetrics()]
+    known = {"up"} | exposed_names(Metrics().registry)
+    for m in services:
+        known |= exposed_names(m.registry)
+    docs = render(helm, [PRODUCTION], "prometheusRule.enabled=true", "dashboard.enabled=true")
+    board_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "xidpipe-dashboard")
+    assert board_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    board = json.loads(board_map["data"]["xidpipe.json"])
+    panel_exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    rules = [r for d in docs if d["kind"] == "PrometheusRule" for g in d["spec"]["groups"] for r in g["rules"]]
+    assert {"XidpipeBreakerTripped", "XidpipeConsumerLagHigh", "XidpipeConsumerLagGrowing", "XidpipeDeadLetters",
+            "XidpipeAgentDown", "XidpipeAgentsAbsent", "XidpipeWorkerDown", "XidpipeResponderDown"} <= {
+        r["alert"] for r in rules}
+
+    def queried(exprs: list[str]) -> set[str]:
+        return {m for e in exprs for m in re.findall(r"\b(?:xidpipe_[a-z0-9_]+|up)\b(?=\s*[{\[)=<> ]|$)", e)}
+
+    assert queried(panel_exprs) - known == set()
+    assert queried([r["expr"] for r in rules]) - known == set()
+    # Every metric of the worker, the responder and the web has a panel.
+    families = {f.name for m in services for f in m.registry.collect()}
+    on_board = " ".join(panel_exprs)
+    assert [f for f in sorted(families) if not re.search(rf"\b{f}(_total|_bucket|_sum|_count)?\b", on_board)] == []
+
 
 
 # --- admission by the real kube-apiserver -------------------------------------------------------

@@ -23,12 +23,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--partitions", type=int, help="partitions of the topics it creates (default 8)")
     p.add_argument("--cluster", help="cluster name, the key of fleet incidents (default 'default')")
     p.add_argument("--datadir", type=Path, help="Faust data directory (default var/faust)")
+    p.add_argument("--metrics-host", help="address of /metrics, /healthz and /readyz (default 127.0.0.1)")
+    p.add_argument("--metrics-port", type=int, help="their port (default 9465)")
     p.add_argument("--log-level", help="crit, error, warn, info or debug (default info)")
     p.set_defaults(func=run)
 
 
 _OPTIONS = ("bootstrap_servers", "database_url", "app_id", "topic_prefix", "partitions", "cluster", "datadir",
-            "log_level")
+            "log_level", "metrics_host", "metrics_port")
 
 
 def run(args: argparse.Namespace) -> int:
