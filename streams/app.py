@@ -32,7 +32,7 @@ import sqlalchemy as sa
 
 from models.topics import Topology, topology
 from streams.decode import DeadLetter
-from streams.ingest import Ref
+from streams.ingest import IngestBounds, Ref
 from streams.intake import IntakeResult, Message
 from streams.observe import HEARTBEAT_S, WorkerObserver
 from streams.outbox import Outgoing
@@ -124,7 +124,9 @@ class Pipeline:
         self._sent_since = 0.0  # when the oldest of them was published (monotonic)
         self.kinds = {t.name: t_kinds for t in topo.inputs if (t_kinds := topo.kinds_for(t.name))}
         self.store = AsyncStore(settings.database_url, settings.policy, settings.cluster, kinds=self.kinds,
-                                process=settings.store_process, log_level=logging.getLogger().level)
+                                process=settings.store_process, log_level=logging.getLogger().level,
+                                bounds=IngestBounds(settings.parser_max_nodes, settings.parser_node_idle_s,
+                                                    settings.parser_remembered_nodes))
         self._batch_id = 0
         self._acks = _Acks()
         self._stream: Any = None  # the agent's stream, once it runs: acknowledgements go through it
@@ -420,7 +422,7 @@ class _PermanentError(Exception):
 
 def _identity_gate(settings: WorkerSettings) -> Any:
     if not settings.verify_node_identity:
-        log.warning("node identity is not verified (XIDPIPE_VERIFY_NODE_IDENTITY=false): any client allowed to "
+        log.warning("node identity is not verified (XIDPIPE_WORKER_VERIFY_NODE_IDENTITY=false): any client allowed to "
                     "write the node topics can report faults for any node")
         return None
     from streams.node_identity import build_gate

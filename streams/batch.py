@@ -43,7 +43,7 @@ from streams.classification import (
 from streams.components import ComponentResolver
 from streams.fault_rows import EventDraft, FaultEventWriter, event_draft
 from streams.fleet import FleetBursts, FleetChecks
-from streams.node_history import HistoryCache, NodeHistories
+from streams.node_history import HistoryCache, NodeHistories, history_cache
 from streams.outbox import action_message, incident_message, insert_outbox
 from streams.pairing import merge, other_source, partner_candidates
 from streams.regroup import gpus_keeping_faults, move_to_gpu, window_start
@@ -57,7 +57,7 @@ _UPDATES_REMEMBERED = 100_000  # incidents whose last update time is kept
 class StoreCaches:
     """What one batch leaves for the next, in the store's process."""
 
-    histories: HistoryCache = field(default_factory=dict)
+    histories: HistoryCache = field(default_factory=history_cache)  # the nodes that faulted last (LRU)
     # Per incident: when its last update was published (monotonic).
     updates_sent: dict[str, float] = field(default_factory=dict)
     fleet_checked: FleetChecks = field(default_factory=dict)

@@ -20,6 +20,8 @@ from datetime import datetime
 from itertools import islice
 from typing import Any
 
+from cachetools import LRUCache
+
 from models.event_time import record_time
 from models.incidents import FaultObservation, observation_from_kernel
 from models.kernlog.lines import cut_line
@@ -40,7 +42,7 @@ from models.signals import observations
 
 log = logging.getLogger(__name__)
 
-_LINES_KEPT = 256  # lines remembered per node to map a finished record back to its first line
+_PREFIX_CACHE_SIZE = 64  # line prefixes (timestamps) parsed per node and remembered: a storm repeats a few
 
 Ref = tuple[str, int, int]  # where a kernel line came from: topic, partition, offset
 
@@ -70,20 +72,60 @@ class EvidenceItem:
 Item = StateItem | FaultItem | EvidenceItem
 
 
+@dataclass(frozen=True, slots=True)
+class IngestBounds:
+    """How much kernel-log state the intake keeps per node, and for how many nodes (`Ingest`)."""
+
+    max_nodes: int = 20_000  # parsers kept; past it the least recently fed are closed and dropped
+    node_idle_s: float = 900.0  # a node without a kernel line for this long: its parser is closed and dropped
+    remembered_nodes: int = 100_000  # what dropped parsers knew of their GPUs (`_NodeMemory`), kept for their return
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeMemory:
+    """What a node's parser learnt from earlier lines and needs for later ones: the PCI addresses of
+    its GPUs and of their root ports (an AER report names the port), and each device's count of
+    correctable AER reports. It outlives the parser, so a node that comes back parses as before."""
+
+    known_gpus: frozenset[str]
+    gpu_root_ports: frozenset[str]
+    correctable: tuple[tuple[str, int], ...]
+
+
 class _Parser(KernelLogParser):
+    def __init__(self, messages: dict[str, Any], memory: _NodeMemory | None) -> None:
+        super().__init__()
+        # Recognising a message is a pure function of its text: one cache serves every node's parser
+        # (the parser keeps it to its size). A line's prefix depends on the parser's clock: a few per node.
+        self._message_cache = messages
+        self._prefix_cache = LRUCache(maxsize=_PREFIX_CACHE_SIZE)  # type: ignore[assignment]
+        if memory is not None:
+            self._known_gpus = set(memory.known_gpus)
+            self._gpu_root_ports = set(memory.gpu_root_ports)
+            self._correctable = dict(memory.correctable)
+
     @property
     def open_since(self) -> int | None:
         """The first line of the record still open (later lines may still change it); None if none is."""
         return self._open.record.line if self._open is not None else None
 
+    def memory(self) -> _NodeMemory | None:
+        if not (self._known_gpus or self._gpu_root_ports or self._correctable):
+            return None
+        return _NodeMemory(frozenset(self._known_gpus), frozenset(self._gpu_root_ports),
+                           tuple(self._correctable.items()))
+
 
 class _NodeParser:
     __slots__ = ("emitted", "last_fed", "lineno", "lines", "parser", "pending", "reported", "topic")
 
-    def __init__(self, topic: str) -> None:
-        self.parser = _Parser()
-        self.lines: OrderedDict[int, KernelLine] = OrderedDict()
-        self.emitted: dict[int, int] = {}
+    def __init__(self, topic: str, messages: dict[str, Any], memory: _NodeMemory | None) -> None:
+        self.parser = _Parser(messages, memory)
+        # The lines a record may still name as its first: the open record's first line, and while it is
+        # fed, the current one. A record's first line is one of them (the parser closes the open record
+        # or makes one of the current line), so no other line is kept.
+        self.lines: dict[int, KernelLine] = {}
+        self.emitted: dict[int, int] = {}  # per line kept: how many records were made of it so far
         self.lineno = 0
         self.last_fed = time.monotonic()
         self.topic = topic
@@ -92,14 +134,46 @@ class _NodeParser:
         self.pending: deque[tuple[int, Ref]] = deque()
         self.reported = 0
 
+    def keep_open_line(self) -> None:
+        """Forget every line but the open record's first."""
+        since = self.parser.open_since
+        first = self.lines.get(since) if since is not None else None
+        if len(self.lines) == (first is not None):
+            return
+        count = self.emitted.get(since) if since is not None else None
+        self.lines.clear()
+        self.emitted.clear()
+        if since is not None and first is not None:
+            self.lines[since] = first
+            if count is not None:
+                self.emitted[since] = count
+
+
+@dataclass(slots=True)
+class _Expiry:
+    """Parsers dropped (a node idle past `IngestBounds.node_idle_s`, or past `max_nodes`) since the start."""
+
+    idle: int = 0
+    over_size: int = 0
+    records_closed: int = 0  # open records the drop closed (and handed on, like `flush_idle`'s)
+
 
 class Ingest:
-    """Stateful only in the per-node parsers; everything else is a pure mapping."""
+    """Stateful only in the per-node parsers (bounded: `IngestBounds`); everything else is a pure mapping."""
 
-    def __init__(self) -> None:
-        self._parsers: dict[str, _NodeParser] = {}
+    def __init__(self, bounds: IngestBounds | None = None) -> None:
+        self.bounds = bounds or IngestBounds()
+        self._parsers: OrderedDict[str, _NodeParser] = OrderedDict()  # least recently fed first
         self._unreported: set[str] = set()  # nodes with held lines not yet reported by `holds`
         self._released: list[Ref] = []  # lines reported held whose record has since been closed
+        self._messages: dict[str, Any] = {}  # recognised message texts, shared by the parsers
+        self._memory: LRUCache[str, _NodeMemory] = LRUCache(maxsize=self.bounds.remembered_nodes)
+        self.expired = _Expiry()
+
+    @property
+    def nodes(self) -> int:
+        """Nodes with a parser now."""
+        return len(self._parsers)
 
     def items(self, record: NodeRecord, topic: str, ref: Ref | None = None) -> list[Item]:
         """The items of one record; `ref` (where a kernel line came from) makes `holds` track its line."""
@@ -133,13 +207,16 @@ class Ingest:
     def _kernel(self, line: KernelLine, topic: str, ref: Ref | None) -> list[Item]:
         np = self._parsers.get(line.node)
         if np is None:
-            np = self._parsers[line.node] = _NodeParser(topic)
+            np = self._parsers[line.node] = _NodeParser(topic, self._messages, self._memory.pop(line.node, None))
+            if len(self._parsers) > self.bounds.max_nodes:
+                self._drop_closed_oldest()
+        else:
+            self._parsers.move_to_end(line.node)
         np.lineno += 1
         np.lines[np.lineno] = line
-        while len(np.lines) > _LINES_KEPT:
-            np.lines.popitem(last=False)
         np.last_fed = time.monotonic()
         out = self._convert(np, np.parser.feed(cut_line(line.message), np.lineno))  # held to MAX_LINE_CHARS
+        np.keep_open_line()
         since = np.parser.open_since
         if ref is not None and since is not None:
             np.pending.append((np.lineno, ref))
@@ -147,6 +224,21 @@ class Ingest:
         if np.pending:
             self._settle(np, since)
         return out
+
+    def _drop_closed_oldest(self) -> None:
+        """Past `max_nodes`: drop the least recently fed parser if it holds no open record (one that
+        does is closed, stored and dropped by the next `flush_idle`)."""
+        node, oldest = next(iter(self._parsers.items()))
+        if oldest.parser.open_since is None and not oldest.pending:
+            self._drop(node, oldest)
+            self.expired.over_size += 1
+
+    def _drop(self, node: str, np: _NodeParser) -> None:
+        del self._parsers[node]
+        self._unreported.discard(node)
+        memory = np.parser.memory()
+        if memory is not None:
+            self._memory[node] = memory
 
     def _settle(self, np: _NodeParser, since: int | None) -> None:
         """Let go of the lines before the open record (of all of them when none is open)."""
@@ -183,12 +275,30 @@ class Ingest:
         return len(nodes)
 
     def flush_idle(self, idle_s: float) -> list[Item]:
-        """Close the records of nodes that sent no kernel line for `idle_s` seconds."""
+        """Close the records of nodes that sent no kernel line for `idle_s` seconds; then drop the
+        parsers of nodes idle for `IngestBounds.node_idle_s` and of the least recently fed nodes past
+        `max_nodes`, closing their records first: the items returned hold every record closed, and
+        `holds` reports their lines released."""
         now = time.monotonic()
         out: list[Item] = []
         for np in self._parsers.values():
             if now - np.last_fed >= idle_s:
                 out.extend(self._finish(np))
+        over = len(self._parsers) - self.bounds.max_nodes
+        while self._parsers:
+            node, np = next(iter(self._parsers.items()))
+            idle = now - np.last_fed >= self.bounds.node_idle_s
+            if not idle and over <= 0:
+                break
+            closed = self._finish(np)
+            self.expired.records_closed += len(closed)
+            out.extend(closed)
+            self._drop(node, np)
+            over -= 1
+            if idle:
+                self.expired.idle += 1
+            else:
+                self.expired.over_size += 1
         return out
 
     def flush_all(self) -> list[Item]:
@@ -199,6 +309,7 @@ class Ingest:
 
     def _finish(self, np: _NodeParser) -> list[Item]:
         out = self._convert(np, np.parser.finish())
+        np.keep_open_line()
         if np.pending:
             self._settle(np, None)
         return out
@@ -211,8 +322,6 @@ class Ingest:
                 continue  # its first line is long gone: cannot be attributed to a record id
             index = np.emitted.get(rec.line, 0)
             np.emitted[rec.line] = index + 1
-            if len(np.emitted) > _LINES_KEPT:
-                np.emitted.pop(next(iter(np.emitted)))
             if rec.kind == "gpu_identity":
                 if rec.pci:
                     at = record_time(rec, line).at

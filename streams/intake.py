@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from history.tables import EvidenceRecord, FaultEvent, NodeState
 from streams.decode import DeadLetter, decode_message
-from streams.ingest import EvidenceItem, FaultItem, Ingest, Item, Ref
+from streams.ingest import EvidenceItem, FaultItem, Ingest, IngestBounds, Item, Ref
 from streams.outbox import Outgoing
 from streams.store import BatchResult, Store
 
@@ -67,10 +67,10 @@ class Intake:
     (after a transient database error) stores the same items, and the parsers see each line once.
     """
 
-    def __init__(self, store: Store, kinds: dict[str, frozenset[str]]) -> None:
+    def __init__(self, store: Store, kinds: dict[str, frozenset[str]], bounds: IngestBounds | None = None) -> None:
         self.store = store
         self.kinds = kinds
-        self.ingest = Ingest()
+        self.ingest = Ingest(bounds)  # per-node parsers, bounded in number and idle time
         self._prepared: _Prepared | None = None
         self._unstored: tuple[list[Item], list[Ref]] = ([], [])  # closed by `flush_idle`, not yet stored
 
@@ -145,7 +145,8 @@ class Intake:
         return prepared, dead
 
     def flush_idle(self, idle_s: float) -> IntakeResult:
-        """Store the kernel records of nodes quiet for `idle_s` seconds (see `Ingest.flush_idle`).
+        """Store the kernel records of nodes quiet for `idle_s` seconds, and those of the nodes whose
+        parsers expire (idle past `IngestBounds.node_idle_s`, or past `max_nodes`: see `Ingest.flush_idle`).
 
         If the transaction fails, the records (and the messages they release) are stored by the next call.
         """

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
+from cachetools import LRUCache
 from sqlalchemy.orm import Session
 
 from history.tables import NodeState
@@ -17,8 +18,15 @@ from models.node_records import DeviceAssignment, GpuInfo, GpuProcess
 # Snapshot kinds (each replaces the one before); identity lines are facts of their own and are not.
 _SNAPSHOT_KINDS = ("inventory", "pods", "processes")
 
-# Per node: (highest node_state id, start, history) of the last history loaded.
-HistoryCache = dict[str, tuple[int, datetime, NodeHistory]]
+# Per node: (highest node_state id, start, history) of the last history loaded, for the nodes that
+# faulted most recently (a history of 8 GPUs with pods and processes holds tens of KB; a node past
+# the bound is read from node_states again at its next fault).
+HistoryCache = LRUCache[str, tuple[int, datetime, NodeHistory]]
+HISTORIES_KEPT = 2_000
+
+
+def history_cache(size: int = HISTORIES_KEPT) -> HistoryCache:
+    return LRUCache(maxsize=size)
 
 
 class NodeHistories:

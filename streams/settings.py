@@ -59,6 +59,21 @@ class WorkerSettings(KafkaClientSecurity, BaseSettings):
         description="a multi-line kernel record (identity + serial, fallen off the bus) still open after this "
         "long without a new line from its node is closed and handled",
     )
+    parser_max_nodes: int = Field(
+        default=20_000, ge=1,
+        description="kernel-log parsers kept, one per node that sent lines: past this many the least recently fed "
+        "are closed (their open record stored first) and dropped. A parser holds a few KB, so 20,000 cost ~100 MB",
+    )
+    parser_node_idle_s: float = Field(
+        default=900.0, gt=0,
+        description="a node that sent no kernel line for this long has its parser closed and dropped (a healthy node "
+        "sends GPU lines rarely); what it learnt of the node's GPUs is kept for its next line",
+    )
+    parser_remembered_nodes: int = Field(
+        default=100_000, ge=1,
+        description="nodes whose dropped parser's GPU addresses, root ports and correctable AER counts are kept "
+        "(about 300 bytes each), so a node that comes back parses as if never dropped",
+    )
     sweep_interval_s: float = Field(
         default=10.0, gt=0, description="how often quiet incidents are resolved and unsent outbox rows resent"
     )

@@ -11,6 +11,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from models.stream_policy import PipelinePolicy
+from streams.ingest import IngestBounds
 from streams.intake import Intake, IntakeResult, Message
 from streams.outbox import Outgoing
 from streams.store import Store
@@ -35,11 +36,12 @@ class AsyncStore:
 
     def __init__(self, url: str, policy: PipelinePolicy | None = None, cluster: str = "default", *,
                  kinds: dict[str, frozenset[str]] | None = None, process: bool = True,
-                 log_level: int = logging.INFO) -> None:
+                 log_level: int = logging.INFO, bounds: IngestBounds | None = None) -> None:
         self._args = (url, (policy or PipelinePolicy()).model_dump(mode="json"), cluster, dict(kinds or {}),
-                      log_level)
+                      log_level, bounds)
         self._process = process
-        self.intake: Intake | None = None if process else Intake(Store(url, policy, cluster), dict(kinds or {}))
+        self.intake: Intake | None = None if process else Intake(Store(url, policy, cluster), dict(kinds or {}),
+                                                                 bounds)
         self._executor: Executor = self._new_executor()
 
     def _new_executor(self) -> Executor:
@@ -103,7 +105,7 @@ _PROCESS_INTAKE: Intake | None = None  # in the store process: the one Intake
 
 
 def _start_store_process(url: str, policy: dict[str, Any], cluster: str, kinds: dict[str, frozenset[str]],
-                         log_level: int) -> None:
+                         log_level: int, bounds: IngestBounds | None = None) -> None:
     """In the store process: die with the worker, leave signals to it, log like it, open the store."""
     import os
     import signal
@@ -120,7 +122,7 @@ def _start_store_process(url: str, policy: dict[str, Any], cluster: str, kinds: 
         if os.getppid() == 1:  # the worker was gone before the line above
             os._exit(1)
     logging.basicConfig(level=log_level, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
-    _PROCESS_INTAKE = Intake(Store(url, PipelinePolicy.model_validate(policy), cluster), kinds)
+    _PROCESS_INTAKE = Intake(Store(url, PipelinePolicy.model_validate(policy), cluster), kinds, bounds)
 
 
 def _call_intake(method: str, args: tuple[Any, ...]) -> Any:
