@@ -6,6 +6,10 @@ keyed by node name; they share one partition count, so one partition holds every
 published (co-partitioning: no repartition topics). The outputs are keyed by node, except the
 fleet incidents (incidents of component `fleet`), which are keyed by cluster. The responder reports
 what it did with each action request on `<actions>.completed`.
+
+Each topic also declares its broker configuration (`TopicConfig`), which `streams.topics.ensure_topics`
+applies when it creates the topic and reconciles on a topic that exists: cleanup policy, retention,
+the largest record, and the in-sync replicas an `acks=all` write needs.
 """
 
 from __future__ import annotations
@@ -17,6 +21,67 @@ from models import node_records
 INCIDENTS_TOPIC = "xidpipe.incidents"
 ACTIONS_TOPIC = "xidpipe.actions"
 COMPLETED_TOPIC = f"{ACTIONS_TOPIC}.completed"  # what the responder did with each action request
+
+
+DAY_MS = 86_400_000
+BROKER_MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default `max.message.bytes`
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """A topic's broker configuration, and why."""
+
+    cleanup_policy: str  # "delete" or "compact"
+    retention_ms: int
+    max_message_bytes: int
+    reason: str
+
+    def broker_configs(self, replication_factor: int) -> dict[str, str]:
+        """The topic configs to set, as the broker names them."""
+        return {"cleanup.policy": self.cleanup_policy, "retention.ms": str(self.retention_ms),
+                "max.message.bytes": str(self.max_message_bytes),
+                "min.insync.replicas": str(min_insync_replicas(replication_factor))}
+
+
+def min_insync_replicas(replication_factor: int) -> int:
+    """Replicas an `acks=all` write must reach: 2 of 3 (or more) survives one broker down without losing an
+    acknowledged record; with fewer replicas, 1, or one broker down would stop every write."""
+    return 2 if replication_factor >= 3 else 1
+
+
+# Node records: a weekend outage of the worker (Friday evening to Monday morning, ~64 h) plus a margin;
+# the agent itself spools and retries for 7 days, so the topic keeps what the agent could still send.
+_NODE_RETENTION_MS = 7 * DAY_MS
+_DEAD_LETTER_RETENTION_MS = 30 * DAY_MS  # someone reads dead letters by hand, after the incident
+_EVIDENCE_MAX_BYTES = 4 * 1024 * 1024  # the agent's `max_request_size`: a capture of several 256 KiB items
+
+_CONFIGS = {
+    "kernel": TopicConfig("delete", _NODE_RETENTION_MS, BROKER_MAX_MESSAGE_BYTES,
+                          "events: every kernel line counts; survive a weekend outage of the worker"),
+    "state": TopicConfig("delete", _NODE_RETENTION_MS, BROKER_MAX_MESSAGE_BYTES,
+                         "not compacted: one key (the node) carries four record kinds (inventory, pods, processes, "
+                         "spool drops), so compaction would keep only the last of them, and the worker keeps each "
+                         "node's state history (valid_from) for attribution, which needs every change"),
+    "nvml": TopicConfig("delete", _NODE_RETENTION_MS, BROKER_MAX_MESSAGE_BYTES, "events"),
+    "evidence": TopicConfig("delete", _NODE_RETENTION_MS, _EVIDENCE_MAX_BYTES,
+                            "records up to the agent's 4 MiB request size (nvidia-smi -q, dmesg, lspci captures)"),
+    "incidents": TopicConfig("delete", _NODE_RETENTION_MS, BROKER_MAX_MESSAGE_BYTES,
+                             "change events of incidents; the history is in SQL"),
+    "actions": TopicConfig("delete", _NODE_RETENTION_MS, BROKER_MAX_MESSAGE_BYTES,
+                           "requests: a responder down for a weekend still finds them"),
+    "completed": TopicConfig("delete", _NODE_RETENTION_MS, BROKER_MAX_MESSAGE_BYTES, "results"),
+}
+
+
+def dead_letter_config(source: TopicConfig) -> TopicConfig:
+    """A dead letter repeats the original bytes in base64 inside JSON: 4/3 of them, plus the reason."""
+    return TopicConfig("delete", _DEAD_LETTER_RETENTION_MS, source.max_message_bytes * 2,
+                       "kept for a month, for someone to read; twice the source's largest record")
+
+
+def config_changes(wanted: dict[str, str], current: dict[str, str | None]) -> dict[str, str]:
+    """The configs of `wanted` whose value on the broker (`current`) differs."""
+    return {k: v for k, v in wanted.items() if current.get(k) != v}
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +96,15 @@ class TopicSpec:
     @property
     def names(self) -> tuple[str, str]:
         return self.name, self.dead_letter
+
+    @property
+    def config(self) -> TopicConfig:
+        return _CONFIGS[self.role]
+
+    def broker_configs(self, replication_factor: int) -> dict[str, dict[str, str]]:
+        """Per name (the topic and its dead-letter twin): the broker configs it should have."""
+        return {self.name: self.config.broker_configs(replication_factor),
+                self.dead_letter: dead_letter_config(self.config).broker_configs(replication_factor)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,86 @@
+"""`ensure_topics` creates the topics with their declared configuration and reconciles it on topics
+that exist, on the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+import pytest
+
+from models.topics import DAY_MS, min_insync_replicas, topology
+from streams.topics import ensure_topics, reconcile_configs, topic_configs
+
+pytestmark = pytest.mark.kafka
+
+CHECKED = ("cleanup.policy", "retention.ms", "max.message.bytes", "min.insync.replicas")
+
+
+async def _configs(bootstrap: str, names: list[str]) -> dict[str, dict[str, str | None]]:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return await topic_configs(admin, names)
+    finally:
+        await admin.close()
+
+
+def test_topics_are_created_with_their_declared_configs(kafka_bootstrap: str) -> None:
+    topo = topology(f"cfg-{uuid.uuid4().hex[:6]}.", partitions=3)
+    created = asyncio.run(ensure_topics(kafka_bootstrap, topo))
+    names = [n for t in topo.all for n in t.names]
+    assert sorted(created) == sorted(names)
+    got = asyncio.run(_configs(kafka_bootstrap, names))
+    kernel, evidence, state = got[topo.kernel.name], got[topo.evidence.name], got[topo.state.name]
+    assert kernel["cleanup.policy"] == "delete" and kernel["retention.ms"] == str(7 * DAY_MS)
+    assert state["cleanup.policy"] == "delete"  # one key carries four record kinds: not compacted
+    assert int(evidence["max.message.bytes"] or 0) >= 4 * 1024 * 1024
+    assert got[topo.kernel.dead_letter]["retention.ms"] == str(30 * DAY_MS)
+    assert kernel["min.insync.replicas"] == str(min_insync_replicas(1))
+    for t in topo.all:
+        for name, wanted in t.broker_configs(1).items():
+            assert {k: got[name][k] for k in CHECKED} == wanted, name
+
+
+def test_an_existing_topic_with_another_retention_is_reconciled(kafka_bootstrap: str,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    topo = topology(f"cfg-{uuid.uuid4().hex[:6]}.", partitions=2)
+
+    async def make_drifted() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(topo.kernel.name, 2, 1, topic_configs={
+                "retention.ms": str(3_600_000), "segment.bytes": str(64 * 1024 * 1024)})])
+        finally:
+            await admin.close()
+
+    asyncio.run(make_drifted())
+    with caplog.at_level(logging.WARNING, logger="streams.topics"):
+        created = asyncio.run(ensure_topics(kafka_bootstrap, topo))
+    assert topo.kernel.name not in created
+    deadline = time.monotonic() + 30  # the broker applies a config change shortly after it answers
+    while True:
+        got = asyncio.run(_configs(kafka_bootstrap, [topo.kernel.name]))[topo.kernel.name]
+        if got["retention.ms"] == str(7 * DAY_MS) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert got["retention.ms"] == str(7 * DAY_MS)
+    assert got["segment.bytes"] == str(64 * 1024 * 1024)  # an incremental change: other configs stay
+    assert any(topo.kernel.name in r.getMessage() and "retention.ms" in r.getMessage() for r in caplog.records)
+
+    async def again() -> dict[str, dict[str, str]]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            return await reconcile_configs(admin, topo.kernel.broker_configs(1))
+        finally:
+            await admin.close()
+
+    assert asyncio.run(again()) == {}  # nothing differs any more: nothing is changed
