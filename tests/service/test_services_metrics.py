@@ -136,6 +136,107 @@ def start_agents(stack: ExitStack, bootstrap: str, tmp_path: Path) -> dict[str, 
     return agents
 
 
+def check_agents(agents: dict[str, tuple[str, subprocess.Popen[bytes]]]) -> float:
+    """The agents read their whole logs and Kafka took every record; returns the records acknowledged."""
+    for node, (base, _) in agents.items():
+        def published(base: str = base) -> bool:
+            code, text = call(f"{base}/metrics")
+            return code == 200 and "xidpipe_agent_kernel_lines_read_total" in text and \
+                total(scrape(base), "xidpipe_agent_spool_pending") == 0 and \
+                total(scrape(base), "xidpipe_agent_records_acked_total") > 0
+        wait_for(f"agent {node} to publish its log", published, TIMEOUT_S)
+    acked = 0.0
+    for node, (base, _) in agents.items():
+        m = scrape(base)
+        lines = sum(1 for _ in (sample_dir() / f"{node}.log").open())
+        assert total(m, "xidpipe_agent_kernel_lines_read_total") == lines
+        kept = total(m, "xidpipe_agent_prefilter_kept_total")
+        assert kept > 0 and kept + total(m, "xidpipe_agent_prefilter_dropped_total") == lines
+        assert total(m, "xidpipe_agent_kafka_connected") == 1 and total(m, "xidpipe_agent_spool_bytes") >= 0
+        acked += total(m, "xidpipe_agent_records_acked_total")
+        assert call(f"{base}/healthz")[0] == 200 and call(f"{base}/readyz")[0] == 200
+    return acked
+
+
+def check_worker(base: str, engine: sa.Engine, kernel_topic: str, acked: float) -> None:
+    wait_for("the worker's lag to read 0 on every partition", lambda: (
+        (lag := series(scrape(base), "xidpipe_worker_consumer_lag", "topic"))
+        and kernel_topic in lag and sum(lag.values()) == 0), 30)
+    with engine.connect() as conn:
+        by_class = {c or "unknown": n for c, n in conn.execute(sa.text(
+            "SELECT catalog_category, count(*) FROM fault_events GROUP BY catalog_category"))}
+        # Incidents opened, as the incidents topic told (one opened and merged within a batch is not).
+        opened = [p["incident"] for (p,) in conn.execute(sa.select(OutboxMessage.payload).where(
+            OutboxMessage.stream == "incidents")) if p["change"] == "opened"]
+    w = scrape(base)
+    assert {"hardware", "application"} <= set(by_class)  # what the sample cluster has
+    assert series(w, "xidpipe_worker_fault_events_total", "class") == by_class
+    assert total(w, "xidpipe_worker_xid_to_incident_seconds_count") == sum(by_class.values())
+    assert total(w, "xidpipe_worker_xid_to_incident_seconds_sum") > 0
+    assert total(w, "xidpipe_worker_incidents_opened_total") == len(opened) > 0
+    assert series(w, "xidpipe_worker_incidents_opened_total", "component") == {
+        c: sum(1 for i in opened if i["component"] == c) for c in {i["component"] for i in opened}}
+    assert total(w, "xidpipe_worker_messages_consumed_total", topic=kernel_topic) >= acked + 1
+    assert total(w, "xidpipe_worker_messages_consumed_total") >= acked + len(sample_state()) + 1
+    assert series(w, "xidpipe_worker_dead_letters_total", "topic") == {kernel_topic: 1}
+    assert total(w, "xidpipe_worker_batch_messages_count") > 0 and total(w, "xidpipe_worker_batch_seconds_sum") > 0
+    assert call(f"{base}/healthz")[0] == 200 and call(f"{base}/readyz")[0] == 200
+
+
+def check_responder(base: str, broker: str, group: str, responder: subprocess.Popen[bytes]) -> None:
+    """Every action request handled: dry-run cordons, outbox tickets and messages."""
+    actions = topology("", 1).actions.name
+    wait_for("the responder to commit every action request", lambda: asyncio.run(
+        group_lag(broker, group, [actions])) == 0 and responder.poll() is None, TIMEOUT_S)
+    r = wait_for("a chat message sent", lambda: (m := scrape(base)) and total(
+        m, "xidpipe_responder_chat_deliveries_total", sink="outbox", action="send") > 0 and m, 30)
+    consumed = total(r, "xidpipe_responder_actions_consumed_total")
+    assert total(r, "xidpipe_responder_actions_consumed_total", kind="cordon_candidate") > 0
+    assert total(r, "xidpipe_responder_action_lag_seconds_count") == consumed > 0
+    assert total(r, "xidpipe_responder_cordons_total", outcome="dry_run") > 0
+    assert total(r, "xidpipe_responder_ticket_deliveries_total", sink="outbox", status="done") > 0
+    assert total(r, "xidpipe_responder_breaker_tripped") == 0
+    assert total(r, "xidpipe_responder_dead_letters_total") == 0
+    assert call(f"{base}/healthz")[0] == 200 and call(f"{base}/readyz")[0] == 200
+
+
+def check_web(stack: ExitStack, db_url: str, port: int, tmp_path: Path) -> str:
+    """`xidpipe serve` counts requests by route and status; returns its address."""
+    tokens = tmp_path / "api-tokens"
+    tokens.write_text(f"reader read {READ_TOKEN}\n")
+    tokens.chmod(0o600)
+    web = spawn(stack, [sys.executable, "-m", "xidpipe.cli", "serve", "--database-url", db_url, "--port",
+                        str(port), "--tokens-file", str(tokens)], tmp_path / "serve.log")
+    base = f"http://127.0.0.1:{port}"
+    wait_for("xidpipe serve", lambda: call(f"{base}/healthz")[0] == 200 or web.poll() is not None, 60)
+    code, body = call(f"{base}/api/v1/incidents?limit=100", READ_TOKEN)
+    assert code == 200 and json.loads(body)["total"] > 0
+    assert call(f"{base}/api/v1/incidents")[0] == 401
+    m = scrape(base)
+    assert total(m, "xidpipe_web_requests_total", route="listIncidents", status="200") == 1
+    assert total(m, "xidpipe_web_requests_total", route="listIncidents", status="401") == 1
+    assert total(m, "xidpipe_web_request_seconds_count", route="listIncidents") == 2
+    assert call(f"{base}/readyz")[0] == 200
+    return base
+
+
+def check_not_ready_on_another_schema(engine: sa.Engine, *bases: str) -> None:
+    """A database at another schema: the services are not ready, say why, and stay live."""
+    with engine.begin() as conn:
+        head = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one()
+        conn.execute(sa.text(f"UPDATE {VERSION_TABLE} SET version_num = 'gone'"))
+    try:
+        for base in bases:
+            code, body = call(f"{base}/readyz")
+            assert code == 503 and "gone" in json.loads(body)["checks"]["database"], (base, body)
+            assert call(f"{base}/healthz")[0] == 200
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"UPDATE {VERSION_TABLE} SET version_num = :v"), {"v": head})
+    for base in bases:
+        assert call(f"{base}/readyz")[0] == 200
+
+
 def test_every_service_serves_metrics_and_health_after_the_samples_passed(broker: str, tmp_path: Path) -> None:
     db_url = f"sqlite:///{tmp_path / 'xidpipe.db'}"
     run = uuid.uuid4().hex[:6]
@@ -154,29 +255,7 @@ def test_every_service_serves_metrics_and_health_after_the_samples_passed(broker
         responder = spawn(stack, [sys.executable, "-m", "tests.service.responder_process", json.dumps({
             "bootstrap_servers": broker, "database_url": db_url, "topic_prefix": "", "group_id": f"respond-{run}",
             "metrics_port": responder_port, "outbox": str(tmp_path / "outbox")})], tmp_path / "responder.log")
-        tokens = tmp_path / "api-tokens"
-        tokens.write_text(f"reader read {READ_TOKEN}\n")
-        tokens.chmod(0o600)
-
-        # The agents read their whole logs and Kafka took every record.
-        for node, (base, _) in agents.items():
-            def published(base: str = base) -> bool:
-                code, text = call(f"{base}/metrics")
-                return code == 200 and "xidpipe_agent_kernel_lines_read_total" in text and \
-                    total(scrape(base), "xidpipe_agent_spool_pending") == 0 and \
-                    total(scrape(base), "xidpipe_agent_records_acked_total") > 0
-            wait_for(f"agent {node} to publish its log", published, TIMEOUT_S)
-        acked = 0.0
-        for node, (base, _) in agents.items():
-            m = scrape(base)
-            lines = sum(1 for _ in (sample_dir() / f"{node}.log").open())
-            assert total(m, "xidpipe_agent_kernel_lines_read_total") == lines
-            kept = total(m, "xidpipe_agent_prefilter_kept_total")
-            assert kept > 0 and kept + total(m, "xidpipe_agent_prefilter_dropped_total") == lines
-            assert total(m, "xidpipe_agent_kafka_connected") == 1 and total(m, "xidpipe_agent_spool_bytes") >= 0
-            acked += total(m, "xidpipe_agent_records_acked_total")
-            assert call(f"{base}/healthz")[0] == 200 and call(f"{base}/readyz")[0] == 200
-
+        acked = check_agents(agents)
         # A message no decoder takes: one dead letter, by topic and reason.
         from kafka import KafkaProducer
 
@@ -184,73 +263,10 @@ def test_every_service_serves_metrics_and_health_after_the_samples_passed(broker
         producer.send(kernel_topic, key=b"gpu-node-01", value=b"\xff not a record").get(30)
         producer.close()
         wait_caught_up(settings, TIMEOUT_S, worker)
-
-        worker_base = f"http://127.0.0.1:{worker_port}"
-        wait_for("the worker's lag to read 0 on every partition", lambda: (
-            (lag := series(scrape(worker_base), "xidpipe_worker_consumer_lag", "topic"))
-            and kernel_topic in lag and sum(lag.values()) == 0), 30)
         engine = sa.create_engine(db_url)
         stack.callback(engine.dispose)
-        with engine.connect() as conn:
-            by_class = {c or "unknown": n for c, n in conn.execute(sa.text(
-                "SELECT catalog_category, count(*) FROM fault_events GROUP BY catalog_category"))}
-            # Incidents opened, as the incidents topic told (one opened and merged within a batch is not).
-            opened = [p["incident"] for (p,) in conn.execute(sa.select(OutboxMessage.payload).where(
-                OutboxMessage.stream == "incidents")) if p["change"] == "opened"]
-        w = scrape(worker_base)
-        assert {"hardware", "application"} <= set(by_class)  # what the sample cluster has
-        assert series(w, "xidpipe_worker_fault_events_total", "class") == by_class
-        assert total(w, "xidpipe_worker_xid_to_incident_seconds_count") == sum(by_class.values())
-        assert total(w, "xidpipe_worker_xid_to_incident_seconds_sum") > 0
-        assert total(w, "xidpipe_worker_incidents_opened_total") == len(opened) > 0
-        assert series(w, "xidpipe_worker_incidents_opened_total", "component") == {
-            c: sum(1 for i in opened if i["component"] == c) for c in {i["component"] for i in opened}}
-        assert total(w, "xidpipe_worker_messages_consumed_total", topic=kernel_topic) >= acked + 1
-        assert total(w, "xidpipe_worker_messages_consumed_total") >= acked + len(sample_state()) + 1
-        assert series(w, "xidpipe_worker_dead_letters_total", "topic") == {kernel_topic: 1}
-        assert total(w, "xidpipe_worker_batch_messages_count") > 0 and total(w, "xidpipe_worker_batch_seconds_sum") > 0
-        assert call(f"{worker_base}/healthz")[0] == 200 and call(f"{worker_base}/readyz")[0] == 200
-
-        # The responder handled every action request: dry-run cordons, outbox tickets and messages.
-        responder_base = f"http://127.0.0.1:{responder_port}"
-        actions = topology("", 1).actions.name
-        wait_for("the responder to commit every action request", lambda: asyncio.run(
-            group_lag(broker, f"respond-{run}", [actions])) == 0 and responder.poll() is None, TIMEOUT_S)
-        r = wait_for("a chat message sent", lambda: (m := scrape(responder_base)) and total(
-            m, "xidpipe_responder_chat_deliveries_total", sink="outbox", action="send") > 0 and m, 30)
-        consumed = total(r, "xidpipe_responder_actions_consumed_total")
-        assert total(r, "xidpipe_responder_actions_consumed_total", kind="cordon_candidate") > 0
-        assert total(r, "xidpipe_responder_action_lag_seconds_count") == consumed > 0
-        assert total(r, "xidpipe_responder_cordons_total", outcome="dry_run") > 0
-        assert total(r, "xidpipe_responder_ticket_deliveries_total", sink="outbox", status="done") > 0
-        assert total(r, "xidpipe_responder_breaker_tripped") == 0
-        assert total(r, "xidpipe_responder_dead_letters_total") == 0
-        assert call(f"{responder_base}/healthz")[0] == 200 and call(f"{responder_base}/readyz")[0] == 200
-
-        # `xidpipe serve`: requests counted by route and status.
-        web = spawn(stack, [sys.executable, "-m", "xidpipe.cli", "serve", "--database-url", db_url, "--port",
-                            str(web_port), "--tokens-file", str(tokens)], tmp_path / "serve.log")
-        web_base = f"http://127.0.0.1:{web_port}"
-        wait_for("xidpipe serve", lambda: call(f"{web_base}/healthz")[0] == 200 or web.poll() is not None, 60)
-        code, body = call(f"{web_base}/api/v1/incidents?limit=100", READ_TOKEN)
-        assert code == 200 and json.loads(body)["total"] > 0
-        assert call(f"{web_base}/api/v1/incidents")[0] == 401
-        m = scrape(web_base)
-        assert total(m, "xidpipe_web_requests_total", route="listIncidents", status="200") == 1
-        assert total(m, "xidpipe_web_requests_total", route="listIncidents", status="401") == 1
-        assert total(m, "xidpipe_web_request_seconds_count", route="listIncidents") == 2
-        assert call(f"{web_base}/readyz")[0] == 200
-
-        # A database at another schema: the worker, the responder and the server are not ready, and say why.
-        with engine.begin() as conn:
-            head = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one()
-            conn.execute(sa.text(f"UPDATE {VERSION_TABLE} SET version_num = 'gone'"))
-        try:
-            for base in (worker_base, responder_base, web_base):
-                code, body = call(f"{base}/readyz")
-                assert code == 503 and "gone" in json.loads(body)["checks"]["database"], (base, body)
-                assert call(f"{base}/healthz")[0] == 200
-        finally:
-            with engine.begin() as conn:
-                conn.execute(sa.text(f"UPDATE {VERSION_TABLE} SET version_num = :v"), {"v": head})
-        assert call(f"{worker_base}/readyz")[0] == 200
+        worker_base, responder_base = f"http://127.0.0.1:{worker_port}", f"http://127.0.0.1:{responder_port}"
+        check_worker(worker_base, engine, kernel_topic, acked)
+        check_responder(responder_base, broker, f"respond-{run}", responder)
+        web_base = check_web(stack, db_url, web_port, tmp_path)
+        check_not_ready_on_another_schema(engine, worker_base, responder_base, web_base)
