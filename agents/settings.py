@@ -1,4 +1,8 @@
-"""The node agent's settings: one object, loaded once at start (env prefix `XIDPIPE_AGENT_`)."""
+"""The node agent's settings: one object, loaded once at start (`service.config`: its own settings as
+`XIDPIPE_AGENT_<NAME>` or `agent_<name>` in the config file, the shared ones as `XIDPIPE_<NAME>`).
+
+The agent is a Kafka principal of its own: its credentials are `XIDPIPE_AGENT_SASL_USERNAME`, ...
+"""
 
 from __future__ import annotations
 
@@ -8,16 +12,18 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from agents.kernlog.prefilter import DEFAULT_FAULT_PATTERNS, DEFAULT_KEEP_PATTERNS
 from models.kafka_security import KafkaClientSecurity
+from service.config import ServiceSettings, shared
 
 MiB = 1024 * 1024
 
 
-class AgentSettings(KafkaClientSecurity, BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="XIDPIPE_AGENT_", extra="ignore")
+class AgentSettings(KafkaClientSecurity, ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="XIDPIPE_AGENT_")
+    service = "agent"
 
     node: str = Field(
         default_factory=socket.gethostname,
@@ -55,7 +61,8 @@ class AgentSettings(KafkaClientSecurity, BaseSettings):
     )
 
     # --- Kafka ------------------------------------------------------------------------------
-    bootstrap_servers: str = "localhost:9092"
+    bootstrap_servers: str = shared("bootstrap_servers", "127.0.0.1:9092",
+                                    description="Kafka bootstrap servers, comma-separated")
     # security_protocol, sasl_*, ssl_*: `models.kafka_security.KafkaClientSecurity`.
     linger_ms: int = Field(default=2, ge=0, description="producer batching delay; latency budget is 50 ms")
     identity_token_file: Path | None = Field(
@@ -93,4 +100,3 @@ class AgentSettings(KafkaClientSecurity, BaseSettings):
     # --- health and metrics -----------------------------------------------------------------
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = Field(default=9464, description="/healthz and /metrics; None disables")
-    log_level: str = "INFO"

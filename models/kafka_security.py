@@ -2,7 +2,8 @@
 stream worker (Faust on aiokafka) and the responder (aiokafka).
 
 Each deployable's settings class inherits `KafkaClientSecurity`, so the fields read the same under
-each prefix: `XIDPIPE_AGENT_SASL_PASSWORD`, `XIDPIPE_SASL_PASSWORD`, `XIDPIPE_RESPOND_SASL_PASSWORD`.
+each principal's prefix: `XIDPIPE_AGENT_SASL_PASSWORD`, `XIDPIPE_WORKER_SASL_PASSWORD`,
+`XIDPIPE_RESPOND_SASL_PASSWORD`.
 The password is a `SecretStr`: it is never in a repr, a log line or an error; it leaves the object
 only in the options handed to the Kafka client.
 """

@@ -20,7 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 from sqlalchemy.orm import Session
 
 from history.engine import make_engine
@@ -38,26 +38,32 @@ from respond.observe import ResponderEndpoint, observe_request
 from respond.sinks.build import Sinks
 from respond.sinks.model import IncidentNotice
 from respond.steps import cordoned, record_step
+from service.config import ServiceSettings, shared
 from service.metrics import ResponderMetrics
 
 log = logging.getLogger(__name__)
 
 
-class RespondSettings(KafkaClientSecurity, BaseSettings):
-    """The responder's own settings (env prefix `XIDPIPE_RESPOND_`; Kafka TLS and SASL as
-    `models.kafka_security`: `XIDPIPE_RESPOND_SASL_PASSWORD`, ...); the executor and the sinks read
-    `XIDPIPE_ACTIONS_*` and `XIDPIPE_SINKS_*`."""
+class RespondSettings(KafkaClientSecurity, ServiceSettings):
+    """The responder's settings (`service.config`: its own as `XIDPIPE_RESPOND_<NAME>`, the shared ones
+    as `XIDPIPE_<NAME>`). The responder is a Kafka principal of its own: its credentials are
+    `XIDPIPE_RESPOND_SASL_PASSWORD`, ... The executor and the sinks read `XIDPIPE_ACTIONS_*` and
+    `XIDPIPE_SINKS_*`."""
 
-    model_config = SettingsConfigDict(env_prefix="XIDPIPE_RESPOND_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="XIDPIPE_RESPOND_")
+    service = "respond"
 
-    bootstrap_servers: str = Field(default="127.0.0.1:9092", description="Kafka bootstrap servers")
-    topic_prefix: str = Field(default="", description="the stream worker's topic prefix")
-    database_url: str = Field(default="sqlite:///var/xidpipe.db", description="the stream worker's database")
+    bootstrap_servers: str = shared("bootstrap_servers", "127.0.0.1:9092",
+                                    description="Kafka bootstrap servers, comma-separated")
+    topic_prefix: str = shared("topic_prefix", "", description="prepended to every topic name (the worker's)")
+    database_url: str = shared("database_url", "sqlite:///var/xidpipe.db",
+                               description="SQLAlchemy URL of the stream worker's database")
     group_id: str = Field(default="xidpipe-responder", description="Kafka consumer group")
-    cluster: str = Field(default="default", description="cluster name shown in dossiers")
-    partitions: int = Field(default=8, ge=1, description="for the pipeline's topics `xidpipe respond` creates when "
-                            "missing: the stream worker's partition count")
-    replication_factor: int = Field(default=1, ge=1, description="for the topics `xidpipe respond` creates")
+    cluster: str = shared("cluster", "default", description="the cluster's name: the key of its fleet incidents, "
+                          "shown in dossiers")
+    partitions: int = shared("partitions", 8, ge=1, description="partitions of the pipeline's topics it creates "
+                             "when missing: the stream worker's count")
+    replication_factor: int = shared("replication_factor", 1, ge=1, description="for the topics it creates")
     cordon_retry_initial_s: float = Field(
         default=2.0, gt=0, description="a cordon that failed as retryable (API 429/5xx or unreachable past its "
         "own call deadline) is tried again after this, then after twice as long each time")

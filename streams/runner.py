@@ -20,6 +20,7 @@ from typing import Any
 from models.kafka_security import KafkaClientSecurity
 from models.node_records import NodeRecord, encode_node_record, topic_for
 from models.topics import Topology, topology
+from service.config import env_name
 from streams.settings import WorkerSettings
 from streams.store import Store
 from streams.topics import aiokafka_security
@@ -35,9 +36,9 @@ def worker_env(settings: WorkerSettings) -> dict[str, str]:
     for key, value in data.items():
         if value is None:
             continue
-        env[f"XIDPIPE_{key.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+        env[env_name(WorkerSettings, key)] = str(value).lower() if isinstance(value, bool) else str(value)
     for key, value in settings.policy.model_dump(mode="json").items():
-        env[f"XIDPIPE_POLICY__{key.upper()}"] = (
+        env[f"XIDPIPE_WORKER_POLICY__{key.upper()}"] = (
             _json(value) if isinstance(value, list | tuple | dict) else str(value)
         )
     return env

@@ -1,6 +1,8 @@
-"""The stream worker's settings: one object, loaded once at start (env prefix `XIDPIPE_`).
+"""The stream worker's settings: one object, loaded once at start (`service.config`: its own settings
+as `XIDPIPE_WORKER_<NAME>` or `worker_<name>` in the config file, the shared ones as `XIDPIPE_<NAME>`).
 
-Policy values are nested: `XIDPIPE_POLICY__QUIET_PERIOD_S=3600`.
+Policy values are nested: `XIDPIPE_WORKER_POLICY__QUIET_PERIOD_S=3600`. The worker is a Kafka
+principal of its own: its credentials are `XIDPIPE_WORKER_SASL_USERNAME`, ...
 """
 
 from __future__ import annotations
@@ -8,33 +10,37 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from models.kafka_security import KafkaClientSecurity
 from models.node_identity import DEFAULT_AGENT_ACCOUNT, DEFAULT_AUDIENCE
 from models.stream_policy import PipelinePolicy
+from service.config import ServiceSettings, shared
 
 
-class WorkerSettings(KafkaClientSecurity, BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="XIDPIPE_", env_nested_delimiter="__", extra="ignore")
+class WorkerSettings(KafkaClientSecurity, ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="XIDPIPE_WORKER_")
+    service = "worker"
 
-    bootstrap_servers: str = Field(default="127.0.0.1:9092", description="Kafka bootstrap servers, comma-separated")
-    # security_protocol, sasl_*, ssl_*: `models.kafka_security.KafkaClientSecurity` (XIDPIPE_SASL_PASSWORD, ...).
-    database_url: str = Field(
-        default="sqlite:///var/xidpipe.db",
+    bootstrap_servers: str = shared("bootstrap_servers", "127.0.0.1:9092",
+                                    description="Kafka bootstrap servers, comma-separated")
+    # security_protocol, sasl_*, ssl_*: `models.kafka_security.KafkaClientSecurity` (XIDPIPE_WORKER_SASL_PASSWORD, ...).
+    database_url: str = shared(
+        "database_url", "sqlite:///var/xidpipe.db",
         description="SQLAlchemy URL; SQLite for one machine, postgresql+psycopg://... in production",
     )
     app_id: str = Field(default="xidpipe-worker", description="Faust app id: the consumer group and table prefix")
-    topic_prefix: str = Field(
-        default="", description="prepended to every topic name (isolates tests and staging on a shared broker)"
+    topic_prefix: str = shared(
+        "topic_prefix", "", description="prepended to every topic name (isolates tests and staging on a shared broker)"
     )
-    partitions: int = Field(
-        default=8, ge=1,
+    partitions: int = shared(
+        "partitions", 8, ge=1,
         description="partitions of every node-keyed topic; all input topics must have the same count "
         "(co-partitioning). 8 lets up to 8 workers share the load",
     )
-    replication_factor: int = Field(default=1, ge=1, description="for topics the worker creates")
-    cluster: str = Field(default="default", description="cluster name: the key of fleet incidents")
+    replication_factor: int = shared("replication_factor", 1, ge=1, description="for the topics it creates")
+    cluster: str = shared("cluster", "default", description="the cluster's name: the key of its fleet incidents, "
+                          "shown in dossiers")
     datadir: Path = Field(default=Path("var/faust"), description="Faust's data directory")
 
     batch_max: int = Field(
@@ -100,7 +106,6 @@ class WorkerSettings(KafkaClientSecurity, BaseSettings):
     metrics_host: str = Field(default="127.0.0.1", description="address of /metrics, /healthz and /readyz "
                               "(the chart binds the pod's IP)")
     metrics_port: int | None = Field(default=9465, description="port of /metrics, /healthz and /readyz; None: off")
-    log_level: str = Field(default="info", description="crit, error, warn, info or debug")
 
     verify_node_identity: bool = Field(
         default=False,

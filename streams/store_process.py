@@ -121,7 +121,9 @@ def _start_store_process(url: str, policy: dict[str, Any], cluster: str, kinds: 
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
         if os.getppid() == 1:  # the worker was gone before the line above
             os._exit(1)
-    logging.basicConfig(level=log_level, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    from service.logs import configure_logging
+
+    configure_logging(log_level, os.environ.get("XIDPIPE_LOG_FORMAT") or "auto")
     _PROCESS_INTAKE = Intake(Store(url, PipelinePolicy.model_validate(policy), cluster), kinds, bounds)
 
 

@@ -13,6 +13,7 @@ import logging
 import sys
 
 from models.topics import topology
+from service.logs import configure_logging, level_name, logging_config
 from streams.settings import WorkerSettings
 from streams.store import Store
 from streams.topics import ensure_topics
@@ -45,8 +46,7 @@ def run_worker(settings: WorkerSettings) -> int:
 
     from streams.app import create_app
 
-    logging.basicConfig(level=settings.log_level.upper().replace("WARN", "WARNING").replace("CRIT", "CRITICAL"),
-                        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.log_format)
     prepare(settings)
     sys.setswitchinterval(0.001)  # three busy threads (event loop, consumer, database): hand the GIL over sooner
     # The code and settings loaded so far stay for the worker's life: keep them out of the collector's
@@ -56,7 +56,9 @@ def run_worker(settings: WorkerSettings) -> int:
     gc.set_threshold(50_000, 20, 100)
     asyncio.set_event_loop(asyncio.new_event_loop())
     app = create_app(settings)
-    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
+    # Faust (mode) configures logging itself when the worker starts: it is given ours.
+    worker = faust.Worker(app, loglevel=level_name(settings.log_level), quiet=True, redirect_stdouts=False,
+                          logging_config=logging_config(settings.log_level, settings.log_format))
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

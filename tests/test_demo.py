@@ -75,7 +75,7 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     from tests.web.conftest import start_server
 
     server, base = start_server("sqlite:///var/xidpipe.db", None, tmp_path / "serve.log", cwd=tmp_path,
-                                extra_env={"XIDPIPE_DATABASE_URL": "", "XIDPIPE_API_TOKENS_FILE": ""})
+                                extra_env={"XIDPIPE_DATABASE_URL": "", "XIDPIPE_WEB_TOKENS_FILE": ""})
     try:
         token = next(line.split()[2] for line in (tmp_path / "var" / "api-tokens").read_text().splitlines()
                      if line.split()[1:2] == ["read"])

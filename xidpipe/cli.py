@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 from xidpipe.commands.exits import EXIT_UNAVAILABLE, EXIT_USAGE, CliError
 from xidpipe.commands.options import database_parent, fill_defaults, suppress_defaults
@@ -38,6 +39,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xidpipe.commands.db",
     "xidpipe.commands.serve",
     "xidpipe.commands.completion",
+    "xidpipe.commands.config",
 )
 
 EPILOG = ("exit status: 0 ok, 1 findings (scan found faults, replay found incidents), 2 usage or input "
@@ -58,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="GPU fault incident pipeline: NVIDIA Xid faults to attributed, classified incidents.",
     )
     parser.add_argument("--version", action="version", version=f"xidpipe {package_version()}")
+    parser.add_argument("--config", metavar="FILE", type=Path, default=None,
+                        help="YAML file of settings (default: $XIDPIPE_CONFIG); the environment overrides it, "
+                        "flags override both (docs/configuration.md)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -115,6 +120,13 @@ def run(args: argparse.Namespace) -> int:
             return _stdout_failed(args, exc)
         raise
     except Exception as exc:
+        # Settings and start-up errors are one line already (their modules are loaded only by commands
+        # that read settings, so the check does not import them).
+        config, startup = sys.modules.get("service.config"), sys.modules.get("service.startup")
+        if config is not None and isinstance(exc, config.ConfigError):
+            return _fail(args, str(exc), EXIT_USAGE)
+        if startup is not None and isinstance(exc, startup.StartupTimeout):
+            return _fail(args, str(exc), EXIT_UNAVAILABLE)
         message = _dependency_error(exc)
         if message is None:
             raise
@@ -131,7 +143,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = fill_defaults(parser.parse_args(argv))
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    loaded = sys.modules.get("service.config")
+    if loaded is not None:  # a file of an earlier call in this process no longer applies
+        loaded.use_config_file(None)
+    if args.config is not None or os.environ.get("XIDPIPE_CONFIG"):
+        try:
+            _use_config_file(args)
+        except (OSError, ValueError) as exc:  # service.config.ConfigError is a ValueError
+            return _fail(args, str(exc).splitlines()[0], EXIT_USAGE)
     return run(args)
+
+
+def _use_config_file(args: argparse.Namespace) -> None:
+    """Every settings object reads the file; the commands that take `--database-url` and read
+    $XIDPIPE_DATABASE_URL themselves get the file's `database_url` here (flag, environment, file)."""
+    from service.config import CONFIG_ENV, ConfigError, config_file, file_values, use_config_file
+
+    use_config_file(args.config)
+    path = config_file()
+    if path is None:
+        return
+    if not path.is_file():
+        raise ConfigError(f"no config file at {path} (--config or {CONFIG_ENV})")
+    url = file_values(path).get("database_url")
+    if url and not getattr(args, "database_url", None) and not os.environ.get("XIDPIPE_DATABASE_URL"):
+        args.database_url = str(url)
+        args.database_url_from_file = True
 
 
 if __name__ == "__main__":

@@ -364,12 +364,12 @@ def api_client(settings: ActionSettings) -> client.ApiClient | None:
     from kubernetes import config
 
     configuration = client.Configuration()
-    if settings.cluster == "kubeconfig":
+    if settings.kube_mode == "kubeconfig":
         config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=str(settings.kubeconfig) if settings.kubeconfig else None, context=settings.context,
+            config_file=str(settings.kubeconfig_path), context=settings.kube_context,
             client_configuration=configuration,
         )
-    elif settings.cluster == "in-cluster":
+    elif settings.kube_mode == "in-cluster":
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
         return None

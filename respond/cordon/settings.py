@@ -1,4 +1,6 @@
-"""Settings of the cluster actions: one object, loaded once at start (env prefix `XIDPIPE_ACTIONS_`)."""
+"""Settings of the cluster actions: one object, loaded once at start (`service.config`: its own as
+`XIDPIPE_ACTIONS_<NAME>`, the shared database and Kubernetes connection as `XIDPIPE_DATABASE_URL`,
+`XIDPIPE_KUBE_CONFIG` and `XIDPIPE_KUBE_CONTEXT`)."""
 
 from __future__ import annotations
 
@@ -6,24 +8,28 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from service.config import XidpipeSettings, shared
+
+KubeMode = Literal["none", "kubeconfig", "in-cluster"]
 
 
-class ActionSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="XIDPIPE_ACTIONS_", extra="ignore")
+class ActionSettings(XidpipeSettings):
+    model_config = SettingsConfigDict(env_prefix="XIDPIPE_ACTIONS_")
+    service = "actions"
 
     policy_file: Path | None = Field(default=None, description="cordon policy YAML (None: the documented defaults)")
-    cluster: Literal["none", "kubeconfig", "in-cluster"] = Field(
-        default="none",
-        description="where to act: 'none' records every decision as a dry run (the embedded default), "
-        "'kubeconfig' uses a kubeconfig file, 'in-cluster' the pod's service account",
+    kube_config: str = shared(
+        "kube_config", "none",
+        description="how to reach the Kubernetes API: 'in-cluster' (the pod's ServiceAccount), the path of a "
+        "kubeconfig file, or 'none' (no cluster: every cordon decision is recorded as a dry run)",
     )
-    kubeconfig: Path | None = Field(default=None, description="kubeconfig file (None: $KUBECONFIG or ~/.kube/config)")
-    context: str | None = Field(default=None, description="kubeconfig context")
+    kube_context: str | None = shared("kube_context", None, description="the kubeconfig's context (None: current)")
     dry_run: bool = Field(default=False, description="decide and record, change nothing (also a policy key)")
-    database_url: SecretStr | None = Field(
-        default=None, description="SQLAlchemy URL for the `actions` table; None: the JSON Lines action log"
+    database_url: SecretStr | None = shared(
+        "database_url", None, description="SQLAlchemy URL for the `actions` table; None: the JSON Lines action log"
     )
     action_log: Path = Field(default=Path("xidpipe-actions.jsonl"), description="JSON Lines action log")
     reporting_instance: str = Field(
@@ -35,3 +41,22 @@ class ActionSettings(BaseSettings):
     conflict_retries: int = Field(
         default=8, ge=1, description="re-reads of a node whose resourceVersion moved during a cordon or release"
     )
+
+    @field_validator("kube_config")
+    @classmethod
+    def _kube_config(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("kube_config is 'in-cluster', 'none' or the path of a kubeconfig file")
+        return value
+
+    @property
+    def kube_mode(self) -> KubeMode:
+        """none, in-cluster, or kubeconfig (a file: `kubeconfig_path`)."""
+        if self.kube_config in ("none", "in-cluster"):
+            return self.kube_config  # type: ignore[return-value]
+        return "kubeconfig"
+
+    @property
+    def kubeconfig_path(self) -> Path | None:
+        return Path(self.kube_config).expanduser() if self.kube_mode == "kubeconfig" else None

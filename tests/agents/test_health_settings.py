@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from agents import health
-from agents.jsonlog import JsonFormatter
 from agents.metrics import Metrics
 from agents.runtime import Agent
 from agents.settings import AgentSettings
+from service.logs import JsonFormatter
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -68,7 +68,7 @@ def test_json_log_lines_carry_context() -> None:
     record = logging.LogRecord("agents.x", logging.WARNING, __file__, 1, "GPU missing", None, None)
     record.gpu_uuid = "GPU-1"
     out = json.loads(JsonFormatter().format(record))
-    assert out["msg"] == "GPU missing" and out["gpu_uuid"] == "GPU-1" and out["level"] == "warning"
+    assert out["message"] == "GPU missing" and out["gpu_uuid"] == "GPU-1" and out["level"] == "warning"
 
 
 def _agent(tmp_path: Path, **kw: object) -> Agent:

@@ -24,15 +24,15 @@ def test_defaults_are_local_kafka_and_sqlite(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_environment_with_nested_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XIDPIPE_BOOTSTRAP_SERVERS", "k1:9092,k2:9092")
-    monkeypatch.setenv("XIDPIPE_POLICY__QUIET_PERIOD_S", "60")
-    monkeypatch.setenv("XIDPIPE_POLICY__FLEET_FAMILIES", '["gpu_lost"]')
+    monkeypatch.setenv("XIDPIPE_WORKER_POLICY__QUIET_PERIOD_S", "60")
+    monkeypatch.setenv("XIDPIPE_WORKER_POLICY__FLEET_FAMILIES", '["gpu_lost"]')
     st = WorkerSettings()
     assert st.bootstrap_servers == "k1:9092,k2:9092"
     assert st.policy.quiet_period_s == 60 and st.policy.fleet_families == ("gpu_lost",)
 
 
 def test_a_removed_cordon_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XIDPIPE_POLICY__CORDON_AFTER_REPEATS", "2")
+    monkeypatch.setenv("XIDPIPE_WORKER_POLICY__CORDON_AFTER_REPEATS", "2")
     with pytest.raises(ValueError, match="cordon_after_repeats: removed; cordons are decided by the YAML cordon"):
         WorkerSettings()
 

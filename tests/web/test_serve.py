@@ -35,7 +35,7 @@ def test_without_tokens_it_writes_them_once_and_prints_only_the_path(seeded: See
     db = tmp_path / "var" / "xidpipe.db"
     db.parent.mkdir()
     shutil.copyfile(seeded.url.removeprefix("sqlite:///"), db)
-    env = {"XIDPIPE_DATABASE_URL": "", "XIDPIPE_API_TOKENS_FILE": ""}
+    env = {"XIDPIPE_DATABASE_URL": "", "XIDPIPE_WEB_TOKENS_FILE": ""}
     proc, base = start_server("sqlite:///var/xidpipe.db", None, tmp_path / "serve.log", cwd=tmp_path, extra_env=env)
     try:
         tokens = tmp_path / "var" / "api-tokens"
@@ -58,7 +58,7 @@ def test_without_tokens_it_writes_them_once_and_prints_only_the_path(seeded: See
 
 def test_the_tokens_file_from_the_environment(seeded: Seeded, tokens_file: Path, tmp_path: Path) -> None:
     proc, base = start_server(seeded.url, None, tmp_path / "serve.log", cwd=tmp_path,
-                              extra_env={"XIDPIPE_API_TOKENS_FILE": str(tokens_file)})
+                              extra_env={"XIDPIPE_WEB_TOKENS_FILE": str(tokens_file)})
     try:
         status, body = get(f"{base}/api/v1/stats", READ_TOKEN)
         assert status == 200 and body["incidents"]["total"] == 5

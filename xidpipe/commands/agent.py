@@ -17,7 +17,9 @@ def register(subparsers: Any) -> None:
         help="run the GPU node agent",
         description="Read the kernel log from a persisted cursor, keep GPU-relevant lines, watch NVML and "
         "the kubelet PodResources API, capture evidence at fault time, and publish it all to Kafka keyed "
-        "by node. Every option can also be set as XIDPIPE_AGENT_<NAME> in the environment.",
+        "by node. Every option can also be set as XIDPIPE_AGENT_<NAME> in the environment or agent_<name> in "
+        "the config file (the Kafka bootstrap servers and the log level are the shared XIDPIPE_BOOTSTRAP_SERVERS "
+        "and XIDPIPE_LOG_LEVEL).",
     )
     src = p.add_argument_group("kernel log")
     src.add_argument("--source", choices=["kmsg", "journald", "file"], help="kernel-log source (default kmsg)")
@@ -60,6 +62,7 @@ _SIMPLE = (
 
 def settings_from_args(args: argparse.Namespace) -> Any:
     from agents.settings import AgentSettings
+    from xidpipe.commands.startup import load
 
     overrides: dict[str, Any] = {k: getattr(args, k) for k in _SIMPLE if getattr(args, k, None) is not None}
     if args.no_follow:
@@ -72,15 +75,15 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         overrides["spool_max_bytes"] = args.spool_max_mb * 1024 * 1024
     if args.no_metrics:
         overrides["metrics_port"] = None
-    return AgentSettings(**overrides)
+    return load(AgentSettings, **overrides)
 
 
 def run(args: argparse.Namespace) -> int:
-    from agents.jsonlog import configure_json_logging
     from agents.main import build_agent
+    from xidpipe.commands.startup import start_logging
 
     settings = settings_from_args(args)
-    configure_json_logging(settings.log_level)
+    start_logging(settings)
     agent = build_agent(settings)
 
     def _stop(signum: int, _frame: Any) -> None:

@@ -1,6 +1,7 @@
 """Command-line options shared by the action commands (`node`, `breaker`): cluster, store, policy.
 
-Each option falls back to its `XIDPIPE_ACTIONS_*` environment variable (see `ActionSettings`), and is
+Each option falls back to its setting (see `ActionSettings`: `XIDPIPE_DATABASE_URL`, `XIDPIPE_KUBE_CONFIG`,
+`XIDPIPE_KUBE_CONTEXT`, `XIDPIPE_ACTIONS_*`, or the config file), and is
 accepted before or after the action (`xidpipe breaker --action-log F status`). A command that needs a
 cluster or an action record and has none configured is refused with the setting to set, never run
 as a silent dry run or against a record it would create empty.
@@ -16,14 +17,14 @@ from respond.cordon.settings import ActionSettings
 from xidpipe.commands.exits import Unavailable, UsageError
 
 NO_CLUSTER = ("no cluster configured: give --kubeconfig FILE (and --context), --in-cluster, or set "
-              "XIDPIPE_ACTIONS_CLUSTER; --dry-run records the decision without a cluster")
+              "XIDPIPE_KUBE_CONFIG; --dry-run records the decision without a cluster")
 
 
 def store_parent() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
     g = p.add_argument_group("action record")
     g.add_argument("--database-url", metavar="URL",
-                   help="SQLAlchemy URL of the actions table (default: $XIDPIPE_ACTIONS_DATABASE_URL, else the "
+                   help="SQLAlchemy URL of the actions table (default: $XIDPIPE_DATABASE_URL, else the "
                    "JSON Lines log)")
     g.add_argument("--action-log", metavar="FILE",
                    help="JSON Lines action log (default: $XIDPIPE_ACTIONS_ACTION_LOG, else xidpipe-actions.jsonl)")
@@ -46,14 +47,18 @@ def settings_from_args(args: argparse.Namespace) -> ActionSettings:
     from pydantic import ValidationError
 
     overrides: dict[str, Any] = {}
-    for key in ("database_url", "action_log", "kubeconfig", "context", "policy_file", "dry_run"):
+    for key in ("database_url", "action_log", "policy_file", "dry_run"):
         value = getattr(args, key, None)
         if value is not None:
             overrides[key] = value
+    if getattr(args, "context", None):
+        overrides["kube_context"] = args.context
     if getattr(args, "in_cluster", False):
-        overrides["cluster"] = "in-cluster"
-    elif overrides.get("kubeconfig") or overrides.get("context"):
-        overrides["cluster"] = "kubeconfig"
+        overrides["kube_config"] = "in-cluster"
+    elif getattr(args, "kubeconfig", None):
+        overrides["kube_config"] = str(args.kubeconfig)
+    elif overrides.get("kube_context"):  # a context of the default kubeconfig
+        overrides["kube_config"] = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or "~/.kube/config"
     try:
         return ActionSettings(**overrides)
     except ValidationError as exc:
@@ -62,7 +67,7 @@ def settings_from_args(args: argparse.Namespace) -> ActionSettings:
 
 def require_cluster(settings: ActionSettings) -> None:
     """A command that changes a node needs a cluster, or an explicit --dry-run."""
-    if settings.cluster == "none" and not settings.dry_run:
+    if settings.kube_mode == "none" and not settings.dry_run:
         raise UsageError(NO_CLUSTER)
 
 
@@ -72,9 +77,9 @@ def require_record(settings: ActionSettings) -> None:
     if url:
         path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
         if path and path != ":memory:" and not os.path.exists(path):
-            raise Unavailable(f"no database at {path}: check --database-url (or XIDPIPE_ACTIONS_DATABASE_URL)")
+            raise Unavailable(f"no database at {path}: check --database-url (or XIDPIPE_DATABASE_URL)")
         return
     log = settings.action_log
     if not log.exists() and not log.with_name(log.name + ".breaker.json").exists():
         raise Unavailable(f"no action record: {log} does not exist; give --action-log FILE, or "
-                         "--database-url URL (or set XIDPIPE_ACTIONS_DATABASE_URL) where the responder records")
+                         "--database-url URL (or set XIDPIPE_DATABASE_URL) where the responder records")

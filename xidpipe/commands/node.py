@@ -35,12 +35,18 @@ def register(sub: Any) -> None:
 
 def run_release(args: argparse.Namespace) -> int:
     from models.cordon_policy import PolicyError
-    from respond.cordon.runtime import build_executor
+    from respond.cordon.runtime import api_client, build_executor
+    from service.config import ServiceSettings
+    from xidpipe.commands.startup import load, start_logging, wait_for_kube
 
+    base = load(ServiceSettings)
+    start_logging(base)
     settings = settings_from_args(args)
     require_cluster(settings)
     try:
-        executor = build_executor(settings)
+        api = api_client(settings)
+        wait_for_kube(api, base.startup_deadline_s)
+        executor = build_executor(settings, api=api)
     except PolicyError as exc:
         raise UsageError(str(exc)) from None
     except Exception as exc:  # the kubeconfig cannot be loaded: kubernetes' ConfigException and OSError

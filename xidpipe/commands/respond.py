@@ -7,7 +7,6 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 from typing import Any
 
 
@@ -16,9 +15,11 @@ def register(sub: Any) -> None:
         "respond",
         help="consume action requests: guarded cordon, Jira tickets, Slack messages",
         description="Consume the actions topic and act on each request from the incident's state in SQL: "
-        "cordon through the guarded executor (XIDPIPE_ACTIONS_*; dry run without a cluster), tickets and "
-        "chat through the sinks (XIDPIPE_SINKS_*; file outboxes without Jira or Slack). Settings of its "
-        "own: XIDPIPE_RESPOND_BOOTSTRAP_SERVERS, _TOPIC_PREFIX, _DATABASE_URL, _GROUP_ID, _CLUSTER. Several "
+        "cordon through the guarded executor (XIDPIPE_ACTIONS_*, XIDPIPE_KUBE_CONFIG; dry run without a "
+        "cluster), tickets and chat through the sinks (XIDPIPE_SINKS_*; file outboxes without Jira or Slack). "
+        "Shared settings: XIDPIPE_DATABASE_URL, XIDPIPE_BOOTSTRAP_SERVERS, XIDPIPE_TOPIC_PREFIX, XIDPIPE_CLUSTER; "
+        "its own: XIDPIPE_RESPOND_GROUP_ID, its Kafka principal XIDPIPE_RESPOND_SASL_*. Waits for the database, "
+        "Kafka and the API server up to XIDPIPE_STARTUP_DEADLINE_S. Several "
         "replicas elect one acting leader through a Lease with XIDPIPE_RESPOND_ELECTION=true (_LEASE_NAME, "
         "_LEASE_NAMESPACE, _IDENTITY, _LEASE_DURATION_S, _RENEW_DEADLINE_S, _RETRY_PERIOD_S).",
     )
@@ -35,18 +36,35 @@ def run(args: argparse.Namespace) -> int:
     from respond.sinks.build import build_sinks
     from respond.sinks.settings import SinkSettings
     from streams.topics import ensure_topics
+    from xidpipe.commands.exits import UsageError
+    from xidpipe.commands.startup import (
+        config_error,
+        load,
+        start_logging,
+        wait_for_database,
+        wait_for_kafka,
+        wait_for_kube,
+    )
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = load(RespondSettings)
+    start_logging(settings)
+    actions, sink_settings = load(ActionSettings), load(SinkSettings)
     try:
-        settings = RespondSettings()
-        actions = ActionSettings()
         api = api_client(actions)
+    except (ValueError, OSError) as exc:
+        raise UsageError(config_error(exc)) from None
+    deadline = settings.startup_deadline_s
+    action_db = actions.database_url.get_secret_value() if actions.database_url else None
+    for url in dict.fromkeys(u for u in (settings.database_url, sink_settings.database_url, action_db) if u):
+        wait_for_database(url, deadline)
+    wait_for_kafka(settings.bootstrap_servers, deadline)
+    wait_for_kube(api, deadline)
+    try:
         executor = build_executor(actions, api=api)
-        sinks = build_sinks(SinkSettings())
+        sinks = build_sinks(sink_settings)
         elector = _elector(settings, api)
-    except (ValueError, OSError) as exc:  # pydantic's ValidationError and PolicyError are ValueErrors
-        print(f"xidpipe respond: bad configuration: {exc}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError) as exc:  # PolicyError is a ValueError
+        raise UsageError(config_error(exc)) from None
     responder = build_responder(settings, executor, sinks, cluster_api=api)
     wire_breaker_trips(responder)  # a breaker trip raises a fleet incident with its ticket and message
 

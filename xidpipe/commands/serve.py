@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 from xidpipe.commands.exits import EXIT_OK, Unavailable, UsageError
 from xidpipe.commands.options import database_parent
 
-DEFAULT_HOST = "127.0.0.1"  # local only unless asked: the pages and the API hold fleet data
+DEFAULT_HOST = "127.0.0.1"  # ServeSettings' defaults, named in the help without importing pydantic
 DEFAULT_PORT = 8780
 
 
@@ -21,24 +20,27 @@ def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "serve", help="serve the HTTP API and the web pages over the incident history",
         description="Serve the JSON API (/api/v1/, OpenAPI at /api/v1/openapi.json) and the pages (incidents, "
-        "GPUs, fleet heatmap) over the incident history. Tokens: --tokens-file or $XIDPIPE_API_TOKENS_FILE "
+        "GPUs, fleet heatmap) over the incident history. Tokens: --tokens-file or $XIDPIPE_WEB_TOKENS_FILE "
         "(lines `name role token`, roles read and operator); without either, var/api-tokens is used, and "
         "created once with a read and an operator token.", parents=[database_parent()])
-    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
-    p.add_argument("--tokens-file", type=Path, default=None, help="the API tokens file")
+    p.add_argument("--host", help=f"address to bind (default $XIDPIPE_WEB_HOST, else {DEFAULT_HOST})")
+    p.add_argument("--port", type=int,
+                   help=f"port (default $XIDPIPE_WEB_PORT, else {DEFAULT_PORT}; 0: any free port)")
+    p.add_argument("--tokens-file", type=Path, help="the API tokens file")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from history.database import HistoryUnavailable, database_url
+    from history.database import HistoryUnavailable
+    from xidpipe.commands.serve_settings import ServeSettings
+    from xidpipe.commands.startup import load, start_logging, wait_for_database
     from xidpipe.web.db import Database
-    from xidpipe.web.tokens import TOKENS_FILE_ENV, TokenFileError, ensure_default_tokens, load_tokens
+    from xidpipe.web.tokens import TokenFileError, ensure_default_tokens, load_tokens
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    path = args.tokens_file or (Path(os.environ[TOKENS_FILE_ENV]) if os.environ.get(TOKENS_FILE_ENV) else None)
+    settings = load(ServeSettings, database_url=args.database_url, host=args.host, port=args.port,
+                    tokens_file=args.tokens_file)
+    start_logging(settings)
+    path = settings.tokens_file
     try:
         if path is None:
             path, created = ensure_default_tokens()
@@ -49,13 +51,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if not len(tokens):
         raise UsageError(f"{path} holds no tokens")
+    wait_for_database(settings.database_url, settings.startup_deadline_s)
     try:
-        db = Database(database_url(args.database_url))
+        db = Database(settings.database_url)
     except HistoryUnavailable as exc:
         raise Unavailable(str(exc)) from None
     print(f"xidpipe serve: tokens from {path}", flush=True)
     try:
-        asyncio.run(_serve(db, tokens, args.host, args.port))
+        asyncio.run(_serve(db, tokens, settings.host, settings.port))
     finally:
         db.close()
     return EXIT_OK
@@ -66,7 +69,9 @@ async def _serve(db: Any, tokens: Any, host: str, port: int) -> None:
 
     from xidpipe.web.app import make_app
 
-    runner = web.AppRunner(make_app(db, tokens), access_log=None)
+    # One access-log line per request, through the service's log handler (JSON with the request's fields).
+    runner = web.AppRunner(make_app(db, tokens), access_log=logging.getLogger("aiohttp.access"),
+                           access_log_format='%a "%r" %s %b %Tf')
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

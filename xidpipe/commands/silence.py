@@ -3,8 +3,8 @@
 A silence drops the notifications of every incident whose labels match all its matchers
 (`node="gpu-node-03"`, `family=~"gpu_.*"`, `namespace!=team-a`) from its start to its end. The
 labels are a closed set (`LABELS`); a matcher on any other name is refused, with the near miss.
-Silences live in SQL next to the notification log: `--database-url`, else
-`$XIDPIPE_SINKS_DATABASE_URL`, else `$XIDPIPE_DATABASE_URL`, else SQLite `var/xidpipe.db`. The
+Silences live in SQL next to the notification log: `--database-url`, else `$XIDPIPE_DATABASE_URL`
+(or `database_url` in the config file), else SQLite `var/xidpipe.db`. The
 database must exist (the responder's; a typo'd path is an error, never a new file nobody reads);
 `add` and `expire` migrate it to the newest schema first.
 """
@@ -27,7 +27,6 @@ from xidpipe.commands.timeflags import format_time, parse_duration, time_arg
 
 __all__ = ["LABELS", "parse_duration", "register"]
 
-SINKS_DATABASE_ENV = "XIDPIPE_SINKS_DATABASE_URL"
 # The labels of an incident's notification (respond.sinks.model.IncidentNotice.alert_labels, and
 # `component` on fleet incidents): what a matcher can name.
 LABELS = ("node", "family", "category", "component", "namespace", "pod", "pool", "gpu_model", "gpu_uuid",
@@ -35,7 +34,7 @@ LABELS = ("node", "family", "category", "component", "namespace", "pod", "pool",
 
 
 def register(sub: Any) -> None:
-    db = database_parent(f"${SINKS_DATABASE_ENV}, else ${DATABASE_ENV}, else {DEFAULT_DB}")
+    db = database_parent(f"${DATABASE_ENV}, else {DEFAULT_DB}")
     p: argparse.ArgumentParser = sub.add_parser(
         "silence", help="add, list and expire notification silences", parents=[db],
         description="Silences suppress chat notifications for incidents whose labels match all the "
@@ -74,10 +73,9 @@ def _store(args: argparse.Namespace, *, write: bool) -> Any:
     from history.migrate import upgrade
     from respond.sinks.sink_store import SinkStore
 
-    url = (args.database_url or os.environ.get(SINKS_DATABASE_ENV) or os.environ.get(DATABASE_ENV)
-           or DEFAULT_DB)
+    url = args.database_url or os.environ.get(DATABASE_ENV) or DEFAULT_DB
     try:
-        require_database(url, SINKS_DATABASE_ENV)
+        require_database(url, DATABASE_ENV)
     except HistoryUnavailable as exc:
         raise Unavailable(str(exc)) from None
     engine = make_engine(url)

@@ -19,7 +19,7 @@ Role = Literal["read", "operator"]
 ROLES: tuple[Role, ...] = ("read", "operator")
 MIN_TOKEN_BITS = 128  # tokens that cannot carry this much are refused when the file is loaded
 MIN_TOKEN_DISTINCT = 8  # distinct characters a token must use (refuses `aaaa...`, `abababab...`)
-TOKENS_FILE_ENV = "XIDPIPE_API_TOKENS_FILE"
+TOKENS_FILE_ENV = "XIDPIPE_WEB_TOKENS_FILE"
 DEFAULT_TOKENS_FILE = Path("var/api-tokens")
 
 

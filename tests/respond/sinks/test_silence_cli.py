@@ -83,7 +83,7 @@ def test_a_missing_database_is_an_error_and_is_not_created(tmp_path: Path, capsy
     typo = tmp_path / "var" / "xidpipe-typo.db"
     rc, out, err = cli(capsys, "silence", "--database-url", f"sqlite:///{typo}", "add", "-m", "node=n1", "-d", "1h",
                        "--comment", "c")
-    assert (rc, out) == (3, "") and f"no database at {typo}" in err and "XIDPIPE_SINKS_DATABASE_URL" in err
+    assert (rc, out) == (3, "") and f"no database at {typo}" in err and "XIDPIPE_DATABASE_URL" in err
     assert not typo.exists()
 
 
