@@ -150,3 +150,13 @@ def test_keys_translate_to_fields() -> None:
     keys = keys_of(AgentSettings)
     assert keys["agent_node"] == "node" and keys["bootstrap_servers"] == "bootstrap_servers"
     assert keys["agent_sasl_password"] == "sasl_password" and keys["log_level"] == "log_level"
+
+
+def test_a_flag_that_turns_a_setting_off_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from xidpipe.cli import build_parser
+    from xidpipe.commands.agent import settings_from_args
+
+    monkeypatch.setenv("XIDPIPE_AGENT_METRICS_PORT", "9999")
+    assert settings_from_args(build_parser().parse_args(["agent", "--source", "file"])).metrics_port == 9999
+    st = settings_from_args(build_parser().parse_args(["agent", "--no-metrics", "--source", "file"]))
+    assert st.metrics_port is None and st.source == "file"

@@ -37,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from xidpipe.web.db import Database
     from xidpipe.web.tokens import TokenFileError, ensure_default_tokens, load_tokens
 
-    settings = load(ServeSettings, database_url=args.database_url, host=args.host, port=args.port,
-                    tokens_file=args.tokens_file)
+    given = {"database_url": args.database_url, "host": args.host, "port": args.port, "tokens_file": args.tokens_file}
+    settings = load(ServeSettings, **{k: v for k, v in given.items() if v is not None})
     start_logging(settings)
     path = settings.tokens_file
     try:

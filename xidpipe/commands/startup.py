@@ -30,11 +30,12 @@ def config_error(exc: Exception) -> str:
 
 
 def load(cls: type[Any], **flags: Any) -> Any:
-    """Settings of `cls` from the flags, the environment and the config file, or a one-line usage error."""
+    """Settings of `cls` from the flags, the environment and the config file, or a one-line usage error.
+    `flags` are the values given on the command line (None is a value: `--no-metrics`)."""
     from pydantic import ValidationError
 
     try:
-        return cls(**{k: v for k, v in flags.items() if v is not None})
+        return cls(**flags)
     except (ValidationError, ConfigError) as exc:
         raise UsageError(config_error(exc)) from None
 

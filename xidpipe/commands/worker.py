@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from streams.worker import run_worker
     from xidpipe.commands.startup import load, start_logging, wait_for_database, wait_for_kafka
 
-    settings = load(WorkerSettings, **{k: getattr(args, k, None) for k in _OPTIONS})
+    settings = load(WorkerSettings, **{k: getattr(args, k) for k in _OPTIONS if getattr(args, k, None) is not None})
     start_logging(settings)
     wait_for_database(settings.database_url, settings.startup_deadline_s)
     wait_for_kafka(settings.bootstrap_servers, settings.startup_deadline_s)
