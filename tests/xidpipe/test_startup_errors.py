@@ -188,3 +188,17 @@ def test_respond_recovers_when_kafka_comes_up_late(tmp_path: Path, late_kafka: L
             proc.wait()
     reader.join(timeout=5)
     assert not any("Traceback" in ln for ln in lines), lines
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"XIDPIPE_PARTITIONS": "many"}, "xidpipe respond: bad configuration (RespondSettings): XIDPIPE_PARTITIONS:"),
+    ({"XIDPIPE_KUBE_CONFIG": "in-cluster"},
+     "xidpipe respond: cannot load the cluster configuration (XIDPIPE_KUBE_CONFIG=in-cluster):"),
+    ({"XIDPIPE_RESPOND_CLUSTER": "prod"}, "xidpipe respond: bad configuration: XIDPIPE_RESPOND_CLUSTER was removed"),
+])
+def test_a_bad_setting_is_one_line_and_status_2(tmp_path: Path, env: dict[str, str], expected: str) -> None:
+    proc = xidpipe("respond", cwd=tmp_path, XIDPIPE_DATABASE_URL=f"sqlite:///{tmp_path / 'r.db'}",
+                   KUBERNETES_SERVICE_HOST="", **env)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(expected), proc.stderr

@@ -51,8 +51,11 @@ def run(args: argparse.Namespace) -> int:
     actions, sink_settings = load(ActionSettings), load(SinkSettings)
     try:
         api = api_client(actions)
-    except (ValueError, OSError) as exc:
-        raise UsageError(config_error(exc)) from None
+    except Exception as exc:  # a kubeconfig that cannot be loaded: kubernetes' ConfigException, OSError
+        if type(exc).__name__ != "ConfigException" and not isinstance(exc, ValueError | OSError):
+            raise
+        raise UsageError(f"cannot load the cluster configuration (XIDPIPE_KUBE_CONFIG={actions.kube_config}): "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     deadline = settings.startup_deadline_s
     action_db = actions.database_url.get_secret_value() if actions.database_url else None
     for url in dict.fromkeys(u for u in (settings.database_url, sink_settings.database_url, action_db) if u):
