@@ -43,7 +43,6 @@ BUILD = ROOT / "deploy" / "testcluster" / "build.sh"
 VALUES = Path(__file__).with_name("pods-values.yaml")
 RECORDED_LOG = ROOT / "xidpipe" / "samples" / "cluster" / "gpu-node-03.log"
 JOURNAL_REMOTE = Path("/lib/systemd/systemd-journal-remote")
-IMAGE = "xidpipe:dev"
 CA_CONFIGMAP = "kafka-ca"
 # Generous on two shared cores: a cold Python start of each command, migrations, Kafka group joins.
 READY_S = float(os.environ.get("XIDPIPE_TEST_POD_READY_S", "240"))
@@ -62,13 +61,10 @@ def helm() -> str:
 
 
 @pytest.fixture(scope="session")
-def image() -> str:
-    if shutil.which("podman") is None or shutil.which("runc") is None:
-        service_unavailable("podman", "podman and runc are not installed (apt-get install podman runc)")
-    proc = subprocess.run(["podman", "image", "exists", IMAGE], capture_output=True, timeout=60, check=False)
-    if proc.returncode != 0:
-        service_unavailable("image", f"{IMAGE} is not built: run `make image`")
-    return IMAGE
+def image(xidpipe_image: str) -> str:
+    if shutil.which("runc") is None:
+        service_unavailable("runc", "not installed (apt-get install runc)")
+    return xidpipe_image
 
 
 def free_port() -> int:
