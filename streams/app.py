@@ -10,8 +10,10 @@ Delivery is at least once. A batch is acknowledged only after its transaction co
 transaction drops records already handled, so a redelivered batch changes nothing. A kernel line
 whose multi-line record is still open in its node's parser is *held*: it, and every later message
 of its partition, is acknowledged only once that record is stored (`_Acks`), so the committed
-offset never passes it. A worker that dies, stops or loses the partition leaves the record's lines
-to whoever reads the partition next, who parses the whole record again. Messages to publish are
+offset never passes it, nor stands inside a stored record (`streams.ingest`). A worker that dies,
+stops or loses the partition leaves the record's lines to whoever reads the partition next, who
+parses the whole record again; what a worker kept of a partition it lost is dropped, and events
+of it that were fetched before the rebalance are left alone. Messages to publish are
 rows of the outbox, written in the same transaction and marked sent after Kafka acknowledged
 them; a sweep resends any left unsent by a crash.
 """
@@ -209,6 +211,7 @@ class Pipeline:
         """
         self._batch_id += 1
         started = time.monotonic()
+        events = self._current(events)
         messages, refused = await self._verified(events)
         async with self._store_lock:
             result: BatchResult
@@ -230,6 +233,18 @@ class Pipeline:
             await self.dead_letter(dl)
         await self._publish(result.outgoing)
         return ready
+
+    def _current(self, events: Sequence[Any]) -> Sequence[Any]:
+        """The events fetched in the consumer group's current generation. An event fetched before a
+        rebalance is not handled nor acknowledged: its partition was revoked, and whoever reads it now
+        starts at its committed offset (Faust's stream skips such events too, unless they already
+        reached the committer)."""
+        generation = getattr(self.app, "consumer_generation_id", None)
+        stale = [e for e in events if getattr(e.message, "generation_id", None) not in (None, generation)]
+        if not stale:
+            return events
+        log.info("%d messages fetched before a rebalance left to their partitions' next reader", len(stale))
+        return [e for e in events if e not in stale]
 
     async def _verified(self, events: Sequence[Any]) -> tuple[list[Message], list[DeadLetter]]:
         """The events' messages that may speak for the node they name, and dead letters for the rest
@@ -381,16 +396,17 @@ class Pipeline:
             log.exception("flushing kernel records or marking published outbox rows failed; the next run retries")
 
     async def on_partitions_revoked(self, sender: Any, /, *args: Any, signal: Any = None, **__: Any) -> None:
-        """Forget what the revoked partitions' open records held: whoever reads a partition next
-        starts at its committed offset, at or before the first held line, and parses them again."""
+        """Drop what was kept of the revoked partitions (their nodes' parsers, held lines and waiting
+        events): whoever reads a partition next starts at its committed offset, at or before the first
+        held line, and parses them again."""
         revoked: Iterable[Any] = args[0] if args else ()
         partitions = sorted({(tp.topic, tp.partition) for tp in revoked})
         async with self._store_lock:
             dropped = self._acks.drop(partitions)
             parsers = await self.store.forget(partitions)
         if dropped or parsers:
-            log.info("partitions revoked: %d messages left unacknowledged, the open kernel records of %d nodes "
-                     "left to the next reader", dropped, parsers)
+            log.info("partitions revoked: %d messages left unacknowledged, the kernel-log parsers of %d nodes "
+                     "dropped (their open records left to the next reader)", dropped, parsers)
 
     async def on_shutdown(self, sender: Any, /, *_: Any, signal: Any = None, **__: Any) -> None:
         """Mark the published outbox rows sent. Open kernel records are left as they are: their lines

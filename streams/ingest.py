@@ -5,19 +5,24 @@ line and its serial number, the three lines of "fallen off the bus", AER groups)
 in `xidpipe parse`. A record still open when its node goes quiet is closed by `flush_idle`.
 The lines of a record still open are *held* (see `Ingest.holds`): the worker acknowledges them
 in Kafka only once the record is complete and stored, so a worker that dies before that leaves
-them to the next one. Records of a health signal (`models.signals`: NVML events, missing GPUs,
-any signal registered there) become fault observations through the signal's own mapping.
+them to the next one. Whoever reads a partition next starts at its committed offset and parses
+every line from there, so that offset must never stand inside a record (`_PartitionHolds`): a
+stored record whose lines surround another node's open record stays held with it, else the next
+reader would parse its later lines as a record of their own. Records of a health signal
+(`models.signals`: NVML events, missing GPUs, any signal registered there) become fault
+observations through the signal's own mapping.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
+from bisect import bisect_left, insort
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import islice
 from typing import Any
 
 from cachetools import LRUCache
@@ -117,7 +122,7 @@ class _Parser(KernelLogParser):
 
 
 class _NodeParser:
-    __slots__ = ("emitted", "last_fed", "lineno", "lines", "parser", "pending", "reported", "topic")
+    __slots__ = ("emitted", "last_fed", "lineno", "lines", "parser", "partition", "pending", "topic")
 
     def __init__(self, topic: str, messages: dict[str, Any], memory: _NodeMemory | None) -> None:
         self.parser = _Parser(messages, memory)
@@ -129,10 +134,9 @@ class _NodeParser:
         self.lineno = 0
         self.last_fed = time.monotonic()
         self.topic = topic
-        # (line number, where it came from) of the lines from the open record's first one on; the
-        # first `reported` of them were reported held by `Ingest.holds`
+        # (line number, where it came from) of the lines from the open record's first one on
         self.pending: deque[tuple[int, Ref]] = deque()
-        self.reported = 0
+        self.partition: tuple[str, int] | None = None  # where its tracked lines come from
 
     def keep_open_line(self) -> None:
         """Forget every line but the open record's first."""
@@ -150,6 +154,63 @@ class _NodeParser:
 
 
 @dataclass(slots=True)
+class _Span:
+    """The lines of a stored record (and of the node's other lines among them), by offset."""
+
+    first: int
+    last: int
+    refs: list[Ref]
+
+
+@dataclass(slots=True)
+class _PartitionHolds:
+    """One partition's kernel lines that its committed offset must not pass yet.
+
+    The committed offset stops at the first held line (`streams.app._Acks`), and whoever reads the
+    partition next parses every line from there, so it must never stand between a record's first and
+    last line. The lines of open records are held (`heads`: per node, the offset of its open record's
+    first line). A stored record stays tracked (`spans`) until the committed offset may pass it, and
+    its lines are held while the first held line would fall inside it: then the committed offset
+    stops at its first line, and the next reader parses it whole again (the store drops the
+    duplicate) instead of its later lines alone.
+    """
+
+    heads: dict[str, int] = field(default_factory=dict)
+    spans: list[_Span] = field(default_factory=list)  # by first offset
+    reported: set[Ref] = field(default_factory=set)  # lines reported held, not released since
+
+    def boundary(self) -> float:
+        """Where the committed offset may go: the first line of the earliest open record, moved back
+        to the first line of every stored record it would cut (none open: anywhere)."""
+        if not self.heads:
+            return math.inf
+        bound = min(self.heads.values())
+        for span in reversed(self.spans[:bisect_left(self.spans, bound, key=lambda sp: sp.first)]):
+            if span.last >= bound:  # spans in descending first line: a single pass finds them all
+                bound = span.first
+        return bound
+
+    def settle(self) -> tuple[list[Ref], list[Ref]]:
+        """(lines held now, lines released now): records wholly before the boundary are released, the
+        ones it falls inside are held."""
+        bound = self.boundary()
+        before = bisect_left(self.spans, bound, key=lambda sp: sp.first)
+        held: list[Ref] = []
+        released: list[Ref] = []
+        cut: list[_Span] = []
+        for span in self.spans[:before]:
+            if span.last < bound:
+                released.extend(r for r in span.refs if r in self.reported)
+            else:
+                held.extend(r for r in span.refs if r not in self.reported)
+                cut.append(span)
+        self.spans[:before] = cut
+        self.reported.difference_update(released)
+        self.reported.update(held)
+        return held, released
+
+
+@dataclass(slots=True)
 class _Expiry:
     """Parsers dropped (a node idle past `IngestBounds.node_idle_s`, or past `max_nodes`) since the start."""
 
@@ -164,8 +225,9 @@ class Ingest:
     def __init__(self, bounds: IngestBounds | None = None) -> None:
         self.bounds = bounds or IngestBounds()
         self._parsers: OrderedDict[str, _NodeParser] = OrderedDict()  # least recently fed first
-        self._unreported: set[str] = set()  # nodes with held lines not yet reported by `holds`
-        self._released: list[Ref] = []  # lines reported held whose record has since been closed
+        self._unreported: set[str] = set()  # nodes with open records' lines not yet reported by `holds`
+        self._partitions: dict[tuple[str, int], _PartitionHolds] = {}
+        self._touched: set[tuple[str, int]] = set()  # partitions whose holds changed since `holds`
         self._messages: dict[str, Any] = {}  # recognised message texts, shared by the parsers
         self._memory: LRUCache[str, _NodeMemory] = LRUCache(maxsize=self.bounds.remembered_nodes)
         self.expired = _Expiry()
@@ -218,11 +280,15 @@ class Ingest:
         out = self._convert(np, np.parser.feed(cut_line(line.message), np.lineno))  # held to MAX_LINE_CHARS
         np.keep_open_line()
         since = np.parser.open_since
-        if ref is not None and since is not None:
-            np.pending.append((np.lineno, ref))
-            self._unreported.add(line.node)
+        if ref is not None:
+            np.partition = ref[:2]
+            if since is not None:
+                np.pending.append((np.lineno, ref))
+                self._unreported.add(line.node)
         if np.pending:
-            self._settle(np, since)
+            # A line that closes a record without opening one may be its last: it belongs to its span.
+            last = ref if ref is not None and (since is None or np.pending[-1][1] != ref) else None
+            self._settle(line.node, np, since, last)
         return out
 
     def _drop_closed_oldest(self) -> None:
@@ -240,38 +306,75 @@ class Ingest:
         if memory is not None:
             self._memory[node] = memory
 
-    def _settle(self, np: _NodeParser, since: int | None) -> None:
-        """Let go of the lines before the open record (of all of them when none is open)."""
+    def _settle(self, node: str, np: _NodeParser, since: int | None, last: Ref | None = None) -> None:
+        """Hand the lines before the open record (all of them when none is open, and `last`, the line
+        that closed it) to their partition's holds as a stored record's span."""
         pending = np.pending
+        refs: list[Ref] = []
         while pending and (since is None or pending[0][0] < since):
-            _, ref = pending.popleft()
-            if np.reported:
-                np.reported -= 1
-                self._released.append(ref)
+            refs.append(pending.popleft()[1])
+        if refs:
+            if last is not None and last[:2] == refs[-1][:2]:
+                refs.append(last)
+            for key in dict.fromkeys(r[:2] for r in refs):
+                part = refs if all(r[:2] == key for r in refs) else [r for r in refs if r[:2] == key]
+                insort(self._holds(key).spans, _Span(part[0][2], part[-1][2], part), key=lambda sp: sp.first)
+                self._touched.add(key)
+        if np.partition is not None:
+            heads = self._holds(np.partition).heads
+            if pending:
+                heads[node] = pending[0][1][2]
+            else:
+                heads.pop(node, None)
+            self._touched.add(np.partition)
+
+    def _holds(self, key: tuple[str, int]) -> _PartitionHolds:
+        holds = self._partitions.get(key)
+        if holds is None:
+            holds = self._partitions[key] = _PartitionHolds()
+        return holds
 
     def holds(self) -> tuple[list[Ref], list[Ref]]:
         """Since the last call: the tracked lines now held (their record is still open, so
-        acknowledging them would let a restart skip it), and the lines reported held before that are
-        free now (their record was closed: it is among the items returned since)."""
+        acknowledging them would let a restart skip it, or the committed offset would stand inside
+        their stored record: see `_PartitionHolds`), and the lines reported held before that are
+        free now (their record is among the items returned since, and the committed offset may pass it)."""
         held: list[Ref] = []
+        released: list[Ref] = []
         for node in self._unreported:
             np = self._parsers.get(node)
-            if np is not None:
-                held.extend(ref for _, ref in islice(np.pending, np.reported, None))
-                np.reported = len(np.pending)
+            if np is None:
+                continue
+            for _, ref in np.pending:
+                reported = self._holds(ref[:2]).reported
+                if ref not in reported:
+                    reported.add(ref)
+                    held.append(ref)
         self._unreported.clear()
-        released, self._released = self._released, []
+        for key in self._touched:
+            part = self._partitions.get(key)
+            if part is None:
+                continue
+            now_held, now_released = part.settle()
+            held.extend(now_held)
+            released.extend(now_released)
+            if not (part.heads or part.spans or part.reported):
+                del self._partitions[key]
+        self._touched.clear()
         return held, released
 
     def forget(self, partitions: Iterable[tuple[str, int]]) -> int:
-        """Drop the parsers of the nodes with held lines from `partitions`: whoever reads those
-        partitions next starts at or before those lines. Returns how many parsers were dropped."""
+        """The worker no longer reads `partitions`: drop the parsers of their nodes (whoever reads a
+        partition next starts at its committed offset, before every line of an open record or of a
+        record the offset would cut, and parses them again) and what they held. Returns how many
+        parsers were dropped."""
         gone = set(partitions)
-        nodes = [node for node, np in self._parsers.items() if any(r[:2] in gone for _, r in np.pending)]
-        for node in nodes:
-            del self._parsers[node]
-            self._unreported.discard(node)
-        self._released = [r for r in self._released if r[:2] not in gone]
+        nodes = [(node, np) for node, np in self._parsers.items() if np.partition in gone]
+        for node, np in nodes:
+            self._drop(node, np)
+        for key in gone:
+            self._partitions.pop(key, None)
+            self._touched.discard(key)
         return len(nodes)
 
     def flush_idle(self, idle_s: float) -> list[Item]:
@@ -281,16 +384,16 @@ class Ingest:
         `holds` reports their lines released."""
         now = time.monotonic()
         out: list[Item] = []
-        for np in self._parsers.values():
+        for node, np in self._parsers.items():
             if now - np.last_fed >= idle_s:
-                out.extend(self._finish(np))
+                out.extend(self._finish(node, np))
         over = len(self._parsers) - self.bounds.max_nodes
         while self._parsers:
             node, np = next(iter(self._parsers.items()))
             idle = now - np.last_fed >= self.bounds.node_idle_s
             if not idle and over <= 0:
                 break
-            closed = self._finish(np)
+            closed = self._finish(node, np)
             self.expired.records_closed += len(closed)
             out.extend(closed)
             self._drop(node, np)
@@ -303,15 +406,15 @@ class Ingest:
 
     def flush_all(self) -> list[Item]:
         out: list[Item] = []
-        for np in self._parsers.values():
-            out.extend(self._finish(np))
+        for node, np in self._parsers.items():
+            out.extend(self._finish(node, np))
         return out
 
-    def _finish(self, np: _NodeParser) -> list[Item]:
+    def _finish(self, node: str, np: _NodeParser) -> list[Item]:
         out = self._convert(np, np.parser.finish())
         np.keep_open_line()
         if np.pending:
-            self._settle(np, None)
+            self._settle(node, np, None)
         return out
 
     def _convert(self, np: _NodeParser, records: list[FaultRecord]) -> list[Item]:
