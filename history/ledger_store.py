@@ -10,7 +10,7 @@ its node (a redelivery, or one that arrived late) changes nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -58,7 +58,31 @@ def apply_inventory(session: Session, node: str, at: datetime, gpus: Iterable[Gp
     if not _advance_mark(s, node, at):
         return []
     seen = [g for g in (x if isinstance(x, GpuSighting) else sighting(x, driver) for x in gpus) if g is not None]
-    loaded = _load(s, node, sorted({g.card for g in seen}))
+    events = _apply_loaded(s, node, at, seen, _load(s, node, sorted({g.card for g in seen})))
+    s.flush()
+    return events
+
+
+def apply_inventories(session: Session, inventories: Sequence[tuple[str, datetime, Mapping[str, Any]]]) -> int:
+    """`apply_inventory_payload` for each (node, time, payload), in order; returns the ledger events.
+
+    Inventories of distinct nodes that list and hold distinct cards (a fleet's periodic inventories)
+    cannot see each other's changes: what they touch is loaded in four queries for all of them, and
+    written in one flush. Otherwise (a node twice, a card on the move between two of them) they are
+    applied one by one."""
+    s = session
+    batch = [(node, _utc(at), sightings(payload)) for node, at, payload in inventories]
+    nodes = [node for node, _, _ in batch]
+    loaded = _load_many(s, batch) if len(set(nodes)) == len(nodes) > 1 else None
+    if loaded is None:
+        return sum(len(apply_inventory(s, node, at, seen)) for node, at, seen in batch)
+    events = sum(len(_apply_loaded(s, node, at, seen, loaded[node])) for node, at, seen in batch if node in loaded)
+    s.flush()
+    return events
+
+
+def _apply_loaded(s: Session, node: str, at: datetime, seen: list[GpuSighting], loaded: _Loaded) -> list[LedgerEvent]:
+    """Run the pure ledger on what was loaded for one inventory and write what it changed (not flushed)."""
     events = loaded.ledger.observe(node, at, seen)
     _write_placements(s, loaded, at)
     for e in events:
@@ -67,7 +91,6 @@ def apply_inventory(session: Session, node: str, at: datetime, gpus: Iterable[Gp
                              previous_card=e.previous_card))
         log.info("GPU ledger: %s", e.reason, extra={"node": e.node, "card": e.card, "ledger_event": e.kind})
     _write_cards(s, loaded, events, {g.card for g in seen}, at)
-    s.flush()
     return events
 
 
@@ -81,6 +104,63 @@ def _advance_mark(s: Session, node: str, at: datetime) -> bool:
     else:
         mark.inventory_at = at
     return True
+
+
+def _load_many(s: Session, batch: list[tuple[str, datetime, list[GpuSighting]]]) -> dict[str, _Loaded] | None:
+    """`_load` for inventories of distinct nodes, in four queries, and their nodes' marks advanced:
+    by node, for the inventories newer than their node's mark; None when two of them involve one card."""
+    nodes = [node for node, _, _ in batch]
+    marks = {m.node: m for m in s.scalars(sa.select(GpuLedgerNode).where(GpuLedgerNode.node.in_(nodes)))}
+    batch = [b for b in batch if b[0] not in marks or _utc(marks[b[0]].inventory_at) < b[1]]
+    seen_by = {node: sorted({g.card for g in seen}) for node, _, seen in batch}
+    all_seen = {c for cards in seen_by.values() for c in cards}
+    if len(all_seen) < sum(len(cards) for cards in seen_by.values()):
+        return None
+    open_rows = list(s.scalars(sa.select(GpuPlacement).where(
+        GpuPlacement.valid_to.is_(None), sa.or_(GpuPlacement.node.in_(list(seen_by)), GpuPlacement.card.in_(all_seen)))
+        .order_by(GpuPlacement.valid_from, GpuPlacement.id)))
+    owner = {c: node for node, cards in seen_by.items() for c in cards}
+    rows_by: dict[str, list[GpuPlacement]] = {node: [] for node in seen_by}
+    for row in open_rows:
+        mine = {n for n in (row.node, owner.get(row.card)) if n in rows_by}
+        if len(mine) > 1:  # a card listed by one inventory is placed on another's node
+            return None
+        rows_by[mine.pop()].append(row)
+    loaded = {node: _Loaded(GpuLedger(), {}, {}, [], 0) for node in seen_by}
+    for node, rows in rows_by.items():
+        for row in rows:
+            p = _placement(row)
+            loaded[node].ledger.current[row.card] = p
+            loaded[node].placements[row.card] = (p, row)
+    elsewhere = [c for c in all_seen if c not in loaded[owner[c]].ledger.current]
+    last: dict[str, GpuPlacement] = {}
+    if elsewhere:
+        for row in s.scalars(sa.select(GpuPlacement).where(GpuPlacement.card.in_(elsewhere),
+                                                           GpuPlacement.valid_to.is_not(None))):
+            if row.card not in last or _utc(row.valid_from) > _utc(last[row.card].valid_from):
+                last[row.card] = row
+    involved_by = {node: sorted(set(seen_by[node]) | set(ld.ledger.current)) for node, ld in loaded.items()}
+    card_of = {c: node for node, cards in involved_by.items() for c in cards}
+    cards = list(s.scalars(sa.select(GpuCard).where(GpuCard.card.in_(list(card_of))))) if card_of else []
+    for node, ld in loaded.items():
+        ld.ledger.history.extend(_placement(last[c]) for c in seen_by[node] if c in last)
+        ld.known_history, ld.involved = len(ld.ledger.history), involved_by[node]
+    for c in cards:
+        _note_card(loaded[card_of[c.card]], c)
+    for node, at, _ in batch:
+        if node in marks:
+            marks[node].inventory_at = at
+        else:
+            s.add(GpuLedgerNode(node=node, inventory_at=at))
+    return loaded
+
+
+def _note_card(loaded: _Loaded, c: GpuCard) -> None:
+    loaded.cards[c.card] = c
+    if c.state == "retired":
+        loaded.ledger.retired.add(c.card)
+    elif c.state == "missing":
+        loaded.ledger.missing[c.card] = _utc(c.missing_since or c.last_seen)
 
 
 def _load(s: Session, node: str, seen_cards: list[str]) -> _Loaded:
@@ -106,13 +186,10 @@ def _load(s: Session, node: str, seen_cards: list[str]) -> _Loaded:
                 last[row.card] = row
         ledger.history.extend(_placement(r) for r in last.values())
     involved = sorted(set(seen_cards) | set(ledger.current))
-    cards = {c.card: c for c in s.scalars(sa.select(GpuCard).where(GpuCard.card.in_(involved)))} if involved else {}
-    for c in cards.values():
-        if c.state == "retired":
-            ledger.retired.add(c.card)
-        elif c.state == "missing":
-            ledger.missing[c.card] = _utc(c.missing_since or c.last_seen)
-    return _Loaded(ledger, placements, cards, involved, len(ledger.history))
+    loaded = _Loaded(ledger, placements, {}, involved, len(ledger.history))
+    for c in s.scalars(sa.select(GpuCard).where(GpuCard.card.in_(involved))) if involved else ():
+        _note_card(loaded, c)
+    return loaded
 
 
 def _write_placements(s: Session, loaded: _Loaded, at: datetime) -> None:

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from history.engine import make_engine
 from history.incident_rows import incident_state, incident_to_dict, row_dict
-from history.ledger_store import apply_inventory_payload
+from history.ledger_store import apply_inventories
 from history.tables import (
     EvidenceRecord,
     FaultEvent,
@@ -142,6 +142,7 @@ class Store:
                 )
             )
         )
+        inventories: list[tuple[str, datetime, dict[str, Any]]] = []
         for it in states:
             key = (it.node, it.record_id)
             if key in seen:
@@ -154,12 +155,14 @@ class Store:
             s.add(NodeState(node=it.node, kind=it.kind, record_id=it.record_id, valid_from=it.valid_from,
                             payload=it.payload))
             if it.kind == "inventory":  # the GPU asset ledger: placements, swaps, moves, returns
-                apply_inventory_payload(s, it.node, it.valid_from, it.payload)
+                inventories.append((it.node, it.valid_from, it.payload))
             if it.kind == "pods":
                 for a in it.payload.get("assignments", []):
                     workload = workload_name(a.get("namespace"), a.get("pod"), a.get("container"), None)
                     s.add(GpuAssignment(node=it.node, gpu=a["gpu_id"], workload=workload or "?", pod=a["pod"],
                                         namespace=a["namespace"], container=a["container"], seen_at=it.valid_from))
+        if inventories:
+            apply_inventories(s, inventories)
         return valid_from
 
     def _new_faults(self, s: Session, faults: list[FaultObservation], res: BatchResult) -> list[FaultObservation]:
