@@ -1,9 +1,14 @@
-"""Incident rows as the pure code and the messages see them: their state, their listed values, a dict."""
+"""Incident rows as the pure code and the messages see them: their state, their listed values, a dict;
+and the lock a transaction takes on the open incidents it may change."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from history.tables import Incident
 from models.incidents import IncidentState
@@ -18,6 +23,34 @@ def add_listed(row: Incident, attr: str, value: str | None) -> None:
     current: list[Any] = list(getattr(row, attr) or [])
     if value not in current and len(current) < MAX_LISTED:
         setattr(row, attr, [*current, value])
+
+
+def lock_open(s: Session, fingerprints: Iterable[str], gpus_of: Iterable[str] = ()) -> list[Incident]:
+    """The open incidents of `fingerprints`, and the open GPU incidents of the nodes `gpus_of`, read
+    fresh and locked (SELECT ... FOR UPDATE) until the transaction ends.
+
+    Workers of one group change the same incident at once (a workload's faults read from several
+    partitions, a fleet incident): each reads the row, adds its faults and writes it back, and under
+    READ COMMITTED the later write would drop the earlier one's. Locked first, the row is read only
+    once the other transaction committed. Rows are locked in fingerprint order, so two transactions
+    locking overlapping sets never wait for each other in a cycle. (SQLite: no row locks; it has one
+    writer at a time.)"""
+    wanted, nodes = sorted(set(fingerprints)), sorted(set(gpus_of))
+    if not wanted and not nodes:
+        return []
+    which = sa.or_(Incident.fingerprint.in_(wanted), sa.and_(Incident.node.in_(nodes), Incident.component == "gpu"))
+    return list(s.scalars(sa.select(Incident).where(Incident.status == "open", which)
+                          .order_by(Incident.fingerprint).with_for_update()
+                          .execution_options(populate_existing=True)))
+
+
+def lock_conflict(exc: BaseException) -> bool:
+    """Whether a database error ended the transaction over locks (a deadlock, or a transaction that
+    could not be serialized): running it again succeeds."""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) in _LOCK_CONFLICTS
+
+
+_LOCK_CONFLICTS = ("40P01", "40001")  # PostgreSQL: deadlock_detected, serialization_failure
 
 
 def incident_state(row: Incident) -> IncidentState:

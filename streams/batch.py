@@ -18,10 +18,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.incident_index import IncidentIndex
-from history.incident_rows import add_listed, incident_state
+from history.incident_rows import add_listed, incident_state, lock_open
 from history.tables import FaultEvent, Incident, OutboxMessage
 from models.correlate import Attribution, correlate
-from models.identity import Component, signal
+from models.fleet import fleet_fingerprint
+from models.identity import Component, component_of, signal
 from models.incidents import (
     ActionRequest,
     FaultObservation,
@@ -114,6 +115,7 @@ class BatchTransaction:
                 attributed.append((o, correlate(history, o.occurred_at, pci=o.pci, gpu_uuid=o.gpu_uuid,
                                                 gpu_instance_id=o.gpu_instance_id, pid=o.pid, process=o.process,
                                                 skew_s=skew)))
+        self._lock(attributed)
         window_s = self.p.duplicate_window_s
         partners = partner_candidates(self.s, attributed, window_s)
         # Reports that name a GPU first: a node-level report of the same fault then finds its incident.
@@ -134,6 +136,22 @@ class BatchTransaction:
         self._write_back()
         if drafts:  # one executemany, without the ORM's per-row bookkeeping
             self.caches.fault_events.insert(self.s, [d.__dict__ for d in drafts])
+
+    def _lock(self, attributed: list[tuple[FaultObservation, Attribution]]) -> None:
+        """Lock the open incidents the reports can change before reading them (`lock_open`: another
+        worker may be changing them): their components' (a workload's spans partitions), the GPU
+        incidents of their nodes (a node-level report or a workload's fault may join one), and the
+        fleet incidents of their families."""
+        wanted: set[str] = set()
+        for obs, attr in attributed:
+            workload = attr.workload if attr.pod.pod else None
+            wanted.add(component_of(node=obs.node, kind=obs.kind, family=obs.family,
+                                    pci=attr.gpu.pci or normalize_pci(obs.pci), gpu_uuid=attr.gpu.uuid,
+                                    workload=workload).fingerprint)
+            if obs.family in self.p.fleet_families:
+                wanted.add(fleet_fingerprint(self.fleet.cluster, obs.family))
+        for row in lock_open(self.s, wanted, gpus_of={obs.node for obs, _ in attributed}):
+            self.incidents.setdefault(row.fingerprint, row)
 
     def repair(self, late: dict[str, datetime]) -> None:
         """Attribute recent faults that state arriving now (read after them) is valid for."""

@@ -149,7 +149,8 @@ def sweep_fleet(s: Session, policy: PipelinePolicy, now: datetime) -> list[Outbo
     out: list[OutboxMessage] = []
     for row in s.scalars(sa.select(Incident).where(Incident.component == FLEET, Incident.status == "open",
                                                    Incident.component_id != BREAKER,
-                                                   Incident.updated_at <= before)):
+                                                   Incident.updated_at <= before)
+                         .with_for_update(skip_locked=True)):  # a batch changing one updates it: skipped
         change = fleet_quiet(incident_state(row), row.updated_at, now, policy)
         if change is None:
             continue

@@ -10,6 +10,8 @@ thread or process, so the event loop never waits on SQL.
 from __future__ import annotations
 
 import logging
+import random
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -19,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.engine import make_engine
-from history.incident_rows import incident_state, incident_to_dict, row_dict
+from history.incident_rows import incident_state, incident_to_dict, lock_conflict, row_dict
 from history.ledger_store import apply_inventories
 from history.tables import (
     EvidenceRecord,
@@ -52,6 +54,7 @@ from streams.outbox import (
 log = logging.getLogger(__name__)
 
 _EVIDENCE_WAITS_S = 3600.0  # how long evidence waits for the fault that triggered it to be stored
+_LOCK_RETRIES = 5  # a transaction that ended in a deadlock is run again this many times before the error stands
 
 
 def utcnow() -> datetime:
@@ -94,14 +97,23 @@ class Store:
     # -- the batch ---------------------------------------------------------------------------
 
     def process(self, items: Sequence[Item], now: datetime | None = None, sent: Sequence[int] = ()) -> BatchResult:
-        """Handle a batch in one transaction; `sent`: outbox ids published meanwhile, marked sent in it too."""
+        """Handle a batch in one transaction; `sent`: outbox ids published meanwhile, marked sent in it too.
+
+        A transaction that ended in a deadlock with another worker's (`lock_conflict`) is run again.
+        """
         now = now or utcnow()
-        res = BatchResult()
-        try:
-            return self._process(items, now, res, sent)
-        except BaseException:
-            self.caches.forget_uncommitted()  # they may hold rows of the transaction that was rolled back
-            raise
+        attempt = 0
+        while True:
+            try:
+                return self._process(items, now, BatchResult(), sent)
+            except BaseException as exc:
+                self.caches.forget_uncommitted()  # they may hold rows of the transaction that was rolled back
+                attempt += 1
+                if attempt > _LOCK_RETRIES or not lock_conflict(exc):
+                    raise
+                log.warning("transaction ended in a lock conflict (%s); running it again",
+                            type(getattr(exc, "orig", exc)).__name__)
+                time.sleep(random.uniform(0.0, 0.02 * attempt))  # apart from the other transaction's retry
 
     def _process(self, items: Sequence[Item], now: datetime, res: BatchResult, sent: Sequence[int]) -> BatchResult:
         with Session(self.engine, expire_on_commit=False) as s, s.begin():
@@ -258,8 +270,10 @@ class Store:
         messages: list[OutboxMessage] = []
         with Session(self.engine, expire_on_commit=False) as s, s.begin():
             quiet_before = now - timedelta(seconds=p.quiet_period_s)
+            # Rows a batch is changing are skipped (it updates them), never waited for nor overwritten.
             for row in s.scalars(sa.select(Incident).where(Incident.status == "open",
-                                                             Incident.updated_at <= quiet_before)):
+                                                             Incident.updated_at <= quiet_before)
+                                 .with_for_update(skip_locked=True)):
                 change = resolve_if_quiet(incident_state(row), row.updated_at, now, p)
                 if change is None:
                     continue

@@ -236,12 +236,6 @@ def _diff(a: Any, b: Any) -> str:
     return f"{sorted(set(a) ^ set(b))[:10]}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defects this test shows: in every run so far, after a rebalance an NVSwitch SXid group or AER report is stored "
-    "twice, whole and again from its second line (a worker parses a partition's later lines without the "
-    "record's first, which it forgot with the revoked partition); in some runs, concurrent workers lose updates to a "
-    "workload incident spanning their partitions (count 19 for 20 faults: read-modify-write of the row "
-    "under READ COMMITTED). Remove this mark with their fixes"))
 def test_three_workers_with_a_crash_and_a_late_joiner_equal_one(
     reference: WorkerSettings, scaled: WorkerSettings, tmp_path: Path
 ) -> None:
