@@ -118,6 +118,7 @@ class BatchTransaction:
         self._lock(attributed)
         window_s = self.p.duplicate_window_s
         partners = partner_candidates(self.s, attributed, window_s)
+        self.components.prefetch(attributed)
         # Reports that name a GPU first: a node-level report of the same fault then finds its incident.
         attributed.sort(key=lambda oa: oa[1].gpu.uuid is None and oa[1].gpu.pci is None and oa[0].pci is None)
         drafts: list[EventDraft] = []

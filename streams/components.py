@@ -11,7 +11,7 @@ Three look-ups the pure identity function cannot make by itself:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -42,6 +42,9 @@ class ComponentResolver:
         self.states = states  # by incident id: the state grouped so far in this transaction
         self.window_s = window_s
         self._suspected: dict[tuple[str, str], Component | None] = {}
+        # Fingerprints with no incident in the database when the transaction began (`prefetch`); a row
+        # the transaction adds is found in `incidents` first.
+        self._absent: set[str] = set()
 
     def component(self, obs: FaultObservation, attr: Attribution) -> tuple[Component, str | None]:
         """The report's component, and the companion group of the GPU fault a node-level report
@@ -61,6 +64,34 @@ class ComponentResolver:
                 return self._suspected_gpu(obs.node, gpu, pci) or comp, None
         return comp, None
 
+    def prefetch(self, reports: Iterable[tuple[FaultObservation, Attribution]]) -> None:
+        """Load, in one query, the latest incident of every component the reports can join (their own,
+        and for a GPU or a workload's GPU, the one by PCI address): `row_for` then asks nothing."""
+        wanted: set[str] = set()
+        for obs, attr in reports:
+            pci = attr.gpu.pci or normalize_pci(obs.pci)
+            workload = attr.workload if attr.pod.pod else None
+            comp = component_of(node=obs.node, kind=obs.kind, family=obs.family, pci=pci, gpu_uuid=attr.gpu.uuid,
+                                workload=workload)
+            wanted.add(comp.fingerprint)
+            gpu = comp.id if comp.kind == "gpu" else (attr.gpu.uuid or pci) if comp.kind == "workload" else None
+            if gpu:
+                wanted.add(Component("gpu", obs.node, gpu).fingerprint)
+            if gpu and pci and pci != gpu:
+                wanted.add(Component("gpu", obs.node, pci).fingerprint)
+        wanted -= self.incidents.keys() | self._absent
+        if not wanted:
+            return
+        newest = sa.func.row_number().over(partition_by=Incident.fingerprint,
+                                           order_by=(Incident.opened_at.desc(), Incident.incident_id.desc()))
+        ranked = (sa.select(Incident.incident_id, newest.label("rank"))
+                  .where(Incident.fingerprint.in_(sorted(wanted))).subquery())
+        with self.s.no_autoflush:
+            for row in self.s.scalars(sa.select(Incident).join(ranked, ranked.c.incident_id == Incident.incident_id)
+                                      .where(ranked.c.rank == 1)):
+                self.incidents.setdefault(row.fingerprint, row)
+        self._absent |= wanted - self.incidents.keys()
+
     def row_for(self, comp: Component, pci: str | None) -> Incident | None:
         """The latest incident of the component; for a GPU known by UUID, the incident opened under its
         PCI address (before the UUID was known) too: its reports join it, its recurrence links to it."""
@@ -73,7 +104,7 @@ class ComponentResolver:
 
     def _latest(self, fingerprint: str) -> Incident | None:
         row = self.incidents.get(fingerprint)
-        if row is not None:
+        if row is not None or fingerprint in self._absent:
             return row
         with self.s.no_autoflush:
             row = self.s.scalars(sa.select(Incident).where(Incident.fingerprint == fingerprint)
