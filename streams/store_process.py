@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -47,8 +48,9 @@ class AsyncStore:
     def _new_executor(self) -> Executor:
         if not self._process:
             return ThreadPoolExecutor(max_workers=1, thread_name_prefix="xidpipe-db")
+        # The worker's pid goes along: the child checks it is still its parent (the worker may be pid 1).
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_start_store_process, initargs=self._args)
+                                   initializer=_start_store_process, initargs=(*self._args, os.getpid()))
 
     async def _run(self, method: str, *args: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -105,9 +107,8 @@ _PROCESS_INTAKE: Intake | None = None  # in the store process: the one Intake
 
 
 def _start_store_process(url: str, policy: dict[str, Any], cluster: str, kinds: dict[str, frozenset[str]],
-                         log_level: int, bounds: IngestBounds | None = None) -> None:
+                         log_level: int, bounds: IngestBounds | None, worker_pid: int) -> None:
     """In the store process: die with the worker, leave signals to it, log like it, open the store."""
-    import os
     import signal
     import sys
 
@@ -119,7 +120,9 @@ def _start_store_process(url: str, policy: dict[str, Any], cluster: str, kinds: 
 
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-        if os.getppid() == 1:  # the worker was gone before the line above
+        # The worker was gone before the line above: this process was reparented. Not `getppid() == 1`,
+        # since a worker that is its container's first process is pid 1 itself.
+        if os.getppid() != worker_pid:
             os._exit(1)
     from service.logs import configure_logging
 
