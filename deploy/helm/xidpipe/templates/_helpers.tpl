@@ -32,6 +32,12 @@ app.kubernetes.io/name: {{ include "xidpipe.fullname" (index . 0) }}-{{ index . 
 app.kubernetes.io/instance: {{ (index . 0).Release.Name }}
 {{- end -}}
 
+{{/* "true" when kafka.securityProtocol is SASL_PLAINTEXT or SASL_SSL: only then are the SASL mechanism,
+user and password rendered (the settings refuse them with PLAINTEXT or SSL). */}}
+{{- define "xidpipe.sasl" -}}
+{{- if hasPrefix "SASL_" .Values.kafka.securityProtocol }}true{{ end -}}
+{{- end -}}
+
 {{- define "xidpipe.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
