@@ -43,7 +43,7 @@ from tests.streams.workers import worker_settings, worker_starter
 
 NODES = 300
 GPUS = 8
-LINES = 170  # background kernel lines per node
+LINES = 400  # background kernel lines per node
 FAULT_EVERY = 10  # one node in this many faults
 PARTITIONS = 8
 DRAIN_S = 600.0  # a generous bound for the drain on a loaded 2-core machine
@@ -348,14 +348,23 @@ def test_a_worker_catches_up_after_a_long_outage_in_bounded_memory(catchup: Catc
     assert sorted(len(nodes) for nodes in fleet.values()) == [NODES // FAULT_EVERY // 3] * 3
     assert all(k[1] in fleet and set(k[13]) <= fleet[k[1]] for k in got["incidents"] if k[2] == "fleet")
 
+
+@pytest.mark.xfail(strict=True, reason=(
+    "since c130b48 (a stored record's lines held while the partition's first held line would fall inside it) "
+    "the stream process's memory grows with the backlog: 174 MiB at 63,100 messages, 256 MiB at 143,500 (149 MiB "
+    "at 63,100 before; the whole worker's peak 247 and 253 MiB then, 278 and 369 MiB now, for a bound of idle + "
+    "90 MiB, 268 MiB): with a few hundred nodes interleaved on each "
+    "partition some record is always open, and the events waiting behind it (`_Acks`) pile up until the "
+    "partition goes quiet. Remove this mark with the fix"))
+def test_the_catch_up_stays_in_bounded_memory(catchup: CatchUp) -> None:
     # The memory bound. The intake holds 20.8 MiB per 1,000 active nodes (worker_memory_bench.py at 2,000
     # nodes): 6.2 MiB for these 300. The worker holds at most batch_max (2,000) messages in a transaction
-    # and 2 x batch_max waiting (`_Batches`): 6,000 messages of ~480 bytes, as Python objects (Faust's
+    # and 2 x batch_max waiting (`_Batches`): 6,000 messages of ~470 bytes, as Python objects (Faust's
     # event and message, the decoded record: ~3 KiB each) ~18 MiB. Faust's stream buffer and aiokafka's
     # fetched records: one fetch per partition of up to 1 MiB (`consumer_max_fetch_size`), 32 input
     # partitions, but only the partitions with nothing buffered are fetched again: ~40 MiB, with their
     # Python objects. So idle + 6 + 18 + 40 = idle + 64 MiB; + 40 % for a loaded machine's allocator:
-    # idle + 90 MiB. Holding the backlog (63,000 messages, ~29 MiB of values) as those objects would take
-    # ~180 MiB above idle.
+    # idle + 90 MiB. Holding the backlog (143,500 messages, 64 MiB of values) as those objects would take
+    # ~420 MiB above idle.
     bound = catchup.idle_mb + 90
     assert catchup.hwm_mb < bound, f"peak RSS {catchup.hwm_mb:.0f} MiB over the bound {bound:.0f} MiB"
