@@ -73,16 +73,14 @@ class NodeHistories:
         """The snapshot of each kind still valid at `start`: the latest taken before it. Pod assignments
         are published only when they change, so a job that has run for longer than the history span
         is known only from a snapshot older than it."""
-        out: list[NodeState] = []
-        for kind in _SNAPSHOT_KINDS:
-            row = self.s.scalars(
-                sa.select(NodeState).where(NodeState.node == node, NodeState.kind == kind,
-                                           NodeState.valid_from < start)
-                .order_by(NodeState.valid_from.desc(), NodeState.id.desc()).limit(1)
-            ).first()
-            if row is not None:
-                out.append(row)
-        return out
+        latest = [  # one per kind, each on the (node, valid_from) index, in one round trip
+            sa.select(sa.select(NodeState.id).where(NodeState.node == node, NodeState.kind == kind,
+                                                    NodeState.valid_from < start)
+                      .order_by(NodeState.valid_from.desc(), NodeState.id.desc()).limit(1).subquery())
+            for kind in _SNAPSHOT_KINDS
+        ]
+        rows = {r.kind: r for r in self.s.scalars(sa.select(NodeState).where(NodeState.id.in_(sa.union_all(*latest))))}
+        return [rows[kind] for kind in _SNAPSHOT_KINDS if kind in rows]
 
     def load_tops(self, nodes: set[str]) -> None:
         """The highest node_state id of each node (the key of its cached history), in one query."""
