@@ -421,6 +421,10 @@ class Pipeline:
         try:
             await self._publish(await self.store.sweep())
             await self._publish(await self.store.unsent(self.settings.outbox_resend_after_s))
+            if self.settings.outbox_keep_sent_s > 0:
+                pruned = await self.store.prune_sent(self.settings.outbox_keep_sent_s)
+                if pruned:
+                    log.info("%d outbox rows sent over %.0f s ago deleted", pruned, self.settings.outbox_keep_sent_s)
         except Exception:
             log.exception("sweep failed; the next one retries")
 

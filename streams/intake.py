@@ -177,6 +177,9 @@ class Intake:
     def mark_sent(self, ids: Sequence[int]) -> None:
         self.store.mark_sent(ids)
 
+    def prune_sent(self, keep_s: float) -> int:
+        return self.store.prune_sent(keep_s)
+
     def dispose(self) -> None:
         self.store.dispose()
 

@@ -87,6 +87,21 @@ def unsent(engine: sa.Engine, older_than_s: float, limit: int = 1000) -> list[Ou
         return [outgoing(o) for o in rows]
 
 
+def prune_sent(engine: sa.Engine, keep_s: float, limit: int = 10_000) -> int:
+    """Delete up to `limit` outbox rows sent more than `keep_s` seconds ago, oldest first; returns how many.
+
+    A row's idempotency key goes with it: a message decided again after that would be written and
+    published again, so `keep_s` must outlast any redelivery of the records that decided it."""
+    before = utcnow() - timedelta(seconds=keep_s)
+    oldest = (sa.select(OutboxMessage.id).where(OutboxMessage.sent_at.is_not(None), OutboxMessage.sent_at < before)
+              .order_by(OutboxMessage.sent_at, OutboxMessage.id).limit(limit))
+    with Session(engine) as s, s.begin():
+        ids = list(s.scalars(oldest))
+        if ids:
+            s.execute(sa.delete(OutboxMessage).where(OutboxMessage.id.in_(ids)))
+        return len(ids)
+
+
 def mark_sent(engine: sa.Engine, ids: Iterable[int]) -> None:
     ids = list(ids)
     if not ids:

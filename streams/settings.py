@@ -86,6 +86,12 @@ class WorkerSettings(KafkaClientSecurity, ServiceSettings):
     outbox_resend_after_s: float = Field(
         default=5.0, gt=0, description="an outbox row unsent for this long is resent by the sweep"
     )
+    outbox_keep_sent_s: float = Field(
+        default=7 * 86400.0, ge=0,
+        description="a sent outbox row is deleted this long after it was sent, with its idempotency key: it must "
+        "outlast any redelivery of the records that decided it (7 days; 0: kept for ever). Each sweep deletes "
+        "up to 10,000",
+    )
     db_retry_max_s: float = Field(default=30.0, gt=0, description="longest backoff between database retries")
 
     session_timeout_s: float = Field(

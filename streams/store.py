@@ -296,6 +296,10 @@ class Store:
     def mark_sent(self, ids: Iterable[int]) -> None:
         outbox.mark_sent(self.engine, ids)
 
+    def prune_sent(self, keep_s: float) -> int:
+        """Delete outbox rows sent more than `keep_s` seconds ago (a bounded number per call)."""
+        return outbox.prune_sent(self.engine, keep_s)
+
     # -- reads (tests, the demo, the API) --------------------------------------------------------
 
     def incidents(self) -> list[dict[str, Any]]:

@@ -97,6 +97,10 @@ class AsyncStore:
     async def mark_sent(self, ids: Sequence[int]) -> None:
         await self._run("mark_sent", list(ids))
 
+    async def prune_sent(self, keep_s: float) -> int:
+        n: int = await self._run("prune_sent", keep_s)
+        return n
+
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         if self.intake is not None:
