@@ -15,6 +15,8 @@ cordon, however often its request is delivered (`cordon_recorded`). `exclusive()
 executor holds from reading the counts to recording the cordon, across processes too (PostgreSQL:
 an advisory lock; JSON Lines: `flock` on `<path>.lock`), so two responders acting at once (a
 leader and one that has not yet noticed that it was fenced) never pass the breaker's limits together.
+`last_cordon_version()` is the node resourceVersion the newest `done` cordon recorded
+(`details.resource_version`): the executor counts the pool fresh as of it.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class ActionStore(Protocol):
 
     def cordon_recorded(self, node: str, incident_id: str) -> bool: ...
 
+    def last_cordon_version(self) -> int: ...
+
     def exclusive(self) -> contextlib.AbstractContextManager[None]: ...
 
 
@@ -85,6 +89,7 @@ class JsonlActionStore:
         self._lock = threading.Lock()
         # Times of executed cordons, kept in memory; re-read when another process wrote to the log.
         self._cordons: list[datetime] = []
+        self._last_version = 0
         self._known_size = -1
 
     def record(self, rec: ActionRecord) -> None:
@@ -99,6 +104,7 @@ class JsonlActionStore:
                 self._known_size = size
                 if rec.action == "cordon" and rec.outcome == "done":
                     self._cordons.append(rec.at)
+                    self._last_version = max(self._last_version, _version(rec))
 
     def _refresh(self) -> None:
         try:
@@ -106,7 +112,9 @@ class JsonlActionStore:
         except FileNotFoundError:
             size = 0
         if size != self._known_size:
-            self._cordons = [r.at for r in self._all() if r.action == "cordon" and r.outcome == "done"]
+            done = [r for r in self._all() if r.action == "cordon" and r.outcome == "done"]
+            self._cordons = [r.at for r in done]
+            self._last_version = max((_version(r) for r in done), default=0)
             self._known_size = size
 
     def _all(self) -> list[ActionRecord]:
@@ -120,6 +128,11 @@ class JsonlActionStore:
         with self._lock:
             self._refresh()
             return sum(1 for at in self._cordons if at >= since)
+
+    def last_cordon_version(self) -> int:
+        with self._lock:
+            self._refresh()
+            return self._last_version
 
     def recent(self, limit: int = 50) -> list[ActionRecord]:
         return self._all()[-limit:]
@@ -150,6 +163,15 @@ class JsonlActionStore:
             tmp = self.breaker_path.with_name(self.breaker_path.name + f".{os.getpid()}.tmp")
             tmp.write_text(state.model_dump_json(), encoding="utf-8")
             os.replace(tmp, self.breaker_path)
+
+
+def _version_of(details: dict[str, Any] | None) -> int:
+    value = str((details or {}).get("resource_version") or "")
+    return int(value) if value.isdigit() else 0
+
+
+def _version(rec: ActionRecord) -> int:
+    return _version_of(rec.details)
 
 
 # --- SQL ------------------------------------------------------------------------------------------
@@ -192,6 +214,14 @@ class SqlActionStore:
             actions_table.c.incident_id == incident_id).limit(1)
         with self.engine.connect() as conn:
             return conn.execute(q).first() is not None
+
+    def last_cordon_version(self) -> int:
+        q = sa.select(actions_table.c.details).where(
+            actions_table.c.action == "cordon", actions_table.c.outcome == "done").order_by(
+            actions_table.c.id.desc()).limit(1)
+        with self.engine.connect() as conn:
+            details = conn.execute(q).scalar_one_or_none()
+        return _version_of(details)
 
     def close(self) -> None:
         self.engine.dispose()

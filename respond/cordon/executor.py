@@ -10,10 +10,16 @@ redelivered request changes nothing (no second taint, annotation change or Event
 The breaker: the fleet view (the pool's size and xidpipe's cordons in it, from the cluster; the
 last hour's cordons, from the action record) and the breaker state are read, the cordon is written
 and recorded under the action record's `exclusive()` lock (across processes on PostgreSQL), so
-neither the threads of one responder nor two responders acting at once overshoot the limits. A
-redelivered cordon of a node that this incident already holds is recorded as `done` only when no
-`done` record of it exists (its first responder died between the patch and the record), so each
-cordon counts once.
+neither the threads of one responder nor two responders acting at once overshoot the limits. The
+pool's counts are taken fresh as of the newest cordon in the action record (its node's
+resourceVersion, recorded with it), whichever responder made it. A redelivered cordon of a node
+that this incident already holds is recorded as `done` only when no `done` record of it exists (its
+first responder died between the patch and the record), so each cordon counts once.
+
+The lock is held for as little as the counts need: the node is read before it (the cordon's write
+is guarded by that read's resourceVersion, so a node changed meanwhile is read again under the
+lock), and the `GPUHealthy` condition, the Event and the drain follow after it; a crash before them
+is completed by the redelivery (the node is then already cordoned for this incident).
 
 The cluster is reached through `port.NodePort` (`kube_nodes.KubeNodes` on the Kubernetes API), whose
 client is synchronous: use `handle_async` from asyncio code.
@@ -25,6 +31,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -81,6 +88,17 @@ class ActionResult(BaseModel):
     retryable: bool = False
     fleet_incident: FleetAlert | None = None
     drain: DrainReport | None = None
+    resource_version: str | None = Field(default=None, description="the node's, as the cordon left it")
+
+
+@dataclass(frozen=True, slots=True)
+class _FollowUp:
+    """What a cordon (or the completion of one) does after the lock: the condition, the Event, and
+    for a fresh cordon the drain."""
+
+    decision: CordonDecision
+    condition: NodeCondition | None
+    drain: bool
 
 
 class CordonExecutor:
@@ -110,37 +128,50 @@ class CordonExecutor:
         return await asyncio.to_thread(self.handle, req)
 
     def handle(self, req: CordonRequest) -> ActionResult:
-        ctx = {"node": req.node, "incident": req.incident_id, "family": req.family, "xids": list(req.xids)}
-        with self.store.exclusive():
-            try:
-                result = self._handle(req)
-            except ActionError as exc:
-                result = ActionResult(action="cordon", outcome="failed", node=req.node, incident_id=req.incident_id,
-                                      reason=str(exc), retryable=exc.retryable, dry_run=self.dry_run)
-            level = logging.WARNING if result.outcome in ("failed", "blocked", "refused") else logging.INFO
-            log.log(level, "cordon %s: %s", result.outcome, result.reason,
-                    extra={**ctx, "decision": result.decision, "changes": result.changes})
-            self._record(result, details={"changes": result.changes,
-                                          "drain": result.drain.model_dump() if result.drain else None,
-                                          "retryable": result.retryable})
+        follow: _FollowUp | None = None
+        try:
+            current = self.nodes.read(req.node) if self.nodes is not None else None
+            with self.store.exclusive():
+                result, follow = self._handle(req, current)
+                self._record(result, details={"changes": result.changes, "retryable": result.retryable,
+                                              "resource_version": result.resource_version})
+        except ActionError as exc:
+            result = self._failed(req, exc)
+            self._record(result, details={"changes": result.changes, "retryable": result.retryable})
+        if follow is not None:
+            result = self._follow_up(req, result, follow)
+        self._log(req, result)
         return result
 
-    def _handle(self, req: CordonRequest) -> ActionResult:
-        if self.nodes is None:
+    def _failed(self, req: CordonRequest, exc: ActionError, *, done: ActionResult | None = None) -> ActionResult:
+        reason = str(exc) if done is None else f"{done.reason}; then failed: {exc}"
+        return ActionResult(action="cordon", outcome="failed", node=req.node, incident_id=req.incident_id,
+                            decision=done.decision if done else None, reason=reason, retryable=exc.retryable,
+                            dry_run=self.dry_run, changes=list(done.changes) if done else [])
+
+    def _log(self, req: CordonRequest, result: ActionResult) -> None:
+        ctx = {"node": req.node, "incident": req.incident_id, "family": req.family, "xids": list(req.xids)}
+        level = logging.WARNING if result.outcome in ("failed", "blocked", "refused") else logging.INFO
+        log.log(level, "cordon %s: %s", result.outcome, result.reason,
+                extra={**ctx, "decision": result.decision, "changes": result.changes})
+
+    def _handle(self, req: CordonRequest, current: NodeRead | None) -> tuple[ActionResult, _FollowUp | None]:
+        """Decide and, for a cordon, write it: under the lock (the caller records the result before
+        releasing it)."""
+        if self.nodes is None or current is None:
             # No cluster: decide from the request alone and record the decision as a dry run.
             decision = decide_cordon(req, NodeView(name=req.node), FleetView(), self.store.breaker(), self.policy,
                                      dry_run=True)
-            return self._result(req, decision, "dry_run" if decision.changes_node else "skipped")
+            return self._result(req, decision, "dry_run" if decision.changes_node else "skipped"), None
         nodes = self.nodes
         with self._lock:
-            current = nodes.read(req.node)
             decision = self._decide(req, current)
             if decision.outcome == "trip_breaker":
-                return self._trip(req, decision, current.view)
+                return self._trip(req, decision, current.view), None
             if decision.outcome != "cordon":
                 return self._after_decision(req, decision, current)
             if decision.dry_run:
-                return self._result(req, decision, "dry_run")
+                return self._result(req, decision, "dry_run"), None
             at = self.clock()
             for _ in range(self.conflict_retries):
                 try:
@@ -153,16 +184,31 @@ class CordonExecutor:
                         return self._after_decision(req, decision, current)
             else:
                 return self._result(req, decision, "failed", retryable=True,
-                                    reason=f"node {req.node} kept changing: {self.conflict_retries} conflicts")
-        # The node is cordoned and claimed; the condition and the Event follow outside the lock.
-        if _gpu_unhealthy(nodes, req, at, cordoned.condition):
-            changes.append("condition")
-        if nodes.emit_event(req.node, key=req.incident_id, kind="cordon", action="Cordon",
-                            reason=_event_reason(req), note=f"Cordoned by xidpipe: {decision.reason}",
-                            at=at) == "created":
-            changes.append("event")
-        result = self._result(req, decision, "done", changes=changes)
-        if self.policy.drain.enabled:
+                                    reason=f"node {req.node} kept changing: {self.conflict_retries} conflicts"), None
+        # The node is cordoned and claimed; the record follows before the lock is released.
+        result = self._result(req, decision, "done", changes=changes, resource_version=cordoned.resource_version)
+        return result, _FollowUp(decision, cordoned.condition, drain=True)
+
+    def _follow_up(self, req: CordonRequest, result: ActionResult, follow: _FollowUp) -> ActionResult:
+        """The condition, the Event and (for a fresh cordon) the drain, after the lock. A failure here
+        is recorded and retryable: the redelivery finds the node cordoned for this incident and completes it."""
+        nodes = self.nodes
+        assert nodes is not None
+        changes = list(result.changes)
+        at = self.clock()
+        try:
+            if _gpu_unhealthy(nodes, req, at, follow.condition):
+                changes.append("condition")
+            if nodes.emit_event(req.node, key=req.incident_id, kind="cordon", action="Cordon",
+                                reason=_event_reason(req), note=f"Cordoned by xidpipe: {follow.decision.reason}",
+                                at=at) == "created":
+                changes.append("event")
+        except ActionError as exc:
+            failed = self._failed(req, exc, done=result.model_copy(update={"changes": changes}))
+            self._record(failed, details={"changes": failed.changes, "retryable": failed.retryable})
+            return failed
+        result = result.model_copy(update={"changes": changes})
+        if follow.drain and self.policy.drain.enabled:
             report = drain_gpu_pods(nodes, req.node, req.pods, self.policy.drain)
             result = result.model_copy(update={"drain": report})
             self._record_drain(req, report)
@@ -175,39 +221,37 @@ class CordonExecutor:
         if wanted and view.exists and not view.cordoned_by_xidpipe and not view.unschedulable:
             assert self.nodes is not None
             since = self.clock() - timedelta(hours=1)
-            fleet = self.nodes.fleet_view(self.policy, view.labels, self.store.cordons_since(since))
+            fleet = self.nodes.fleet_view(self.policy, view.labels, self.store.cordons_since(since),
+                                          self.store.last_cordon_version())
         return decide_cordon(req, view, fleet, self.store.breaker(), self.policy, dry_run=self.dry_run)
 
-    def _after_decision(self, req: CordonRequest, decision: CordonDecision, current: NodeRead) -> ActionResult:
+    def _after_decision(self, req: CordonRequest, decision: CordonDecision,
+                        current: NodeRead) -> tuple[ActionResult, _FollowUp | None]:
         """Outcomes other than a fresh cordon: a repeat, a redelivery (complete what a crash may have
-        left undone), or a refusal."""
+        left undone, after the lock), or a refusal."""
         nodes = self.nodes
         assert nodes is not None
         if decision.outcome == "repeat":
             if decision.dry_run:
-                return self._result(req, decision, "dry_run")
+                return self._result(req, decision, "dry_run"), None
             at = self.clock()
             nodes.record_repeat(req.node, req.count)
             nodes.event_series(req.node, req, at, note=f"Cordoned by xidpipe: {decision.reason}")
-            return self._result(req, decision, "done", action="repeat", changes=["annotations", "event_series"])
+            return self._result(req, decision, "done", action="repeat", changes=["annotations", "event_series"]), None
         if decision.outcome == "already_cordoned" and current.view.xidpipe_incident == req.incident_id:
-            changes: list[str] = []
-            if not decision.dry_run:
-                at = self.clock()
-                if _gpu_unhealthy(nodes, req, at, current.condition):
-                    changes.append("condition")
-                if nodes.emit_event(req.node, key=req.incident_id, kind="cordon", action="Cordon",
-                                    reason=_event_reason(req), note=f"Cordoned by xidpipe: {decision.reason}",
-                                    at=at) == "created":
-                    changes.append("event")
+            if decision.dry_run:
+                return self._result(req, decision, "noop"), None
             # "done" once per cordon: when its first responder died before recording it, this completes it.
-            first = not decision.dry_run and not self.store.cordon_recorded(req.node, req.incident_id)
-            return self._result(req, decision, "done" if first else "noop", changes=changes)
+            if self.store.cordon_recorded(req.node, req.incident_id):
+                result = self._result(req, decision, "noop")
+            else:
+                result = self._result(req, decision, "done", resource_version=current.resource_version)
+            return result, _FollowUp(decision, current.condition, drain=False)
         if decision.outcome == "already_cordoned":
-            return self._result(req, decision, "noop")
+            return self._result(req, decision, "noop"), None
         if decision.outcome == "node_missing":
-            return self._result(req, decision, "failed")
-        return self._result(req, decision, "skipped")
+            return self._result(req, decision, "failed"), None
+        return self._result(req, decision, "skipped"), None
 
     def _trip(self, req: CordonRequest, decision: CordonDecision, view: NodeView) -> ActionResult:
         at = self.clock()
@@ -228,10 +272,12 @@ class CordonExecutor:
 
     def _result(self, req: CordonRequest, decision: CordonDecision, outcome: ActionOutcome, *,
                 action: ActionKind = "cordon", changes: list[str] | None = None, retryable: bool = False,
-                reason: str | None = None, fleet_incident: FleetAlert | None = None) -> ActionResult:
+                reason: str | None = None, fleet_incident: FleetAlert | None = None,
+                resource_version: str | None = None) -> ActionResult:
         return ActionResult(action=action, outcome=outcome, node=req.node, incident_id=req.incident_id,
                             decision=decision.outcome, reason=reason or decision.reason, dry_run=decision.dry_run,
-                            changes=changes or [], retryable=retryable, fleet_incident=fleet_incident)
+                            changes=changes or [], retryable=retryable, fleet_incident=fleet_incident,
+                            resource_version=resource_version)
 
     def _record(self, result: ActionResult, details: dict[str, Any], actor: str = "xidpipe") -> None:
         self.store.record(ActionRecord(

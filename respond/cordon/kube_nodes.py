@@ -15,6 +15,10 @@ What it writes, and how:
 - evictions of the node's pods through the Eviction API (PodDisruptionBudgets honoured), one
   attempt each: the drain keeps its own backoff.
 
+The breaker's pool counts come from a list+watch of the nodes (`node_cache.NodeCache`, started at
+the first decision that needs them), fresh as of the newest cordon in the action record; when the
+cache does not get there in time (or `watch_nodes` is off) the pool is listed instead.
+
 The client's failures are translated into `respond.errors`: HTTP 429 and 5xx, a missing status,
 connection errors and timeouts are `TemporaryError`, anything else `PermanentError`.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -53,6 +58,7 @@ from models.cordon import (
     without_our_taint,
 )
 from models.cordon_policy import CordonPolicy
+from respond.cordon.node_cache import NodeCache
 from respond.cordon.port import Conflict, NodeCondition, NodeRead, PodInfo
 from respond.cordon.retry import Backoff, call_with_retry
 from respond.cordon.settings import ActionSettings
@@ -112,17 +118,40 @@ def event_name(node: str, incident_id: str, kind: str = "cordon") -> str:
 
 class KubeNodes:
     """`NodePort` on the Kubernetes API: node reads and writes, each retried on transient errors (429,
-    5xx, connection) within `backoff`; pod reads and evictions, one attempt each."""
+    5xx, connection) within `backoff`; pod reads and evictions, one attempt each.
+
+    `watch_nodes`: keep the pool counts in a `NodeCache` (one, for the pool label of the first
+    decision); `cache_wait_s`: how long a decision waits for it to be fresh before listing."""
 
     def __init__(
-        self, api_client: client.ApiClient, *, reporting_instance: str, backoff: Backoff | None = None
+        self, api_client: client.ApiClient, *, reporting_instance: str, backoff: Backoff | None = None,
+        watch_nodes: bool = True, cache_wait_s: float = 5.0,
     ) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.events = client.EventsV1Api(api_client)
         self.reporting_instance = reporting_instance[:128]
         self.backoff = backoff or Backoff()
+        self.watch_nodes = watch_nodes
+        self.cache_wait_s = cache_wait_s
+        self.cache: NodeCache | None = None
+        self._cache_lock = threading.Lock()
         self._seen_rv = 0  # the newest node resourceVersion this client has read or written
+
+    def close(self) -> None:
+        """Stop the node cache's watch (a later decision starts another)."""
+        with self._cache_lock:
+            cache, self.cache = self.cache, None
+        if cache is not None:
+            cache.stop()
+
+    def _cache_for(self, pool_label: str) -> NodeCache | None:
+        if not self.watch_nodes:
+            return None
+        with self._cache_lock:
+            if self.cache is None:
+                self.cache = NodeCache(self.core, pool_label).start()
+            return self.cache if self.cache.pool_label == pool_label else None
 
     def _saw(self, node: client.V1Node | None) -> None:
         rv = node.metadata.resource_version if node is not None and node.metadata else None
@@ -155,21 +184,34 @@ class KubeNodes:
         )
         return NodeRead(view, meta.resource_version, taints, _gpu_condition(node))
 
-    def fleet_view(self, policy: CordonPolicy, labels: dict[str, str], cordons_last_hour: int) -> FleetView:
-        """The node's pool: its size and how many of its nodes xidpipe holds cordoned now.
+    def fleet_view(self, policy: CordonPolicy, labels: dict[str, str], cordons_last_hour: int,
+                   fresh_as_of: int = 0) -> FleetView:
+        """The node's pool: its size and how many of its nodes xidpipe holds cordoned now, counting every
+        node write up to the resourceVersion `fresh_as_of` (the newest cordon in the action record).
 
-        Lists only the pool's nodes (label selector) and reads the raw JSON: deserialising every
-        node into client models would cost more than the request itself on a large pool. The list
-        is served from the API server's cache, but never older than the newest node version this
-        client has read or written (`resourceVersionMatch=NotOlderThan`): every cordon it wrote is
-        counted. A fully consistent list waits for the cache to confirm the latest etcd revision,
-        which takes tens of milliseconds after writes to other resources (Events)."""
+        From the node cache when it gets that fresh within `cache_wait_s`; else by listing the pool."""
         pool = pool_of(policy, labels)
         key = policy.scope.pool_label
+        cache = self._cache_for(key)
+        counts = cache.pool_counts(pool, fresh_as_of, self.cache_wait_s) if cache is not None else None
+        if counts is None:
+            if cache is not None:
+                log.warning("node cache not fresh as of resourceVersion %s within %.1f s: listing pool '%s'",
+                            fresh_as_of, self.cache_wait_s, pool)
+            counts = self._list_pool(key, pool, fresh_as_of)
+        return FleetView(pool=pool, pool_nodes=counts[0], pool_cordoned_by_xidpipe=counts[1],
+                         cordons_last_hour=cordons_last_hour)
+
+    def _list_pool(self, key: str, pool: str, fresh_as_of: int) -> tuple[int, int]:
+        """(nodes, cordoned by xidpipe) of the pool, listed (label selector, raw JSON: deserialising
+        every node into client models would cost more than the request itself). Served from the API
+        server's cache, but never older than `fresh_as_of` nor the newest node version this client
+        has read or written (`resourceVersionMatch=NotOlderThan`)."""
         selector = f"{key}={pool}" if pool else f"!{key}"
         freshness: dict[str, str] = {}
-        if self._seen_rv:
-            freshness = {"resource_version": str(self._seen_rv), "resource_version_match": "NotOlderThan"}
+        if max(self._seen_rv, fresh_as_of):
+            freshness = {"resource_version": str(max(self._seen_rv, fresh_as_of)),
+                         "resource_version_match": "NotOlderThan"}
         response = self._call("list nodes", self.core.list_node, label_selector=selector, _preload_content=False,
                               **freshness)
         items = json.loads(response.data).get("items") or []
@@ -178,8 +220,7 @@ class KubeNodes:
             if ANN_CORDONED_AT in ((n.get("metadata") or {}).get("annotations") or {})
             and (n.get("spec") or {}).get("unschedulable")
         )
-        return FleetView(pool=pool, pool_nodes=len(items), pool_cordoned_by_xidpipe=cordoned,
-                         cordons_last_hour=cordons_last_hour)
+        return len(items), cordoned
 
     # --- cordon -----------------------------------------------------------------------------------
 
@@ -188,7 +229,10 @@ class KubeNodes:
         try:
             patched: client.V1Node = self._call(what, self.core.patch_node, current.view.name, body)
             self._saw(patched)
-            return self._node_read(current.view.name, patched)
+            written = self._node_read(current.view.name, patched)
+            if self.cache is not None:
+                self.cache.observe(written)
+            return written
         except PermanentError as exc:
             if exc.status == 409:
                 raise Conflict(str(exc)) from exc
@@ -220,7 +264,10 @@ class KubeNodes:
             ops.extend({"op": "add", "path": f"/metadata/annotations/{_escape(k)}", "value": v}
                        for k, v in annotations.items())
         changed.append("annotations")
-        return changed, self._guarded_patch(current, ops, f"cordon node {current.view.name}")
+        written = self._guarded_patch(current, ops, f"cordon node {current.view.name}")
+        if self.cache is not None:
+            self.cache.observe(written, own_cordon=True)
+        return changed, written
 
     def record_repeat(self, name: str, count: int) -> None:
         self._saw(self._call(f"annotate node {name}", self.core.patch_node, name,

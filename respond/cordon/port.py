@@ -81,8 +81,10 @@ class NodePort(PodPort, Protocol):
         """The node; `view.exists` is False when there is none."""
         ...
 
-    def fleet_view(self, policy: CordonPolicy, labels: dict[str, str], cordons_last_hour: int) -> FleetView:
-        """The node's pool: its size and how many of its nodes xidpipe holds cordoned now."""
+    def fleet_view(self, policy: CordonPolicy, labels: dict[str, str], cordons_last_hour: int,
+                   fresh_as_of: int = 0) -> FleetView:
+        """The node's pool: its size and how many of its nodes xidpipe holds cordoned now, counting
+        every node write up to the resourceVersion `fresh_as_of` (the newest cordon in the action record)."""
         ...
 
     def apply_cordon(self, current: NodeRead, req: CordonRequest, decision: CordonDecision,

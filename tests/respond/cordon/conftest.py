@@ -70,13 +70,18 @@ def action_log(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def make_executor(worker_client: client.ApiClient, action_log: Path) -> ExecutorFactory:
-    """An executor acting as the worker identity (deploy/rbac/), recording to a JSON Lines log."""
+def make_executor(worker_client: client.ApiClient, action_log: Path) -> Iterator[ExecutorFactory]:
+    """An executor acting as the worker identity (deploy/rbac/), recording to a JSON Lines log; the
+    node caches' watches are stopped after the test."""
+    made: list[KubeNodes] = []
 
     def factory(policy: CordonPolicy | None = None, *, nodes: KubeNodes | None = None,
                 api_client: client.ApiClient | None = None, **kw: Any) -> CordonExecutor:
         kube = nodes or KubeNodes(api_client or worker_client, reporting_instance="xidpipe-test",
                                   backoff=Backoff(deadline_s=5.0))
+        made.append(kube)
         return CordonExecutor(policy or CordonPolicy(), JsonlActionStore(action_log), kube, **kw)
 
-    return factory
+    yield factory
+    for kube in made:
+        kube.close()

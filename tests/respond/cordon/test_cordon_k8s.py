@@ -41,6 +41,7 @@ def test_xid79_cordons_taints_sets_condition_and_records_event(
 ) -> None:
     name = make_node(pool=unique("pool"))
     req = xid79(name)
+    before_rv = admin_core.read_node(name).metadata.resource_version
 
     result = make_executor().handle(req)
 
@@ -66,10 +67,14 @@ def test_xid79_cordons_taints_sets_condition_and_records_event(
     assert events[0].type == "Warning" and events[0].reason == "GPUFallenOffBus"
     assert events[0].reporting_component == "xidpipe.io/worker"
     assert "rule gpu-lost" in events[0].message
+    assert set(result.changes) == {"unschedulable", "taint", "annotations", "condition", "event"}
+    # Recorded under the lock, right after the cordon's write (the condition and Event follow it).
     [rec] = records(action_log)
     assert (rec["action"], rec["outcome"], rec["node"], rec["incident_id"]) == ("cordon", "done", name,
                                                                                    req.incident_id)
-    assert set(rec["details"]["changes"]) == {"unschedulable", "taint", "annotations", "condition", "event"}
+    assert set(rec["details"]["changes"]) == {"unschedulable", "taint", "annotations"}
+    assert rec["details"]["resource_version"] == result.resource_version
+    assert int(result.resource_version or 0) > int(before_rv)
 
 
 def test_redelivery_changes_nothing(
