@@ -1,16 +1,26 @@
-"""`xidpipe serve`: the HTTP API and the pages over the incident history, on one server."""
+"""`xidpipe serve`: the HTTP API and the pages over the incident history, on one server.
+
+It starts before the worker has made (or migrated) the history's schema, as the pods of a fresh
+install do: the server listens at once, `/readyz` answers 503 with the reason, and the schema is
+checked again with backoff (one log line per try) until the start-up deadline
+(`startup_deadline_s`), then the command ends with status 3.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 from xidpipe.commands.exits import EXIT_OK, Unavailable, UsageError
 from xidpipe.commands.options import database_parent
+
+log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"  # ServeSettings' defaults, named in the help without importing pydantic
 DEFAULT_PORT = 8780
@@ -53,18 +63,53 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{path} holds no tokens")
     wait_for_database(settings.database_url, settings.startup_deadline_s)
     try:
-        db = Database(settings.database_url)
+        db = Database(settings.database_url, schema_checked=False)
     except HistoryUnavailable as exc:
         raise Unavailable(str(exc)) from None
     print(f"xidpipe serve: tokens from {path}", flush=True)
     try:
-        asyncio.run(_serve(db, tokens, settings.host, settings.port))
+        asyncio.run(_serve(db, tokens, settings.host, settings.port, settings.startup_deadline_s))
     finally:
         db.close()
     return EXIT_OK
 
 
-async def _serve(db: Any, tokens: Any, host: str, port: int) -> None:
+async def _schema_problem(db: Any) -> str | None:
+    """None when the history is at this xidpipe's schema, else why not (one line)."""
+    from history.database import schema_problem
+    from service.startup import one_line
+
+    try:
+        problem: str | None = await db.read(lambda s: schema_problem(db.engine))
+    except Exception as exc:  # the database went away again: an OperationalError, one line
+        return one_line(exc)
+    return problem
+
+
+async def _await_schema(db: Any, deadline_s: float, stop: asyncio.Event) -> None:
+    """Check the history's schema until it is this xidpipe's (the worker makes and migrates it), with
+    the start-up backoff and one log line per try; past `deadline_s` (0: never) `Unavailable`."""
+    from service.startup import StartupBackoff, next_try
+
+    backoff, started, failures = StartupBackoff(), time.monotonic(), 0
+    while not stop.is_set():
+        problem = await _schema_problem(db)
+        if problem is None:
+            if failures:
+                log.info("the incident history is at this xidpipe's schema after %d tries", failures + 1)
+            return
+        failures += 1
+        delay, why = next_try(failures, time.monotonic() - started, deadline_s, backoff)
+        if delay is None:
+            raise Unavailable(f"the incident history was not ready: {why}: {problem} (the worker makes and "
+                              "migrates it at start; or run `xidpipe db upgrade`)")
+        log.warning("the incident history is not ready: %s; %s", problem, why,
+                    extra={"dependency": "incident history", "attempt": failures, "retry_in_s": round(delay, 3)})
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+
+
+async def _serve(db: Any, tokens: Any, host: str, port: int, deadline_s: float) -> None:
     from aiohttp import web
 
     from xidpipe.web.app import make_app
@@ -83,6 +128,7 @@ async def _serve(db: Any, tokens: Any, host: str, port: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
+        await _await_schema(db, deadline_s, stop)  # /readyz says 503 and why meanwhile
         await stop.wait()
     finally:
         await runner.cleanup()

@@ -10,15 +10,17 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
-from history.database import open_history
+from history.database import HistoryUnavailable, open_history, require_database
 
 T = TypeVar("T")
 SQL_THREADS = 4  # concurrent queries; SQLite serialises writers anyway
 
 
 class Database:
-    def __init__(self, url: str) -> None:
-        self.engine = open_history(url)  # HistoryUnavailable when it cannot be read
+    def __init__(self, url: str, *, schema_checked: bool = True) -> None:
+        """`schema_checked`: refuse (HistoryUnavailable) a database without this xidpipe's schema; False
+        (`xidpipe serve`, which waits for the worker to migrate it): only an unusable URL is refused."""
+        self.engine = open_history(url) if schema_checked else _engine(url)
         self._pool = ThreadPoolExecutor(SQL_THREADS, thread_name_prefix="xidpipe-sql")
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
@@ -39,4 +41,16 @@ class Database:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         self.engine.dispose()
+
+
+def _engine(url: str) -> Any:
+    import sqlalchemy as sa
+
+    from history.engine import make_engine
+
+    require_database(url, what="incident history")
+    try:
+        return make_engine(url)
+    except sa.exc.ArgumentError as exc:
+        raise HistoryUnavailable(f"not a database URL: {exc}") from None
 
