@@ -299,6 +299,7 @@ def main() -> int:
     ap.add_argument("--max-pool-share", type=float, default=0.05, help="--cordon: the breaker's pool share")
     ap.add_argument("--max-per-hour", type=int, default=10_000, help="--cordon: the breaker's hourly cap")
     ap.add_argument("--concurrency", type=int, default=8, help="--cordon: requests handled at once")
+    ap.add_argument("--list-pool", action="store_true", help="--cordon: list the pool per decision (no node cache)")
     args = ap.parse_args()
     started = time.monotonic()
     if args.cordon:

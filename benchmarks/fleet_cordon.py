@@ -14,17 +14,22 @@ threads sharing one executor, as the responder's cordon lane does. Reported: the
 the API server holds unschedulable afterwards (must equal the cap), whether the breaker tripped, and
 the time to cordon from the Xid's event time to the API server acknowledging the patch that set
 `spec.unschedulable`, p50/p99 over the cordoned nodes, plus each cordon's own service time (from its
-request being picked up to that patch).
+request being picked up to that patch), how long each request held the action record's lock, and the
+load average before and after. The pool's counts come from the adapter's node cache (list+watch);
+`--list-pool` lists the pool per decision instead (how it was done before the cache).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,6 +59,23 @@ class TimedNodes(KubeNodes):
         done = super().apply_cordon(current, *args)
         self.cordoned_at.setdefault(current.view.name, time.monotonic())
         return done
+
+
+class TimedStore(JsonlActionStore):
+    """Records how long each request held the action record's lock."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.held_ms: list[float] = []
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with super().exclusive():
+            start = time.monotonic()
+            try:
+                yield
+            finally:
+                self.held_ms.append((time.monotonic() - start) * 1000)
 
 
 def apply_rbac(admin: client.ApiClient) -> None:
@@ -130,11 +152,16 @@ def cordon_mode(args: argparse.Namespace, plane: Any = None) -> dict[str, Any]:
                 tempfile.TemporaryDirectory(prefix="fleet-cordon-") as tmp:
             apply_rbac(admin)
             names, create_s = create_nodes(admin, pool, args.nodes)
-            nodes = TimedNodes(worker, reporting_instance="fleet-bench")
-            store = JsonlActionStore(Path(tmp) / "actions.jsonl")
+            nodes = TimedNodes(worker, reporting_instance="fleet-bench",
+                               watch_nodes=not getattr(args, "list_pool", False))
+            store = TimedStore(Path(tmp) / "actions.jsonl")
             executor = CordonExecutor(policy, store, nodes)
             hit = names[: max(1, round(args.nodes * args.burst_share))]
+            load_before = os.getloadavg()[0]
             result = burst(executor, nodes, hit, args.concurrency)
+            load_after = os.getloadavg()[0]
+            relists = nodes.cache.relists if nodes.cache is not None else None
+            nodes.close()
             held = unschedulable(admin, pool)
             version = client.VersionApi(admin).get_code().git_version
             breaker = store.breaker()
@@ -146,7 +173,9 @@ def cordon_mode(args: argparse.Namespace, plane: Any = None) -> dict[str, Any]:
         "benchmark": "fleet-cordon", "apiserver": version, "nodes": args.nodes, "pool": pool,
         "breaker": {"max_pool_share": args.max_pool_share, "max_per_hour": args.max_per_hour, "cap": cap,
                     "tripped": breaker.tripped, "reason": breaker.reason},
-        "burst": {**result, "concurrency": args.concurrency},
+        "burst": {**result, "concurrency": args.concurrency, "lock_held_ms": percentiles(store.held_ms)},
+        "pool_counts": "list per decision" if relists is None else f"node cache (list+watch, {relists} list)",
+        "load_1m": {"before": round(load_before, 2), "after": round(load_after, 2)},
         "unschedulable_nodes": held, "held_at_cap": held == cap,
         "nodes_created_s": round(create_s, 1), "control_plane_start_s": round(start_s, 1) if own else None,
     }
