@@ -52,6 +52,7 @@ from streams.regroup import gpus_keeping_faults, move_to_gpu, window_start
 log = logging.getLogger(__name__)
 
 _UPDATES_REMEMBERED = 100_000  # incidents whose last update time is kept
+_REPAIRED_PER_NODE = 5000  # recent unattributed faults a node's late state attributes, at most, per batch
 
 
 @dataclass(slots=True)
@@ -161,12 +162,17 @@ class BatchTransaction:
         recent = self.now - timedelta(seconds=self.p.late_state_s)
         skew = self.p.clock_skew_s
         repaired: dict[str, Incident] = {}
-        for node, valid_from in late.items():
-            rows = self.s.scalars(sa.select(FaultEvent).where(
-                FaultEvent.node == node, FaultEvent.ingested_at >= recent,
-                FaultEvent.occurred_at >= valid_from - timedelta(seconds=skew),
-                sa.or_(FaultEvent.gpu_uuid.is_(None), FaultEvent.pod.is_(None)),
-            ).limit(5000)).all()
+        found: dict[str, list[FaultEvent]] = defaultdict(list)
+        for r in self.s.scalars(sa.select(FaultEvent).where(  # one query for the batch's nodes
+            FaultEvent.ingested_at >= recent,
+            sa.or_(*(sa.and_(FaultEvent.node == node, FaultEvent.occurred_at >= valid_from - timedelta(seconds=skew))
+                     for node, valid_from in late.items())),
+            sa.or_(FaultEvent.gpu_uuid.is_(None), FaultEvent.pod.is_(None)),
+        ).limit(_REPAIRED_PER_NODE * len(late))):
+            if len(found[r.node]) < _REPAIRED_PER_NODE:
+                found[r.node].append(r)
+        for node in late:
+            rows = found.get(node)
             if not rows:
                 continue
             history = self.histories.since(node, min(r.occurred_at for r in rows))

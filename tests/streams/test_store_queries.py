@@ -86,3 +86,15 @@ def test_the_incidents_a_batch_joins_are_read_together(store: Store, nodes: int)
     assert counts == [2] * nodes * GPUS + [2 * GPUS] * nodes
     # Reads per transaction that do not depend on how many nodes and GPUs the batch spans.
     assert opening <= 12 and joining <= 12, (opening, joining)
+
+
+def test_late_state_of_several_nodes_attributes_only_the_faults_it_is_valid_for(store: Store) -> None:
+    ka, kb = Kmsg("la"), Kmsg("lb")
+    store.process(items_of([ka.xid(1, 79, T0 + s(10)), kb.xid(1, 79, T0 + s(10))]))  # kernel topic read first
+    res = store.process(items_of([
+        inventory("la", T0), pods("la", T0 + s(5), {1: ("ml", "infer-0", "srv")}),  # valid at la's fault
+        inventory("lb", T0 + s(60)), pods("lb", T0 + s(65), {1: ("ml", "infer-1", "srv")}),  # after lb's
+    ]))
+    assert [(o.payload["change"], o.payload["incident"]["node"]) for o in res.outgoing] == [("attributed", "la")]
+    pods_of = {e["node"]: e["pod"] for e in store.fault_events()}
+    assert pods_of == {"la": "infer-0", "lb": None}
