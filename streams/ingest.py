@@ -277,7 +277,8 @@ class Ingest:
         np.lineno += 1
         np.lines[np.lineno] = line
         np.last_fed = time.monotonic()
-        out = self._convert(np, np.parser.feed(cut_line(line.message), np.lineno))  # held to MAX_LINE_CHARS
+        records = np.parser.feed(cut_line(line.message), np.lineno)  # held to MAX_LINE_CHARS
+        out = self._convert(np, records)
         np.keep_open_line()
         since = np.parser.open_since
         if ref is not None:
@@ -286,9 +287,9 @@ class Ingest:
                 np.pending.append((np.lineno, ref))
                 self._unreported.add(line.node)
         if np.pending:
-            # A line that closes a record without opening one may be its last: it belongs to its span.
-            last = ref if ref is not None and (since is None or np.pending[-1][1] != ref) else None
-            self._settle(line.node, np, since, last)
+            end = max((r.line_end or r.line for r in records if r.line < np.lineno), default=None)
+            # The line that closed a record is one of its own only when the record ends on it.
+            self._settle(line.node, np, since, end, ref if end == np.lineno and since != np.lineno else None)
         return out
 
     def _drop_closed_oldest(self) -> None:
@@ -306,19 +307,25 @@ class Ingest:
         if memory is not None:
             self._memory[node] = memory
 
-    def _settle(self, node: str, np: _NodeParser, since: int | None, last: Ref | None = None) -> None:
-        """Hand the lines before the open record (all of them when none is open, and `last`, the line
-        that closed it) to their partition's holds as a stored record's span."""
+    def _settle(self, node: str, np: _NodeParser, since: int | None, end: int | None,
+                closing: Ref | None = None) -> None:
+        """Hand the lines before the open record (all of them when none is open) to their partition's
+        holds as the span of the record just stored: from its first line to its last (`end`, a line
+        number; `closing`: the line fed now, when the record ends on it). The node's later lines
+        among them belong to no record: the committed offset may stand between them."""
         pending = np.pending
-        refs: list[Ref] = []
+        popped: list[tuple[int, Ref]] = []
         while pending and (since is None or pending[0][0] < since):
-            refs.append(pending.popleft()[1])
-        if refs:
-            if last is not None and last[:2] == refs[-1][:2]:
-                refs.append(last)
-            for key in dict.fromkeys(r[:2] for r in refs):
-                part = refs if all(r[:2] == key for r in refs) else [r for r in refs if r[:2] == key]
-                insort(self._holds(key).spans, _Span(part[0][2], part[-1][2], part), key=lambda sp: sp.first)
+            popped.append(pending.popleft())
+        if popped:
+            if closing is not None and closing[:2] == popped[-1][1][:2]:
+                popped.append((np.lineno, closing))
+            for key in dict.fromkeys(r[:2] for _, r in popped):
+                lines = [(n, r) for n, r in popped if r[:2] == key]
+                inside = [r[2] for n, r in lines if end is not None and n <= end]
+                first = lines[0][1][2]
+                span = _Span(first, inside[-1] if inside else first, [r for _, r in lines])
+                insort(self._holds(key).spans, span, key=lambda sp: sp.first)
                 self._touched.add(key)
         if np.partition is not None:
             heads = self._holds(np.partition).heads
@@ -411,10 +418,11 @@ class Ingest:
         return out
 
     def _finish(self, node: str, np: _NodeParser) -> list[Item]:
-        out = self._convert(np, np.parser.finish())
+        records = np.parser.finish()
+        out = self._convert(np, records)
         np.keep_open_line()
         if np.pending:
-            self._settle(node, np, None)
+            self._settle(node, np, None, max((r.line_end or r.line for r in records), default=None))
         return out
 
     def _convert(self, np: _NodeParser, records: list[FaultRecord]) -> list[Item]:

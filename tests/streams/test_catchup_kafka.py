@@ -349,13 +349,6 @@ def test_a_worker_catches_up_after_a_long_outage_in_bounded_memory(catchup: Catc
     assert all(k[1] in fleet and set(k[13]) <= fleet[k[1]] for k in got["incidents"] if k[2] == "fleet")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "since c130b48 (a stored record's lines held while the partition's first held line would fall inside it) "
-    "the stream process's memory grows with the backlog: 174 MiB at 63,100 messages, 256 MiB at 143,500 (149 MiB "
-    "at 63,100 before; the whole worker's peak 247 and 253 MiB then, 278 and 369 MiB now, for a bound of idle + "
-    "90 MiB, 268 MiB): with a few hundred nodes interleaved on each "
-    "partition some record is always open, and the events waiting behind it (`_Acks`) pile up until the "
-    "partition goes quiet. Remove this mark with the fix"))
 def test_the_catch_up_stays_in_bounded_memory(catchup: CatchUp) -> None:
     # The memory bound. The intake holds 20.8 MiB per 1,000 active nodes (worker_memory_bench.py at 2,000
     # nodes): 6.2 MiB for these 300. The worker holds at most batch_max (2,000) messages in a transaction

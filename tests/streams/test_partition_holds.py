@@ -100,6 +100,15 @@ def test_a_stored_record_around_an_open_one_is_held_until_the_open_one_is_stored
     assert held == [] and {0, 1, 2, 3, 4} <= {r[2] for r in released}
 
 
+def test_a_record_ends_on_its_last_line_not_on_the_line_that_closed_it() -> None:
+    # x0's AER report is closed by its Xid 79, read after x1's report opened: the Xid is a record of its
+    # own, so x0's report (offsets 0-3) is passed, and only x1's open report holds the offset back.
+    x0, x1 = (list(_gpu_lost(Kmsg(n, boot_id=f"b-{n}"), T0)) for n in ("x0", "x1"))
+    lines = [*x0[:4], *x1[:2], x0[4]]
+    _, stored, committed = _read(lines, 0, len(lines), 1)
+    assert ("kmsg:b-x0:1001", 4) in {(k[0], k[2]) for k in stored} and committed == 4
+
+
 def test_a_revoked_partition_leaves_no_parser_and_no_hold_behind() -> None:
     lines = _partition_lines(range(0, 12))
     ingest = Ingest()
