@@ -19,16 +19,17 @@ each as the kubelet does it:
   ``kube-root-ca.crt`` ConfigMap the token volume reads is published into each namespace here, as
   the controller-manager's root-ca-cert-publisher does.
 - env: ``envFrom`` then ``env``, ``secretKeyRef``/``configMapKeyRef`` (a missing non-optional key is
-  ``CreateContainerConfigError``), ``fieldRef`` (``status.podIP`` and ``status.hostIP`` are
-  127.0.0.1: the pods run on the host's network), ``$(VAR)`` expansion in values, command and args,
+  ``CreateContainerConfigError``), ``fieldRef`` (``status.hostIP`` is 127.0.0.1 and
+  ``status.podIP`` 127.0.0.2 (``POD_IP``): the pods run on the host's network, and a loopback address
+  of its own tells what binds the pod IP from what binds 127.0.0.1), ``$(VAR)`` expansion in values, command and args,
   and the service links of every Service in the pod's namespace (``enableServiceLinks``, the
   kubernetes.io "Discovering services" environment variables). ``KUBERNETES_SERVICE_HOST``/``PORT``
   name the test apiserver, since no kube-proxy maps the ``kubernetes`` Service's ClusterIP.
 - hostPath volumes: the ``type`` checked (``DirectoryOrCreate`` made 0755); the node's paths are
   those under ``node_root`` (a recorded node), except the ones passed through.
 - emptyDir: a directory of mode 0777 (pkg/volume/emptydir/empty_dir.go), then fsGroup as above.
-- probes: run by the runner (httpGet against 127.0.0.1, success 200-399; exec in the container;
-  tcpSocket), not by podman; readiness is the readiness probe, or "running" without one.
+- probes: run by the runner against the pod IP, as a kubelet does (httpGet, success 200-399; exec
+  in the container; tcpSocket), not by podman; readiness is the readiness probe, or "running" without one.
 
 Deviations, each because nothing else can run here: every pod uses the host's network (the test
 services listen on loopback); ``runtimeClassName``, scheduling and resource limits are left to
@@ -62,6 +63,10 @@ MANAGER = "xidpipe-podrun"
 WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet")
 PODMAN = ["podman", "--runtime", "runc"]
 CONTAINERS_CONF = "[containers]\ndefault_ulimits = []\n"
+HOST_IP = "127.0.0.1"
+POD_IP = "127.0.0.2"  # every pod's; Linux answers on all of 127.0.0.0/8 without configuration
+LOG_TAIL_LINES = 400  # a failed start's traceback comes before the retries and shutdown lines that follow it
+LOG_TAIL_CHARS = 24_000
 
 
 class PodFailed(Exception):
@@ -440,7 +445,7 @@ def field_value(pod: Doc, path: str) -> str:
     meta, spec = pod["metadata"], pod["spec"]
     values = {"metadata.name": meta["name"], "metadata.namespace": meta["namespace"], "metadata.uid": meta["uid"],
               "spec.nodeName": spec["nodeName"], "spec.serviceAccountName": spec.get("serviceAccountName", ""),
-              "status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1", "status.podIPs": "127.0.0.1"}
+              "status.podIP": POD_IP, "status.hostIP": HOST_IP, "status.podIPs": POD_IP}
     match = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
     if match:
         return str(meta.get(match.group(1), {}).get(match.group(2), ""))
@@ -481,9 +486,9 @@ class Podman:
     def logs(self, prepared: Prepared) -> str:
         parts = []
         for c in prepared.pod["spec"]["containers"]:
-            proc = self.run("logs", "--tail", "80", prepared.container_name(c["name"]))
+            proc = self.run("logs", "--tail", str(LOG_TAIL_LINES), prepared.container_name(c["name"]))
             parts.append(f"--- {prepared.container_name(c['name'])} ({self.state(prepared, c['name'])})\n"
-                         f"{proc.stdout[-6000:]}{proc.stderr[-6000:]}")
+                         f"{proc.stdout[-LOG_TAIL_CHARS:]}{proc.stderr[-LOG_TAIL_CHARS:]}")
         return "\n".join(parts)
 
     def probe(self, prepared: Prepared, container: Doc, probe: Doc) -> str:
@@ -492,7 +497,7 @@ class Podman:
         if "httpGet" in probe:
             get = probe["httpGet"]
             port = named_port(container, get["port"])
-            url = f"{get.get('scheme', 'HTTP').lower()}://127.0.0.1:{port}{get.get('path', '/')}"
+            url = f"{get.get('scheme', 'HTTP').lower()}://{get.get('host') or POD_IP}:{port}{get.get('path', '/')}"
             try:
                 with urllib.request.urlopen(url, timeout=timeout) as answer:
                     return "" if 200 <= answer.status < 400 else f"{url}: HTTP {answer.status}"
@@ -509,7 +514,7 @@ class Podman:
 
             port = named_port(container, probe["tcpSocket"]["port"])
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=timeout).close()
+                socket.create_connection((probe["tcpSocket"].get("host") or POD_IP, port), timeout=timeout).close()
             except OSError as exc:
                 return f"tcp {port}: {exc}"
             return ""
