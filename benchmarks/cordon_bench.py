@@ -2,7 +2,7 @@
 """Cordon throughput and latency against a real kube-apiserver. Prints one JSON object.
 
 Starts its own control plane (etcd + kube-apiserver from `make testcluster`), applies
-deploy/rbac/, creates --nodes nodes in one pool as admin, and drives the cordon executor as the
+the chart's RBAC, creates --nodes nodes in one pool as admin, and drives the cordon executor as the
 worker identity, recording to a JSON Lines action log in a temporary directory. The breaker's
 limits are raised for the measurement (100% of the pool, 100000 per hour).
 
@@ -32,16 +32,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import yaml
 from kubernetes import client
-from kubernetes.utils import create_from_yaml
 
 from models.cordon import CordonRequest
 from models.cordon_policy import Breaker, CordonPolicy
 from respond.cordon.action_log import JsonlActionStore
 from respond.cordon.executor import CordonExecutor
 from respond.cordon.kube_nodes import KubeNodes, NodeRead
-from tests.kube import RBAC_DIR, load_controlplane, make_configuration
+from tests.kube import apply_rbac, load_controlplane, make_configuration
 
 
 class TimedNodes(KubeNodes):
@@ -84,8 +82,7 @@ def main() -> int:
         with client.ApiClient(make_configuration(plane, "admin")) as admin, \
                 client.ApiClient(make_configuration(plane, "worker")) as worker, \
                 tempfile.TemporaryDirectory(prefix="cordon-bench-") as tmp:
-            for name in yaml.safe_load((RBAC_DIR / "kustomization.yaml").read_text())["resources"]:
-                create_from_yaml(admin, str(RBAC_DIR / name))
+            apply_rbac(admin)
             admin_core = client.CoreV1Api(admin)
             names = [f"bench-gpu-{i:03d}" for i in range(args.nodes)]
             for name in names:

@@ -2,7 +2,7 @@
 """Xid line to cordoned node, through the whole pipeline, on a real kube-apiserver. Prints JSON.
 
 Starts a local Kafka, the test control plane (etcd + kube-apiserver from `make testcluster`) with
-deploy/rbac/ applied and --nodes GPU nodes, a stream worker (subprocess, SQLite), and the
+the chart's RBAC applied and --nodes GPU nodes, a stream worker (subprocess, SQLite), and the
 responder in this process with the cordon executor acting as the worker's RBAC identity (breaker
 raised for the measurement). Then, one node at a time, it produces an Xid 79 kernel record as the
 node agent publishes it and measures until the API server acknowledged the patch that made the
@@ -29,10 +29,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import yaml
 from kafka import KafkaProducer
 from kubernetes import client
-from kubernetes.utils import create_from_yaml
 
 from models.cordon_policy import Breaker, CordonPolicy
 from models.node_records import KernelLine, encode_node_record
@@ -46,7 +44,7 @@ from respond.sinks.settings import SinkSettings
 from streams.runner import WorkerProcess
 from streams.settings import WorkerSettings
 from streams.worker import prepare
-from tests.kube import RBAC_DIR, load_controlplane, make_configuration
+from tests.kube import apply_rbac, load_controlplane, make_configuration
 from xidpipe.localinfra.kafka import LocalKafka, fetch
 
 
@@ -77,9 +75,8 @@ def xid_line(node: str, n: int) -> KernelLine:
 
 
 def _create_nodes(admin: client.ApiClient, count: int) -> list[str]:
-    """Apply deploy/rbac/ and create `count` GPU nodes in one pool; returns their names."""
-    for name in yaml.safe_load((RBAC_DIR / "kustomization.yaml").read_text())["resources"]:
-        create_from_yaml(admin, str(RBAC_DIR / name))
+    """Apply the chart's RBAC and create `count` GPU nodes in one pool; returns their names."""
+    apply_rbac(admin)
     names = [f"pipe-gpu-{i:03d}" for i in range(count)]
     core = client.CoreV1Api(admin)
     for name in names:

@@ -1,7 +1,7 @@
 """The cordon side of benchmarks/fleet_bench.py (`--cordon`): a fault burst over 10% of a 5,000-node
 fleet against the real kube-apiserver, with the breaker holding at its cap.
 
-Starts the test control plane (etcd + kube-apiserver from `make testcluster`), applies deploy/rbac/,
+Starts the test control plane (etcd + kube-apiserver from `make testcluster`), applies the chart's RBAC,
 creates --nodes Node objects in one pool (plain API objects, created in bulk by admin: no kubelet
 runs), and drives the responder's cordon executor (`respond.cordon.executor.CordonExecutor`) with
 the real Kubernetes adapter (`respond.cordon.kube_nodes.KubeNodes`) as the worker's RBAC identity,
@@ -35,9 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client
-from kubernetes.utils import FailToCreateError, create_from_yaml
 
 from benchmarks.fleet_measure import percentiles
 from models.cordon import CordonRequest, pool_allowance
@@ -45,7 +43,7 @@ from models.cordon_policy import Breaker, CordonPolicy
 from respond.cordon.action_log import JsonlActionStore
 from respond.cordon.executor import CordonExecutor
 from respond.cordon.kube_nodes import KubeNodes, NodeRead
-from tests.kube import RBAC_DIR, load_controlplane, make_configuration
+from tests.kube import apply_rbac, load_controlplane, make_configuration
 
 
 class TimedNodes(KubeNodes):
@@ -76,16 +74,6 @@ class TimedStore(JsonlActionStore):
                 yield
             finally:
                 self.held_ms.append((time.monotonic() - start) * 1000)
-
-
-def apply_rbac(admin: client.ApiClient) -> None:
-    """deploy/rbac/ as admin (objects already there, from an earlier run on the same server, are kept)."""
-    for name in yaml.safe_load((RBAC_DIR / "kustomization.yaml").read_text())["resources"]:
-        try:
-            create_from_yaml(admin, str(RBAC_DIR / name))
-        except FailToCreateError as exc:
-            if any(e.status != 409 for e in exc.api_exceptions):
-                raise
 
 
 def create_nodes(admin: client.ApiClient, pool: str, count: int, concurrency: int = 16) -> tuple[list[str], float]:

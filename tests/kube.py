@@ -2,8 +2,9 @@
 
 One control plane per test session, started by ``deploy/testcluster/controlplane.py`` from the
 binaries ``make testcluster`` builds. Clients are offered for three identities: ``admin``
-(system:masters), ``worker`` (the xidpipe-worker service account, bound only by ``deploy/rbac/``)
-and ``nobody`` (no rights).
+(system:masters), ``worker`` (the xidpipe-worker service account, bound only by the Helm chart's
+RBAC, ``deploy/helm/xidpipe``, rendered as release ``xidpipe`` in namespace ``xidpipe``) and ``nobody``
+(no rights).
 
 Under ``CI=true`` a missing binary or a control plane that does not start fails the tests;
 elsewhere the tests are skipped with the reason.
@@ -27,12 +28,13 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.utils import create_from_yaml
+from kubernetes.utils import FailToCreateError, create_from_yaml
 
 from tests.services import service_unavailable
 
 REPO = Path(__file__).resolve().parents[1]
-RBAC_DIR = REPO / "deploy" / "rbac"
+CHART = REPO / "deploy" / "helm" / "xidpipe"
+HELM_BUILD = REPO / "deploy" / "testcluster" / "build.sh"
 CONTROLPLANE_PY = REPO / "deploy" / "testcluster" / "controlplane.py"
 
 PodFactory = Callable[..., client.V1Pod]
@@ -109,10 +111,39 @@ def _pid_running(pid: int) -> bool:
     return True
 
 
-def rbac_manifests() -> list[Path]:
-    """deploy/rbac/ manifests in the order its kustomization.yaml lists them."""
-    kustomization = yaml.safe_load((RBAC_DIR / "kustomization.yaml").read_text())
-    return [RBAC_DIR / name for name in kustomization["resources"]]
+def helm_binary() -> str:
+    """The helm binary ``make testcluster`` built (a test that needs it fails under CI=true without it)."""
+    proc = subprocess.run([str(HELM_BUILD), "--print-helm"], capture_output=True, text=True, timeout=60, check=False)
+    path = Path(proc.stdout.strip())
+    if proc.returncode != 0 or not path.is_file():
+        service_unavailable("helm", f"{path} is not built {proc.stderr.strip()}".strip() + ": run `make testcluster`")
+    return str(path)
+
+
+def chart_rbac(*sets: str) -> list[dict[str, Any]]:
+    """The chart's identities, RBAC and node-patch policy as release ``xidpipe`` in namespace
+    ``xidpipe`` (the names the control plane's ``worker`` identity is bound to), after that
+    Namespace; ``sets`` are extra ``--set`` values (e.g. ``respond.podLogsNamespaces={team}``)."""
+    cmd = [helm_binary(), "template", "xidpipe", str(CHART), "--namespace", "xidpipe",
+           "--show-only", "templates/rbac.yaml", "--show-only", "templates/node-policy.yaml"]
+    for value in sets:
+        cmd += ["--set", value]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, f"helm template failed: {proc.stderr}"
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "xidpipe"}}
+    return [namespace, *(d for d in yaml.safe_load_all(proc.stdout) if d)]
+
+
+def apply_rbac(admin: client.ApiClient, docs: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Create the chart's RBAC (``chart_rbac()``) as admin; objects already there are kept."""
+    docs = chart_rbac() if docs is None else docs
+    for doc in docs:
+        try:
+            create_from_yaml(admin, yaml_objects=[doc])
+        except FailToCreateError as exc:
+            if any(getattr(e, "status", None) != 409 for e in exc.api_exceptions):
+                raise
+    return docs
 
 
 @pytest.fixture(scope="session")
@@ -137,22 +168,19 @@ def admin_client(admin_configuration: client.Configuration) -> Iterator[client.A
 
 
 @pytest.fixture(scope="session")
-def rbac_applied(admin_client: client.ApiClient) -> list[Path]:
-    """Apply deploy/rbac/ to the API server as admin, once per session."""
-    manifests = rbac_manifests()
-    for manifest in manifests:
-        create_from_yaml(admin_client, str(manifest))
-    return manifests
+def rbac_applied(admin_client: client.ApiClient) -> list[dict[str, Any]]:
+    """The chart's RBAC applied to the API server as admin, once per session."""
+    return apply_rbac(admin_client)
 
 
 @pytest.fixture(scope="session")
-def worker_client(worker_configuration: client.Configuration, rbac_applied: list[Path]) -> Iterator[client.ApiClient]:
+def worker_client(worker_configuration: client.Configuration, rbac_applied: object) -> Iterator[client.ApiClient]:
     with client.ApiClient(worker_configuration) as api_client:
         yield api_client
 
 
 @pytest.fixture(scope="session")
-def nobody_client(nobody_configuration: client.Configuration, rbac_applied: list[Path]) -> Iterator[client.ApiClient]:
+def nobody_client(nobody_configuration: client.Configuration, rbac_applied: object) -> Iterator[client.ApiClient]:
     with client.ApiClient(nobody_configuration) as api_client:
         yield api_client
 

@@ -18,7 +18,7 @@ Binaries come from ``build.sh --print-bin-dir`` (``make testcluster`` builds the
 - ``admin``: group ``system:masters``;
 - ``worker``: user ``system:serviceaccount:xidpipe:xidpipe-worker`` with groups
   ``system:serviceaccounts`` and ``system:serviceaccounts:xidpipe``, i.e. the worker's service
-  account, which has only what ``deploy/rbac/`` grants it;
+  account, which has only what the Helm chart's RBAC grants it;
 - ``nobody``: user ``nobody``, no group, no rights.
 """
 

@@ -70,21 +70,6 @@ def render(
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
-def raw_manifests() -> list[Doc]:
-    paths = [
-        DEPLOY / "agent" / "daemonset.yaml",
-        DEPLOY / "worker" / "deployment.yaml",
-        DEPLOY / "web" / "deployment.yaml",
-    ]
-    rbac = yaml.safe_load((DEPLOY / "rbac" / "kustomization.yaml").read_text())["resources"]
-    paths += [DEPLOY / "rbac" / name for name in rbac] + [DEPLOY / "rbac" / "pod-logs" / "pod-logs.yaml"]
-    return [d for p in paths for d in yaml.safe_load_all(p.read_text()) if d]
-
-
-def by_key(docs: list[Doc]) -> dict[tuple[str, str, str], Doc]:
-    return {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d for d in docs}
-
-
 def pod_spec(doc: Doc) -> Doc:
     return dict(doc["spec"]["template"]["spec"])
 
@@ -94,43 +79,6 @@ def test_helm_lint_is_clean(helm: str, values: list[Path]) -> None:
     cmd = [helm, "lint", "--strict", str(CHART), *[a for p in values for a in ("--values", str(p))]]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0 and "0 chart(s) failed" in proc.stdout, proc.stdout + proc.stderr
-
-
-def test_the_chart_renders_every_raw_manifest_with_the_same_rights_commands_and_mounts(helm: str) -> None:
-    """Installed as release `xidpipe` in `xidpipe`, the chart makes every object of deploy/ (but the
-    namespace, which is the release's), with the same RBAC rules, node policy, commands, env and mounts."""
-    chart = by_key(render(helm, [], "agent.namespace=xidpipe", "respond.podLogsNamespaces={team-example}"))
-    raw = by_key([d for d in raw_manifests() if d["kind"] != "Namespace"])
-    assert sorted(set(raw) - set(chart)) == []
-    extra = {(k, n) for k, _, n in set(chart) - set(raw)}
-    assert extra == {
-        ("ConfigMap", "xidpipe-policy"),
-        ("ServiceAccount", "xidpipe-web"),
-        *{("NetworkPolicy", f"xidpipe-{c}") for c in ("agent", "worker", "respond", "web")},
-        *{("PodDisruptionBudget", f"xidpipe-{c}") for c in ("worker", "respond", "web")},
-    }
-    for key, doc in raw.items():
-        mine = chart[key]
-        if key[0] in ("ClusterRole", "Role"):
-            assert mine["rules"] == doc["rules"], key
-        if key[0].startswith("ValidatingAdmissionPolicy") or key[0].endswith("Binding"):
-            assert {k: v for k, v in mine.items() if k != "metadata"} == {
-                k: v for k, v in doc.items() if k != "metadata"
-            }, key
-        if key[0] in WORKLOADS:
-            assert doc["spec"]["selector"]["matchLabels"].items() <= mine["spec"]["selector"]["matchLabels"].items(), (
-                key
-            )
-            assert pod_spec(mine)["serviceAccountName"] == pod_spec(doc).get("serviceAccountName", "xidpipe-web"), key
-            assert pod_spec(mine).get("automountServiceAccountToken") == pod_spec(doc).get(
-                "automountServiceAccountToken"
-            )
-            for c_raw, c_mine in zip(pod_spec(doc)["containers"], pod_spec(mine)["containers"], strict=True):
-                assert c_mine["args"] == c_raw["args"], key
-                assert {e["name"] for e in c_raw.get("env", [])} <= {e["name"] for e in c_mine.get("env", [])}, key
-                assert c_mine["volumeMounts"] == c_raw["volumeMounts"], key
-        if key[0] == "ConfigMap":
-            assert doc["data"].items() <= mine["data"].items(), key
 
 
 def test_the_default_policy_is_the_documented_example(helm: str) -> None:
@@ -396,3 +344,45 @@ def test_every_value_is_documented_in_the_chart_readme() -> None:
     ]
     missing = [k for k in keys if f"`{k}`" not in readme and f".{k.rsplit('.', 1)[-1]}`" not in readme]
     assert missing == []
+
+
+def test_several_responders_render_only_with_the_election(helm: str) -> None:
+    docs = render(helm, [])
+    respond = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-respond"))
+    env = {e["name"]: e for e in pod_spec(respond)["containers"][0]["env"]}
+    assert respond["spec"]["replicas"] == 2 and env["XIDPIPE_RESPOND_ELECTION"]["value"] == "true"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["XIDPIPE_RESPOND_LEASE_NAME"]["value"] == "xidpipe-respond"
+    cmd = [helm, "template", "xidpipe", str(CHART), "--set", "respond.election.enabled=false"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0 and "needs respond.election.enabled" in proc.stderr
+    single = render(helm, [], "respond.election.enabled=false", "respond.replicas=1")
+    assert not [d for d in single if d["kind"] == "Role" and d["metadata"]["name"].endswith("-respond-lease")]
+
+
+def test_the_responder_may_hold_its_own_lease_and_no_other(
+    installed: Installed, admin_client: client.ApiClient
+) -> None:
+    for doc in installed.docs:
+        if doc["kind"] in ("Namespace", "ServiceAccount", "Role", "RoleBinding"):
+            installed.apply(doc)
+    respond = next(
+        d for d in installed.docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-respond")
+    )
+    account = pod_spec(respond)["serviceAccountName"]
+    env = pod_spec(respond)["containers"][0]["env"]
+    lease = next(e["value"] for e in env if e["name"] == "XIDPIPE_RESPOND_LEASE_NAME")
+    ns = installed.namespaces["release"]
+    authz = client.AuthorizationV1Api(admin_client)
+
+    def allowed(verb: str, name: str | None, namespace: str = ns) -> bool:
+        attrs = client.V1ResourceAttributes(group="coordination.k8s.io", resource="leases", verb=verb,
+                                            name=name, namespace=namespace)
+        review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
+            user=f"system:serviceaccount:{ns}:{account}", resource_attributes=attrs))
+        return bool(authz.create_subject_access_review(review).status.allowed)
+
+    assert allowed("create", None) and allowed("get", lease) and allowed("update", lease)
+    assert not allowed("update", "kube-scheduler") and not allowed("get", "another-lease")
+    assert not allowed("delete", lease) and not allowed("list", None)
+    assert not allowed("update", lease, installed.namespaces["logs"])

@@ -1,23 +1,21 @@
-"""deploy/rbac/worker-node-policy.yaml on the real kube-apiserver: the worker's node patches may
-change spec.unschedulable, the xidpipe.io/gpu-fault taint, xidpipe.io/ annotations and the GPUHealthy
-condition, and nothing else; deploy/rbac/pod-logs/ opens container logs one namespace at a time."""
+"""The chart's node-patch admission policy (templates/node-policy.yaml) on the real kube-apiserver:
+the responder's node patches may change spec.unschedulable, the xidpipe.io/gpu-fault taint,
+xidpipe.io/ annotations and the GPUHealthy condition, and nothing else; `respond.podLogsNamespaces`
+opens container logs one namespace at a time."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.utils import create_from_dict
 
-from tests.kube import PodFactory
+from tests.kube import PodFactory, chart_rbac
 
 POLICY = "xidpipe-worker-node-changes"
-POD_LOGS = Path(__file__).resolve().parents[2] / "deploy" / "rbac" / "pod-logs" / "pod-logs.yaml"
 
 
 def refusal(call: Callable[[], object]) -> str | None:
@@ -103,7 +101,9 @@ def test_container_logs_are_readable_only_in_a_namespace_that_opted_in(
         return bool(auth.create_subject_access_review(review).status.allowed)
 
     assert not may_read_logs(namespace) and not may_read_logs("kube-system")
-    for doc in yaml.safe_load_all(POD_LOGS.read_text()):
-        doc["metadata"]["namespace"] = namespace
+    opted_in = [d for d in chart_rbac(f"respond.podLogsNamespaces={{{namespace}}}")
+                if d["metadata"].get("namespace") == namespace]
+    assert {d["kind"] for d in opted_in} == {"Role", "RoleBinding"}
+    for doc in opted_in:
         create_from_dict(admin_client, doc)
     assert may_read_logs(namespace) and not may_read_logs("kube-system")

@@ -1,4 +1,4 @@
-"""deploy/rbac/ grants the worker exactly its actions; everything else is refused (403)."""
+"""The chart's RBAC (deploy/helm/xidpipe) grants the worker exactly its actions; everything else is refused (403)."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def test_nobody_is_refused_everything(
         ("create", "events.k8s.io", "events", "", True),
         ("patch", "", "events", "", True),
         ("list", "", "events", "", True),
-        ("get", "", "pods", "log", False),  # opt-in per namespace: deploy/rbac/pod-logs/
+        ("get", "", "pods", "log", False),  # opt-in per namespace: respond.podLogsNamespaces
         ("get", "", "namespaces", "", True),
         ("update", "", "namespaces", "", False),
         ("update", "", "nodes", "", False),
@@ -140,7 +140,7 @@ def test_worker_permissions_by_access_review(
 def test_real_service_account_token_gets_the_same_rights(
     admin_core: client.CoreV1Api, control_plane: object, rbac_applied: object, node: client.V1Node
 ) -> None:
-    """A token minted by the TokenRequest API for the ServiceAccount in deploy/rbac/ is bound the same
+    """A token minted by the TokenRequest API for the ServiceAccount of the chart is bound the same
     way as the static test identity."""
     token = admin_core.create_namespaced_service_account_token(
         "xidpipe-worker",

@@ -2,7 +2,7 @@
 
 An agent pod's projected token (audience `xidpipe`, bound to its pod and so to its node) goes with
 each record as a Kafka header; the worker, authenticated to Kafka as `worker` and to the API server
-as the `xidpipe-stream` ServiceAccount of deploy/rbac/, reviews it. A record for another node, one
+as the `xidpipe-stream` ServiceAccount of the chart, reviews it. A record for another node, one
 without a token and one with a forged token are dead-lettered with the reason and never become
 incidents; the genuine fault becomes an incident whose cordon candidate the responder, as
 `responder`, handles and reports on the completed topic.
@@ -58,7 +58,7 @@ def _agent_pod_token(core: client.CoreV1Api, node: str) -> str:
 
 
 def _stream_kubeconfig(core: client.CoreV1Api, plane: Any, path: Path) -> Path:
-    """A kubeconfig with a token of the worker's ServiceAccount (deploy/rbac/stream-*.yaml)."""
+    """A kubeconfig with a token of the worker's ServiceAccount (the chart's templates/rbac.yaml)."""
     token = core.create_namespaced_service_account_token(
         "xidpipe-stream", AGENT_NS, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
             audiences=[], expiration_seconds=3600))).status.token
@@ -82,7 +82,7 @@ def _read_all(secured_kafka: SecuredKafka, topic: str) -> list[Any]:
 
 
 def test_a_record_for_another_node_never_becomes_an_incident(
-    secured_kafka: SecuredKafka, control_plane: Any, admin_core: client.CoreV1Api, rbac_applied: list[Path],
+    secured_kafka: SecuredKafka, control_plane: Any, admin_core: client.CoreV1Api, rbac_applied: object,
     postgres_database: str, tmp_path: Path,
 ) -> None:
     run = uuid.uuid4().hex[:6]
@@ -173,7 +173,7 @@ async def _respond_until_cordon(settings: RespondSettings, responder: Any, timeo
     ("create", "", "serviceaccounts/token", False),
 ])
 def test_the_stream_account_may_only_review_tokens(
-    admin_client: client.ApiClient, rbac_applied: list[Path], verb: str, group: str, resource: str, allowed: bool
+    admin_client: client.ApiClient, rbac_applied: object, verb: str, group: str, resource: str, allowed: bool
 ) -> None:
     resource, _, sub = resource.partition("/")
     review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(

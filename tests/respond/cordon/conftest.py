@@ -71,7 +71,7 @@ def action_log(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def make_executor(worker_client: client.ApiClient, action_log: Path) -> Iterator[ExecutorFactory]:
-    """An executor acting as the worker identity (deploy/rbac/), recording to a JSON Lines log; the
+    """An executor acting as the worker identity (the chart's RBAC), recording to a JSON Lines log; the
     node caches' watches are stopped after the test."""
     made: list[KubeNodes] = []
 

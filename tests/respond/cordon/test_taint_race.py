@@ -1,7 +1,7 @@
 """Taints are written by read-modify-write guarded by metadata.resourceVersion: a writer holding a
 stale node loses cleanly (422 or 409) and never overwrites another writer's taints. The writers
 here are any controllers that taint nodes (the admin identity): xidpipe's worker itself may write
-only its own taint (deploy/rbac/worker-node-policy.yaml, tests/deploy/test_node_policy.py)."""
+only its own taint (the chart's node-patch policy, tests/deploy/test_node_policy.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the worker does to a faulty GPU node is allowed by deploy/rbac/, against a real API server."""
+"""What the worker does to a faulty GPU node is allowed by the chart's RBAC, against a real API server."""
 
 from __future__ import annotations
 
