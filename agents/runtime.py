@@ -51,7 +51,6 @@ def build_source(
 
         return JournaldSource(
             cursor,
-            settings.state_dir / "journald.cursor-scratch",
             journalctl=settings.journalctl,
             journal_file=settings.journal_file,
             journal_directory=settings.journal_directory,

@@ -35,7 +35,7 @@ class AgentSettings(KafkaClientSecurity, ServiceSettings):
     source: Literal["kmsg", "journald", "file"] = "kmsg"
     kmsg_path: Path = Path("/dev/kmsg")
     boot_id_path: Path = Path("/proc/sys/kernel/random/boot_id")
-    journalctl: str = Field(default="journalctl", description="journalctl binary (systemd 242+ for --cursor-file)")
+    journalctl: str = Field(default="journalctl", description="journalctl binary (systemd 242+)")
     journal_file: Path | None = Field(default=None, description="read this journal file instead of the system journal")
     journal_directory: Path | None = Field(default=None, description="read journals from this directory")
     log_file: Path = Path("/var/log/kern.log")

@@ -1,10 +1,26 @@
-"""journald through a `journalctl` subprocess, resumable by journal cursor.
+"""journald through `journalctl` subprocesses, resumable by journal cursor.
 
-We run `journalctl _TRANSPORT=kernel -o json --follow --no-tail --cursor-file=F`. The match
-`_TRANSPORT=kernel` selects what `-k` selects without its implicit "current boot only", so lines
-the previous boot logged after our cursor (often the fault that preceded a crash) are still read.
-journalctl itself would write the cursor of the last line it *printed*; we want the last line
-Kafka *acknowledged*, so F is a scratch copy seeded from our own cursor file at each start.
+Every run is `journalctl _TRANSPORT=kernel -o json --no-pager --no-tail`, plus `--cursor=C` to resume
+at our own cursor C (the last line Kafka acknowledged). The match `_TRANSPORT=kernel` selects what
+`-k` selects without `-k`'s "current boot only".
+
+`--follow` implies "current boot only" too from systemd 250 on (upstream commit 2dd9285bac; boot 0
+is the running kernel's for the local journal, the newest boot for `--file`/`--directory`), so a
+follow run alone never reads what the previous boot logged after C: often the fault before a crash
+and reboot. Hence two runs when there is a cursor:
+
+1. catch-up: without `--follow`, which implies no boot, so every boot after C is read, to the end;
+2. follow: `--follow --boot`, from the cursor of the last entry run 1 read (or C). `--boot` is
+   explicit so that every version (242-249 have no implication) follows the same boot.
+
+With no cursor (a first start) only the follow run runs: the current boot from its first line.
+`--no-follow` (a recorded journal) is the catch-up run alone: every boot, after C when given.
+
+`--cursor=C` starts *at* C's entry, which we drop as already read (its `__CURSOR` equals C); when
+that entry does not match the run's filter (C lies in the previous boot) or is gone (its file was
+vacuumed), the first entry after C's position is read. `--after-cursor`/`--cursor-file` instead
+skip one entry unconditionally before systemd 255 (upstream PR 30336), losing the first line of the
+current boot, or the first line left after a vacuum.
 
 Only entries the kernel wrote are passed on (`models.kernlog.origin`): `_TRANSPORT=kernel` and the
 kernel facility. A line user space wrote into /dev/kmsg (journald keeps it as a kernel-transport
@@ -12,7 +28,7 @@ entry of facility user) is dropped, reported through `on_foreign`, and its curso
 
 A line's event time is the entry's `__REALTIME_TIMESTAMP` (when journald received it from the
 kernel); `__MONOTONIC_TIMESTAMP` and `_BOOT_ID` order lines within a boot, and realtime minus
-monotonic is the boot's time.
+monotonic is the boot's time (per entry, so lines of each boot carry their own boot's time).
 """
 
 from __future__ import annotations
@@ -22,7 +38,7 @@ import logging
 import os
 import select
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -37,6 +53,18 @@ log = logging.getLogger(__name__)
 IDLE_POLL_S = 0.2
 
 
+def _entry(raw: bytes) -> dict[str, Any] | None:
+    """One `journalctl -o json` line: an entry with its cursor, or None (logged when undecodable)."""
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        log.warning("undecodable journalctl line skipped", extra={"raw": raw[:200].decode("utf-8", "replace")})
+        return None
+    if not isinstance(entry, dict) or not isinstance(entry.get("__CURSOR"), str):
+        return None
+    return entry
+
+
 def _message(value: Any) -> str:
     if isinstance(value, list):  # non-UTF-8 messages come as byte arrays
         return bytes(v & 0xFF for v in value if isinstance(v, int)).decode("utf-8", "replace")
@@ -49,7 +77,6 @@ class JournaldSource:
     def __init__(
         self,
         cursor: dict[str, Any] | None,
-        scratch_cursor_file: Path,
         *,
         journalctl: str = "journalctl",
         journal_file: Path | None = None,
@@ -58,19 +85,21 @@ class JournaldSource:
         on_foreign: Callable[[], None] | None = None,
     ) -> None:
         self._cursor = (cursor or {}).get("cursor")
-        self._scratch = scratch_cursor_file
         self._journalctl = journalctl
         self._file = journal_file
         self._directory = journal_directory
         self._follow = follow
         self._proc: subprocess.Popen[bytes] | None = None
+        self._closed = False
         self._on_foreign = on_foreign
 
-    def command(self) -> list[str]:
-        cmd = [self._journalctl, "_TRANSPORT=kernel", "-o", "json", "--no-pager", "--no-tail",
-               f"--cursor-file={self._scratch}"]
-        if self._follow:
-            cmd.append("--follow")
+    def command(self, *, cursor: str | None, follow: bool) -> list[str]:
+        """One journalctl run: the catch-up run (`follow=False`) or the follow run."""
+        cmd = [self._journalctl, "_TRANSPORT=kernel", "-o", "json", "--no-pager", "--no-tail"]
+        if follow:
+            cmd += ["--follow", "--boot"]
+        if cursor:
+            cmd.append(f"--cursor={cursor}")
         if self._file is not None:
             cmd.append(f"--file={self._file}")
         if self._directory is not None:
@@ -78,6 +107,10 @@ class JournaldSource:
         return cmd
 
     def close(self) -> None:
+        self._closed = True
+        self._stop()
+
+    def _stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -88,17 +121,22 @@ class JournaldSource:
                 proc.wait()
 
     def items(self) -> Iterator[SourceItem | None]:
-        self._scratch.parent.mkdir(parents=True, exist_ok=True)
-        if self._cursor:
-            self._scratch.write_text(self._cursor)
-        else:
-            self._scratch.unlink(missing_ok=True)
-        cmd = self.command()
+        cursor = self._cursor
+        if cursor or not self._follow:
+            cursor = yield from self._run(self.command(cursor=cursor, follow=False), cursor)
+        if self._follow and not self._closed:
+            yield from self._run(self.command(cursor=cursor, follow=True), cursor)
+
+    def _run(self, cmd: list[str], start: str | None) -> Generator[SourceItem | None, None, str | None]:
+        """Yield what one journalctl run prints after the entry `start`; return the last cursor read."""
+        if self._closed:
+            return start
         log.info("starting journalctl", extra={"cmd": " ".join(cmd)})
         self._proc = proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
         buf = b""
+        last = start
         try:
             while True:
                 ready, _, _ = select.select([fd], [], [], IDLE_POLL_S)
@@ -111,27 +149,23 @@ class JournaldSource:
                     if rc != 0 and self._proc is proc:  # not stopped by close()
                         err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
                         raise RuntimeError(f"journalctl exited with {rc}: {err.strip()[:500]}")
-                    return
+                    return last
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
                 for raw in lines:
-                    if raw.strip():
-                        item = self._item(raw)
-                        if item is not None:
-                            yield item
+                    if self._closed:
+                        return last
+                    entry = _entry(raw) if raw.strip() else None
+                    if entry is None or entry["__CURSOR"] == start:  # `--cursor` prints its own entry
+                        continue
+                    last = entry["__CURSOR"]
+                    yield self._item(entry)
         finally:
-            self.close()
+            self._stop()
 
-    def _item(self, raw: bytes) -> SourceLine | SourceSkip | None:
-        try:
-            entry = json.loads(raw)
-        except ValueError:
-            log.warning("undecodable journalctl line skipped", extra={"raw": raw[:200].decode("utf-8", "replace")})
-            return None
-        cursor = entry.get("__CURSOR")
-        if not isinstance(cursor, str):
-            return None
-        prio = entry.get("PRIORITY")
+    def _item(self, entry: dict[str, Any]) -> SourceLine | SourceSkip:
+        cursor: str = entry["__CURSOR"]
+        prio = str(entry.get("PRIORITY"))
         fac = entry.get("SYSLOG_FACILITY")
         origin = journal_origin(entry.get("_TRANSPORT"), fac)
         if not origin.kernel:
@@ -140,9 +174,9 @@ class JournaldSource:
             if self._on_foreign is not None:
                 self._on_foreign()
             return SourceSkip({"cursor": cursor}, [])
-        cont = {k: str(entry[k]) for k in ("_KERNEL_SUBSYSTEM", "_KERNEL_DEVICE") if k in entry}
-        mono = entry.get("__MONOTONIC_TIMESTAMP")
-        mono_us = int(mono) if str(mono).isdigit() else None
+        cont: dict[str, str] = {k: str(entry[k]) for k in ("_KERNEL_SUBSYSTEM", "_KERNEL_DEVICE") if k in entry}
+        mono = str(entry.get("__MONOTONIC_TIMESTAMP"))
+        mono_us = int(mono) if mono.isdigit() else None
         realtime = from_epoch_us(entry.get("__REALTIME_TIMESTAMP"))
         boot_time = realtime - timedelta(microseconds=mono_us) if realtime and mono_us is not None else None
         return SourceLine(
@@ -152,7 +186,7 @@ class JournaldSource:
             cursor={"cursor": cursor},
             boot_id=entry.get("_BOOT_ID"),
             journal_cursor=cursor,
-            priority=(int(fac) * 8 + int(prio)) if str(prio).isdigit() and str(fac).isdigit() else None,
+            priority=(int(str(fac)) * 8 + int(prio)) if prio.isdigit() and str(fac).isdigit() else None,
             monotonic_us=mono_us,
             continuation=cont,
             event_at=realtime,

@@ -95,7 +95,7 @@ def test_journald_event_time_is_the_realtime_stamp(tmp_path: Path) -> None:
     fake = tmp_path / "journalctl"  # prints the recording as `journalctl -o json` would
     fake.write_text(f"#!/bin/sh\ncat {recorded}\n")
     os.chmod(fake, 0o755)
-    lines = _lines(JournaldSource(None, tmp_path / "scratch", journalctl=str(fake), follow=False).items())
+    lines = _lines(JournaldSource(None, journalctl=str(fake), follow=False).items())
     boot = datetime.fromtimestamp(1795600000, UTC)
     assert [(ln.event_at, ln.monotonic_us, ln.boot_time) for ln in lines] == [
         (datetime.fromtimestamp(1795600004, UTC), 4_000_000, boot),
@@ -113,7 +113,7 @@ def test_journald_from_a_real_journal_file(tmp_path: Path) -> None:
     journal = tmp_path / "kernel.journal"
     subprocess.run([str(JOURNAL_REMOTE), f"--output={journal}", "-"], input=export.encode(), check=True,
                    capture_output=True)
-    lines = _lines(JournaldSource(None, tmp_path / "scratch", journal_file=journal, follow=False).items())
+    lines = _lines(JournaldSource(None, journal_file=journal, follow=False).items())
     assert [ln.event_at for ln in lines] == [datetime.fromtimestamp(1795600000 + i, UTC) for i in range(1, 4)]
 
 

@@ -35,9 +35,8 @@ def journal_file(tmp_path: Path) -> Path:
     return out
 
 
-def test_reads_kernel_entries_and_resumes_after_cursor(tmp_path: Path, journal_file: Path) -> None:
-    scratch = tmp_path / "state" / "scratch.cursor"
-    src = JournaldSource(None, scratch, journal_file=journal_file, follow=False)
+def test_reads_kernel_entries_and_resumes_after_cursor(journal_file: Path) -> None:
+    src = JournaldSource(None, journal_file=journal_file, follow=False)
     lines = [i for i in src.items() if isinstance(i, SourceLine)]
     assert len(lines) == 11  # the syslog entry is not a kernel line
     xid = lines[2]
@@ -45,13 +44,13 @@ def test_reads_kernel_entries_and_resumes_after_cursor(tmp_path: Path, journal_f
     assert xid.continuation["_KERNEL_DEVICE"] == "+pci:0000:3b:00.0"
     assert xid.record_id == f"journald:{xid.journal_cursor}"
 
-    again = JournaldSource(lines[5].cursor, scratch, journal_file=journal_file, follow=False)
+    again = JournaldSource(lines[5].cursor, journal_file=journal_file, follow=False)
     rest = [i for i in again.items() if isinstance(i, SourceLine)]
     assert [r.message for r in rest] == [ln.message for ln in lines[6:]]
 
 
-def test_follow_mode_yields_idle_markers_and_stops_on_close(tmp_path: Path, journal_file: Path) -> None:
-    src = JournaldSource(None, tmp_path / "scratch.cursor", journal_file=journal_file, follow=True)
+def test_follow_mode_yields_idle_markers_and_stops_on_close(journal_file: Path) -> None:
+    src = JournaldSource(None, journal_file=journal_file, follow=True)
     it = src.items()
     seen = idle = 0
     deadline = time.monotonic() + 20
@@ -77,7 +76,7 @@ def test_lines_user_space_wrote_into_kmsg_are_dropped_and_counted(tmp_path: Path
     journal = tmp_path / "forged.journal"
     subprocess.run([tool, f"--output={journal}", "-"], input=export.encode(), check=True, capture_output=True)
     foreign: list[int] = []
-    src = JournaldSource(None, tmp_path / "scratch.cursor", journal_file=journal, follow=False,
+    src = JournaldSource(None, journal_file=journal, follow=False,
                          on_foreign=lambda: foreign.append(1))
     items = [i for i in src.items() if i is not None]
     lines = [i for i in items if isinstance(i, SourceLine)]

@@ -31,7 +31,7 @@ def test_the_entrypoint_is_xidpipe_of_this_checkout(xidpipe_image: str) -> None:
 def test_the_agents_tools_run(xidpipe_image: str) -> None:
     journalctl = run_in_image(xidpipe_image, "journalctl", "--version", entrypoint="")
     assert journalctl.returncode == 0, journalctl.stderr
-    # journald's cursor file (the agent's resume point) needs systemd 242 or later.
+    # the journald source's documented floor (docs/agent.md): systemd 242 or later.
     assert int(re.match(r"systemd (\d+)", journalctl.stdout).group(1)) >= 242  # type: ignore[union-attr]
     lspci = run_in_image(xidpipe_image, "lspci", "--version", entrypoint="")
     assert lspci.returncode == 0 and lspci.stdout.startswith("lspci version"), lspci.stderr
