@@ -163,13 +163,17 @@ class BatchTransaction:
         skew = self.p.clock_skew_s
         repaired: dict[str, Incident] = {}
         found: dict[str, list[FaultEvent]] = defaultdict(list)
-        for r in self.s.scalars(sa.select(FaultEvent).where(  # one query for the batch's nodes
+        # One query for the batch's nodes, of one shape whatever their number (an expanding IN, not an
+        # OR per node: each distinct OR would be compiled and cached on its own); each node's own
+        # validity bound is applied here.
+        since = {node: valid_from - timedelta(seconds=skew) for node, valid_from in late.items()}
+        for r in self.s.scalars(sa.select(FaultEvent).where(
             FaultEvent.ingested_at >= recent,
-            sa.or_(*(sa.and_(FaultEvent.node == node, FaultEvent.occurred_at >= valid_from - timedelta(seconds=skew))
-                     for node, valid_from in late.items())),
+            FaultEvent.node.in_(list(late)),
+            FaultEvent.occurred_at >= min(since.values()),
             sa.or_(FaultEvent.gpu_uuid.is_(None), FaultEvent.pod.is_(None)),
         ).limit(_REPAIRED_PER_NODE * len(late))):
-            if len(found[r.node]) < _REPAIRED_PER_NODE:
+            if r.occurred_at >= since[r.node] and len(found[r.node]) < _REPAIRED_PER_NODE:
                 found[r.node].append(r)
         for node in late:
             rows = found.get(node)
