@@ -2,7 +2,9 @@
 
 The stream worker writes the fleet incidents of fault bursts (`streams.fleet`), the responder the
 one a breaker trip raises (`respond.fleet_alerts`); the dossier and the read side list the nodes a
-fleet incident spans and those nodes' own incidents of its family.
+fleet incident spans and those nodes' own incidents of its family. The fleet count reads a family's
+faults over a span of event time (`fleet_faults`), one transaction per family at a time
+(`lock_fleet_counts`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from history.tables import Incident
-from models.fleet import BREAKER, FLEET, breaker_incident, fleet_fingerprint
+from history.tables import FaultEvent, Incident
+from models.fleet import BREAKER, FLEET, FleetFault, breaker_incident, fleet_fingerprint
 from models.incidents import IncidentState
 
 MEMBERS_LIMIT = 200  # per-node incidents listed on one fleet incident
@@ -38,6 +40,31 @@ def latest_fleet(s: Session, cluster: str, component_id: str) -> Incident | None
     with s.no_autoflush:
         return s.scalars(sa.select(Incident).where(Incident.fingerprint == fp)
                          .order_by(Incident.opened_at.desc(), Incident.incident_id.desc()).limit(1)).first()
+
+
+def lock_fleet_counts(s: Session, fingerprints: Sequence[str]) -> None:
+    """Count one family's fleet window in one transaction at a time, until it ends (PostgreSQL: an
+    advisory transaction lock per fleet fingerprint, taken in order; SQLite has one writer at a time).
+
+    Two workers that each store faults of a family on too few nodes, and count before either has
+    committed, would each miss the other's faults, and the burst would make no incident. Locked, the
+    later count starts once the earlier transaction committed, and reads its faults and its incident."""
+    if s.get_bind().dialect.name != "postgresql":
+        return
+    for fp in sorted(set(fingerprints)):
+        key = int(fp.rpartition(":")[2], 16) % 2**64
+        s.execute(sa.select(sa.func.pg_advisory_xact_lock(key - 2**64 if key >= 2**63 else key)))
+
+
+def fleet_faults(s: Session, family: str, spans: Sequence[tuple[datetime, datetime]]) -> list[FleetFault]:
+    """The faults of `family` whose event time falls in any of `spans` (each from, to: inclusive), one
+    per node, code and time (on the `fault_events (family, occurred_at)` index)."""
+    if not spans:
+        return []
+    rows = s.execute(sa.select(FaultEvent.node, FaultEvent.code, FaultEvent.occurred_at).distinct()
+                     .where(FaultEvent.family == family,
+                            sa.or_(*(FaultEvent.occurred_at.between(lo, hi) for lo, hi in spans)))).all()
+    return [FleetFault(node, code, at) for node, code, at in rows]
 
 
 def record_breaker_trip(s: Session, *, cluster: str, at: datetime, pool: str, reason: str, family: str,

@@ -3,6 +3,11 @@ decisions over an incident of component `fleet`.
 
 - `fleet_fingerprint` is the incident key: `v2:` over ("fleet", cluster, component id), where the
   component id is the fault family, or `breaker` for a breaker trip.
+- `fleet_burst_around` decides, in event time, whether faults belong to a fleet burst: some window
+  of `fleet_window_s` that holds one of them holds faults of the family on `fleet_min_nodes` nodes.
+  It depends on the faults alone, not on which batch read which of them.
+- `fleet_reach` and `fleet_absorbed`: an open fleet incident takes every fault of its family within
+  one fleet window of its own faults, whenever that fault is read.
 - `fleet_change` decides what a fleet burst does to the cluster's fleet incident of its family:
   open one, add the nodes that joined, or resolve a burst that ended and open a new one.
 - `breaker_incident` is the fleet incident a breaker trip raises.
@@ -12,13 +17,15 @@ decisions over an incident of component `fleet`.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
 from models.identity import incident_fingerprint
-from models.incidents import ActionRequest, IncidentChange, IncidentState, new_incident_id
+from models.incidents import ActionRequest, IncidentChange, IncidentState, fleet_burst, new_incident_id
 from models.stream_policy import PipelinePolicy
 
 FLEET = "fleet"  # the component, the category and the `gpu` column of every fleet incident
@@ -40,38 +47,120 @@ def _fresh(cluster: str, component_id: str, family: str, nodes: Sequence[str], c
     )
 
 
-def fleet_change(current: IncidentState | None, current_nodes: Sequence[str], *, cluster: str, family: str,
-                 nodes: Sequence[str], codes: Sequence[str], at: datetime, reason: str,
-                 policy: PipelinePolicy, first_seen: datetime | None = None) -> IncidentChange | None:
-    """What a burst of `family` on `nodes` (counted over the fleet window ending at `at`, `reason`
-    from `models.incidents.fleet_burst`) does to the cluster's latest fleet incident of the family
-    (`current`, spanning `current_nodes`).
+@dataclass(frozen=True, slots=True)
+class FleetFault:
+    """One fault of a fleet family as the fleet count reads it: its node, code and event time."""
 
-    No open incident: one opens (linked to the previous one). An open incident whose last fault is
-    older than the fleet window belonged to a burst that ended: it is resolved and a new one opens.
-    Otherwise new nodes join it (`updated`), and a burst that adds no node changes nothing (None).
-    `count` is the number of nodes; `first_seen`, the burst's first fault (default: the window's start)."""
+    node: str
+    code: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FleetBurst:
+    """Faults of one family that belong to a fleet incident: their nodes, codes, event-time span and
+    the reason (`models.incidents.fleet_burst` over the nodes)."""
+
+    nodes: tuple[str, ...]
+    codes: tuple[str, ...]
+    first: datetime
+    last: datetime
+    reason: str
+
+
+def fleet_burst_around(family: str, faults: Sequence[FleetFault], around: Sequence[datetime],
+                       policy: PipelinePolicy) -> FleetBurst | None:
+    """The burst that faults of `family` at the event times `around` belong to, counted over `faults`
+    (the family's faults within one fleet window of them, those included): together, every window of
+    `fleet_window_s` that holds one of `around` and faults on `fleet_min_nodes` nodes or more. None
+    when there is no such window.
+
+    Only the faults decide, not the order they were read in: a window holds enough nodes once its
+    last fault is stored, and the count around that fault finds it. A window that holds a fault at `t`
+    can be slid to start at its first fault, so the windows starting at each fault are enough."""
     window = timedelta(seconds=policy.fleet_window_s)
-    since = at - window
-    if current is not None and current.status == "open" and current.last_seen >= since:
-        joined = sorted(set(current_nodes) | set(nodes))
-        merged_codes = tuple(dict.fromkeys((*current.codes, *codes)))
-        if joined == sorted(set(current_nodes)) and merged_codes == current.codes:
-            return None
+    ordered = sorted(faults, key=lambda f: (f.at, f.node, f.code))
+    times = sorted(around)
+    members: list[FleetFault] = []
+    in_window: Counter[str] = Counter()
+    end = 0
+    for start, f in enumerate(ordered):
+        while end < len(ordered) and ordered[end].at <= f.at + window:
+            in_window[ordered[end].node] += 1
+            end += 1
+        k = bisect_left(times, f.at)
+        holds_one = k < len(times) and times[k] <= f.at + window
+        if holds_one and len(in_window) >= policy.fleet_min_nodes:
+            members.extend(ordered[start:end])
+        in_window[f.node] -= 1
+        if not in_window[f.node]:
+            del in_window[f.node]
+    return _burst(family, members, policy)
+
+
+def _burst(family: str, faults: Sequence[FleetFault], policy: PipelinePolicy,
+           nodes: Sequence[str] = ()) -> FleetBurst | None:
+    """`faults` as a burst whose reason counts their nodes and `nodes` (None: no fault, or too few nodes)."""
+    if not faults:
+        return None
+    reason = fleet_burst(family, [*nodes, *(f.node for f in faults)], policy)
+    if reason is None:
+        return None
+    return FleetBurst(tuple(sorted({f.node for f in faults})), tuple(sorted({f.code for f in faults if f.code})),
+                      min(f.at for f in faults), max(f.at for f in faults), reason)
+
+
+def fleet_reach(current: IncidentState, policy: PipelinePolicy) -> tuple[datetime, datetime]:
+    """The event-time span whose faults of its family an open fleet incident takes: one fleet window
+    either side of its first and last fault."""
+    window = timedelta(seconds=policy.fleet_window_s)
+    return current.first_seen - window, current.last_seen + window
+
+
+def fleet_absorbed(current: IncidentState, current_nodes: Sequence[str], faults: Sequence[FleetFault],
+                   policy: PipelinePolicy) -> FleetBurst | None:
+    """The faults of `faults` (of the incident's family) that the open fleet incident `current`
+    (spanning `current_nodes`) takes, whenever they were read: those within its reach (`fleet_reach`).
+    No count of its own: the incident's nodes made the burst already. None when there is none."""
+    if current.status != "open":
+        return None
+    lo, hi = fleet_reach(current, policy)
+    return _burst(current.family, [f for f in faults if lo <= f.at <= hi], policy, current_nodes)
+
+
+def fleet_change(current: IncidentState | None, current_nodes: Sequence[str], *, cluster: str, family: str,
+                 burst: FleetBurst, policy: PipelinePolicy) -> IncidentChange | None:
+    """What `burst` (`fleet_burst_around`, `fleet_absorbed`) does to the cluster's latest fleet
+    incident of the family (`current`, spanning `current_nodes`).
+
+    No open incident: one opens (linked to the previous one). A burst that starts more than a fleet
+    window after the open incident's last fault is a new one: the open incident is resolved and a new
+    one opens. Otherwise the burst's nodes join it (`updated`; its span covers the burst's), and a
+    burst that adds no node, code or time changes nothing (None). `count` is the number of nodes."""
+    window = timedelta(seconds=policy.fleet_window_s)
+    if current is not None and current.status == "open" and burst.first <= current.last_seen + window:
+        joined = sorted(set(current_nodes) | set(burst.nodes))
+        merged_codes = tuple(dict.fromkeys((*current.codes, *burst.codes)))
+        first, last = min(current.first_seen, burst.first), max(current.last_seen, burst.last)
         added = sorted(set(joined) - set(current_nodes))
-        why = f"{', '.join(added)} joined: {reason}" if added else f"new codes: {reason}"
-        updated = replace(current, count=len(joined), last_seen=max(current.last_seen, at), codes=merged_codes,
+        if not added and merged_codes == current.codes and (first, last) == (current.first_seen, current.last_seen):
+            return None
+        reason = fleet_burst(family, joined, policy) or burst.reason
+        why = f"{', '.join(added)} joined: {reason}" if added else f"new codes or times: {reason}"
+        updated = replace(current, count=len(joined), first_seen=first, last_seen=last, codes=merged_codes,
                           reason=reason)
         return IncidentChange("updated", updated, why)
     previous = current.incident_id if current is not None else None
-    fresh = _fresh(cluster, family, family, nodes, codes, at, first_seen or since, reason, previous)
+    fresh = _fresh(cluster, family, family, burst.nodes, burst.codes, burst.last, burst.first, burst.reason,
+                   previous)
     if current is not None and current.status == "open":
         resolved = replace(current, status="resolved", resolved_at=current.last_seen + window)
-        return IncidentChange("reopened", fresh, f"a new burst after the fleet window: {reason}",
+        return IncidentChange("reopened", fresh, f"a new burst after the fleet window: {burst.reason}",
                               resolved_previous=resolved)
     if current is not None:
-        return IncidentChange("reopened", fresh, f"the burst recurs after incident {previous} was resolved: {reason}")
-    return IncidentChange("opened", fresh, reason)
+        return IncidentChange("reopened", fresh,
+                              f"the burst recurs after incident {previous} was resolved: {burst.reason}")
+    return IncidentChange("opened", fresh, burst.reason)
 
 
 def fleet_quiet(current: IncidentState, last_activity: datetime, now: datetime,

@@ -43,7 +43,7 @@ from streams.classification import (
 )
 from streams.components import ComponentResolver
 from streams.fault_rows import EventDraft, FaultEventWriter, event_draft
-from streams.fleet import FleetBursts, FleetChecks
+from streams.fleet import FleetBursts
 from streams.node_history import HistoryCache, NodeHistories, history_cache
 from streams.outbox import action_message, incident_message, insert_outbox
 from streams.pairing import merge, other_source, partner_candidates
@@ -62,13 +62,11 @@ class StoreCaches:
     histories: HistoryCache = field(default_factory=history_cache)  # the nodes that faulted last (LRU)
     # Per incident: when its last update was published (monotonic).
     updates_sent: dict[str, float] = field(default_factory=dict)
-    fleet_checked: FleetChecks = field(default_factory=dict)
     fault_events: FaultEventWriter = field(default_factory=FaultEventWriter)
 
     def forget_uncommitted(self) -> None:
-        """After a rollback: the node histories and fleet counts may hold rows of the transaction."""
+        """After a rollback: the node histories may hold rows of the transaction."""
         self.histories.clear()
-        self.fleet_checked.clear()
 
 
 @dataclass(slots=True)
@@ -93,7 +91,7 @@ class BatchTransaction:
         self.touched: dict[str, _Touched] = {}  # by incident id
         self.outbox: list[OutboxMessage] = []
         self.index = IncidentIndex()  # the (incident, code) and (incident, namespace) pairs of this batch
-        self.fleet = FleetBursts(s, policy, cluster, now, caches.fleet_checked)
+        self.fleet = FleetBursts(s, policy, cluster, now)
         self.histories = NodeHistories(s, caches.histories, policy.history_s)
         # Per incident grouped in this batch: its state after the faults so far, written to the row once
         # (`_write_back`) instead of after every fault.
@@ -245,7 +243,7 @@ class BatchTransaction:
         if t is None:
             t = self.touched[row.incident_id] = _Touched(row, change.kind, change.reason)
         t.observations.append(obs)
-        self.fleet.note(family, node, obs.occurred_at)
+        self.fleet.note(family, node, obs.occurred_at, obs.code)
 
     def _new_row(self, comp: Component, obs: FaultObservation, attr: Attribution, change: IncidentChange) -> Incident:
         inc = change.incident

@@ -5,112 +5,122 @@ opened, updated and resolved like any other, with its ticket and its infrastruct
 from __future__ import annotations
 
 import logging
-import time
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from history.fleet_incidents import latest_fleet, new_fleet_row
+from history.fleet_incidents import fleet_faults, latest_fleet, lock_fleet_counts, new_fleet_row
 from history.incident_index import IncidentIndex
 from history.incident_rows import incident_state
-from history.tables import FaultEvent, Incident, OutboxMessage
-from models.fleet import BREAKER, FLEET, fleet_actions, fleet_change, fleet_quiet
-from models.incidents import IncidentChange, fleet_burst
+from history.tables import Incident, OutboxMessage
+from models.fleet import (
+    BREAKER,
+    FLEET,
+    FleetFault,
+    fleet_absorbed,
+    fleet_actions,
+    fleet_burst_around,
+    fleet_change,
+    fleet_fingerprint,
+    fleet_quiet,
+    fleet_reach,
+)
+from models.incidents import IncidentChange, IncidentState
 from models.stream_policy import PipelinePolicy
 from streams.outbox import action_message, incident_message
 
 log = logging.getLogger(__name__)
 
-_FLEET_RECHECK_S = 1.0  # how often one family's fleet window is counted again without a new node
-
-
-@dataclass(slots=True)
-class FleetCheck:
-    """One family's last fleet query: when (monotonic), the window's end, the nodes and codes in it."""
-
-    checked: float
-    at: datetime
-    nodes: set[str]
-    codes: set[str]
-
-
-FleetChecks = dict[str, FleetCheck]  # per fault family
+_Span = tuple[datetime, datetime]
 
 
 class FleetBursts:
-    """The fleet families one transaction saw, counted against the fleet window at its end."""
+    """The fleet families' faults one transaction stored, counted in event time at its end.
 
-    def __init__(self, s: Session, policy: PipelinePolicy, cluster: str, now: datetime, checked: FleetChecks) -> None:
+    Per family, under `lock_fleet_counts`: the faults within the reach of its open fleet incident join
+    it (`models.fleet.fleet_absorbed`); around the others, the family's faults in the database are
+    counted (`models.fleet.fleet_burst_around`), which may open, join or reopen the incident; then the
+    incident takes the stored faults within its reach, again as long as its span grows. So an incident
+    gets every node of its family within its reach, whichever batch read which fault."""
+
+    def __init__(self, s: Session, policy: PipelinePolicy, cluster: str, now: datetime) -> None:
         self.s = s
         self.p = policy
         self.cluster = cluster
         self.now = now
-        self.checked = checked
-        self.latest: dict[str, datetime] = {}  # per family: its latest fault of the batch
-        self.nodes: dict[str, set[str]] = defaultdict(set)
-        self.codes: dict[str, set[str]] = defaultdict(set)
+        self.faults: dict[str, list[FleetFault]] = defaultdict(list)  # per family: the batch's faults
         self.outbox: list[OutboxMessage] = []
         self.index = IncidentIndex()
 
     def note(self, family: str, node: str, at: datetime, code: str | None = None) -> None:
         """A fault of `family` on `node` at `at` (families outside `fleet_families` are not counted)."""
         if family in self.p.fleet_families:
-            self.latest[family] = max(self.latest.get(family, at), at)
-            self.nodes[family].add(node)
-            if code:
-                self.codes[family].add(code)
+            self.faults[family].append(FleetFault(node, code or "", at))
 
     def count(self) -> list[OutboxMessage]:
         """Open, update or resolve the fleet incidents of the families seen; returns their messages."""
-        for family, at in self.latest.items():
-            # The fleet query scans a window of events: once a second per family is enough while the faults'
-            # own times stay within that second of the last count. A node that was not counted yet joins
-            # the nodes of the last count at once, without the query.
-            checked = self.checked.get(family)
-            nodes = self.nodes[family]
+        if self.faults:
+            lock_fleet_counts(self.s, [fleet_fingerprint(self.cluster, f) for f in self.faults])
+        for family in sorted(self.faults):
             with self.s.no_autoflush:
-                if (checked and time.monotonic() - checked.checked < _FLEET_RECHECK_S
-                        and abs((at - checked.at).total_seconds()) < _FLEET_RECHECK_S):
-                    if not nodes <= checked.nodes:
-                        checked.nodes |= nodes
-                        checked.codes |= self.codes[family]
-                        self._fleet(family, at, sorted(checked.nodes), sorted(checked.codes), None)
-                    continue
-                counted, seen, first = self._window(family, at)
-                self._fleet(family, at, counted, seen, first)
-                self.checked[family] = FleetCheck(time.monotonic(), at, set(counted), set(seen))
+                self._family(family, self.faults[family])
         self.index.write(self.s)
         return self.outbox
 
-    def _window(self, family: str, at: datetime) -> tuple[list[str], list[str], datetime | None]:
-        """The nodes and codes of `family`'s faults in the fleet window ending at `at`, and its first fault."""
-        since = at - timedelta(seconds=self.p.fleet_window_s)
-        rows = self.s.execute(
-            sa.select(FaultEvent.node, FaultEvent.code, sa.func.min(FaultEvent.occurred_at))
-            .where(FaultEvent.family == family, FaultEvent.occurred_at >= since, FaultEvent.occurred_at <= at)
-            .group_by(FaultEvent.node, FaultEvent.code)).all()
-        nodes = sorted({r[0] for r in rows})
-        codes = sorted({r[1] for r in rows} | self.codes[family])
-        firsts = [r[2] for r in rows if r[2] is not None]
-        return nodes, codes, min(firsts) if firsts else None
-
-    def _fleet(self, family: str, at: datetime, nodes: list[str], codes: list[str], first: datetime | None) -> None:
-        """Open, update, or resolve and reopen the fleet incident of `family` for these nodes."""
-        reason = fleet_burst(family, nodes, self.p)
-        if reason is None:
-            return
+    def _family(self, family: str, faults: list[FleetFault]) -> None:
+        """Count the batch's `faults` of `family` and write what they change of its fleet incident."""
         row = latest_fleet(self.s, self.cluster, family)
         current = incident_state(row) if row is not None else None
-        change = fleet_change(current, list(row.nodes or []) if row is not None else [], cluster=self.cluster,
-                              family=family, nodes=nodes, codes=codes, at=at, reason=reason, policy=self.p,
-                              first_seen=first)
-        if change is None:
-            if row is not None:
-                row.updated_at = self.now
-            return
+        nodes = [str(n) for n in row.nodes or []] if row is not None else []
+        state, change, covered = current, None, None
+        if current is not None and current.status == "open":
+            covered = fleet_reach(current, self.p)  # its stored faults there are its own already
+        outside = [f for f in faults if covered is None or not covered[0] <= f.at <= covered[1]]
+        pending = faults
+        if outside:
+            window = timedelta(seconds=self.p.fleet_window_s)
+            counted = fleet_faults(self.s, family, [(min(f.at for f in outside) - window,
+                                                     max(f.at for f in outside) + window)])
+            burst = fleet_burst_around(family, counted, [f.at for f in outside], self.p)
+            if burst is not None:
+                change = fleet_change(current, nodes, cluster=self.cluster, family=family, burst=burst, policy=self.p)
+            if burst is not None and change is not None:
+                state = change.incident
+                nodes = sorted(set(burst.nodes) | (set(nodes) if change.kind == "updated" else set()))
+                covered = covered if change.kind == "updated" else None
+                pending = [*faults, *counted]
+        if state is not None and state.status == "open":
+            change, nodes = self._absorb(family, state, nodes, change, pending, covered)
+        if change is not None:
+            self._write(family, row, nodes, change)
+        elif row is not None and current is not None and current.status == "open" and len(outside) < len(faults):
+            row.updated_at = self.now  # a fault of its family within its reach: the burst goes on
+
+    def _absorb(self, family: str, state: IncidentState, nodes: list[str], change: IncidentChange | None,
+                pending: list[FleetFault], covered: _Span | None) -> tuple[IncidentChange | None, list[str]]:
+        """The open incident `state` (spanning `nodes`) takes the faults within its reach: `pending`
+        ones, and stored ones outside the reach already `covered`, as long as its span grows."""
+        while True:
+            lo, hi = fleet_reach(state, self.p)
+            spans = [(lo, hi)] if covered is None else [s for s in ((lo, covered[0]), (covered[1], hi)) if s[0] < s[1]]
+            found = [*pending, *fleet_faults(self.s, family, spans)]
+            covered, pending = (lo, hi), []
+            absorbed = fleet_absorbed(state, nodes, found, self.p)
+            step = None if absorbed is None else fleet_change(state, nodes, cluster=self.cluster, family=family,
+                                                              burst=absorbed, policy=self.p)
+            if absorbed is None or step is None:
+                return change, nodes
+            nodes = sorted(set(nodes) | set(absorbed.nodes))
+            state = step.incident
+            if change is None or change.kind == "updated":
+                change = IncidentChange("updated", state, step.reason if change is None else change.reason)
+            else:
+                change = IncidentChange(change.kind, state, change.reason, resolved_previous=change.resolved_previous)
+
+    def _write(self, family: str, row: Incident | None, nodes: list[str], change: IncidentChange) -> None:
+        """Write the fleet incident's change (`models.fleet.fleet_change`) and its messages."""
         if change.resolved_previous is not None and row is not None:
             self._resolve(row, change.resolved_previous.resolved_at or self.now, change.reason)
         inc = change.incident
@@ -121,9 +131,8 @@ class FleetBursts:
                         extra={"family": family, "incident": inc.incident_id, "cluster": self.cluster})
         else:
             assert row is not None
-            row.nodes = sorted(set(row.nodes or []) | set(nodes))
-            row.count, row.codes, row.reason = len(row.nodes), list(inc.codes), inc.reason
-            row.last_seen, row.updated_at = inc.last_seen, self.now
+            row.nodes, row.count, row.codes, row.reason = nodes, len(nodes), list(inc.codes), inc.reason
+            row.first_seen, row.last_seen, row.updated_at = inc.first_seen, inc.last_seen, self.now
             row.version += 1
             log.info("fleet incident %s updated: %s", row.incident_id, change.reason,
                      extra={"family": family, "incident": row.incident_id, "cluster": self.cluster})
