@@ -229,6 +229,13 @@ def postgres_url() -> Iterator[str]:
 
 @pytest.fixture
 def postgres_database(postgres_url: str) -> Iterator[str]:
+    with fresh_postgres_database(postgres_url) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def fresh_postgres_database(postgres_url: str) -> Iterator[str]:
+    """A new, empty database on the test server (its URL), dropped afterwards."""
     import sqlalchemy as sa
 
     name = f"t_{uuid.uuid4().hex[:16]}"

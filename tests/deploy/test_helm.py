@@ -25,14 +25,12 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from tests.kube import unique
-from tests.services import service_unavailable
+from tests.kube import helm_binary, unique
 from xidpipe.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 CHART = DEPLOY / "helm" / "xidpipe"
-BUILD = DEPLOY / "testcluster" / "build.sh"
 PRODUCTION = Path(__file__).with_name("helm-production-values.yaml")
 VALUES = {"default": [], "production": [PRODUCTION]}
 WORKLOADS = ("Deployment", "DaemonSet")
@@ -50,11 +48,7 @@ Doc = dict[str, Any]
 
 @pytest.fixture(scope="session")
 def helm() -> str:
-    proc = subprocess.run([str(BUILD), "--print-helm"], capture_output=True, text=True, timeout=60, check=False)
-    path = Path(proc.stdout.strip())
-    if proc.returncode != 0 or not path.is_file():
-        service_unavailable("helm", f"{path} is not built {proc.stderr.strip()}".strip() + ": run `make testcluster`")
-    return str(path)
+    return helm_binary()
 
 
 def render(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from models.topics import topology
 from streams.runner import WorkerProcess, consumer_lag, produce
 from streams.settings import WorkerSettings
 from streams.store import Store
+from tests.services import fresh_postgres_database
 from tests.streams.scaleout_workload import NODES, canonical, workload
 from tests.streams.workers import poll, worker_settings
 
@@ -41,16 +41,8 @@ WAIT_S = 240.0  # a generous bound for a run to go idle on a loaded 2-core machi
 
 @pytest.fixture
 def second_database(postgres_url: str) -> Iterator[str]:
-    name = f"t_{uuidlib.uuid4().hex[:16]}"
-    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        yield sa.make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
+    with fresh_postgres_database(postgres_url) as url:
+        yield url
 
 
 def _settings(kafka_bootstrap: str, url: str, tmp_path: Path, name: str) -> Iterator[WorkerSettings]:
