@@ -1,5 +1,8 @@
 """Spool → Kafka with kafka-python: `acks=all`, idempotent, keyed by node, in order.
 
+A record's key is its node, or (node, kind) on the compacted state topic (`models.topics.record_key`);
+`NodePartitioner` hashes only the node part, so every record of one node lands on the node's partition.
+
 The producer retries for as long as Kafka is away (its delivery timeout is days, not minutes), so
 records leave the spool in order and a broker restart causes no duplicates. After a crash, the
 records the spool still holds as unacknowledged may already be in Kafka (acknowledged just before
@@ -17,9 +20,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from kafka.partitioner import DefaultPartitioner
+
 from agents.identity import NodeToken
 from agents.metrics import Metrics
 from agents.spool import Spool, SpoolEntry
+from models.topics import key_node
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +36,16 @@ PERSIST_EVERY_S = 0.5
 SPOOL_SYNC_S = 5.0  # fsync of the spool for power loss; a process crash loses nothing written
 _PERMANENT = ("RecordTooLargeError", "MessageSizeTooLargeError", "InvalidRecordError", "CorruptRecordError",
               "RecordListTooLargeError", "TopicAuthorizationFailedError", "InvalidTopicError")
+
+
+class NodePartitioner(DefaultPartitioner):  # type: ignore[misc]
+    """Kafka's default partitioner (murmur2 of the key, as the Java client) over the node part of the key
+    only: a record keyed `<node>/<kind>` goes where a record keyed `<node>` goes."""
+
+    def partition(self, topic: str, key: Any, serialized_key: bytes | None, value: Any, serialized_value: Any,
+                  cluster: Any) -> int:
+        node = key_node(serialized_key) if serialized_key is not None else None
+        return int(super().partition(topic, key, node, value, serialized_value, cluster))
 
 
 def producer_config(
@@ -54,6 +70,7 @@ def producer_config(
         "client_id": "xidpipe-agent",
         # kafka-python's own metrics sensors cost CPU on every request; the agent exports its own.
         "metrics_enabled": False,
+        "partitioner": NodePartitioner(),
         **(security or {}),
     }
 
@@ -170,7 +187,7 @@ class Publisher:
                 if not parts:
                     continue
                 all_parts = sorted(parts)
-                # The default partitioner's choice for a keyed record (murmur2, as the Java client).
+                # NodePartitioner's choice for the node (murmur2, as the Java client's default).
                 tp = TopicPartition(topic, all_parts[(murmur2(key) & 0x7FFFFFFF) % len(all_parts)])
                 consumer.assign([tp])
                 end = consumer.end_offsets([tp])[tp]
@@ -185,7 +202,7 @@ class Publisher:
                 while consumer.position(tp) < end and time.monotonic() < deadline:
                     for records in consumer.poll(timeout_ms=500).values():
                         for rec in records:
-                            if rec.key != key:
+                            if rec.key is None or key_node(rec.key) != key:
                                 continue
                             try:
                                 found.add(json.loads(rec.value)["record_id"])

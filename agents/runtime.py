@@ -28,6 +28,7 @@ from models.node_records import (
     record_kind,
     topic_for,
 )
+from models.topics import record_key
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class Agent:
         """Hand a record to the spool (thread-safe). Fault records are never dropped."""
         return self.spool.append(
             topic_for(record),
-            self.node,
+            record_key(record),
             encode_node_record(record).decode(),
             fault=fault,
             record_id=record.record_id,

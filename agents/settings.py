@@ -29,6 +29,7 @@ class AgentSettings(KafkaClientSecurity, ServiceSettings):
         default_factory=socket.gethostname,
         validation_alias=AliasChoices("XIDPIPE_AGENT_NODE", "NODE_NAME", "node"),
         description="node name, the Kafka key of every record; the DaemonSet sets NODE_NAME from spec.nodeName",
+        pattern=r"^[^/]+$",  # a state record's key is <node>/<kind>: the node part ends at the first '/'
     )
 
     # --- kernel log -------------------------------------------------------------------------

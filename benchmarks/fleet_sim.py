@@ -2,7 +2,8 @@
 
 One process stands in for N nodes × 8 GPUs. Every record is built from the agent's own pieces: the
 record schemas and their encoding and topics (`models.node_records`), the agent's producer settings
-(`agents.publisher.producer_config`: acks=all, idempotent, keyed by node), the pre-filter that marks
+(`agents.publisher.producer_config`: acks=all, idempotent, the node partitioner) and record keys
+(`models.topics.record_key`: the node, or node/kind on the state topic), the pre-filter that marks
 a kernel line as a fault (`agents.kernlog.prefilter`), the kmsg record id and clock (`kmsg:<boot>:<seq>`,
 event time = boot time + monotonic stamp), and the PodResources mapping (`agents.podresources.mapping`)
 applied to kubelet protobuf messages. Records carry no node identity token: the worker under
@@ -43,6 +44,7 @@ from models.node_records import (
     encode_node_record,
     topic_for,
 )
+from models.topics import record_key
 
 GPUS_PER_NODE = 8
 BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")  # an HGX H100 board's GPU buses
@@ -250,7 +252,7 @@ class Fleet:
 
 
 class FleetProducer:
-    """Sends node records the way the agent's publisher does (its producer settings, keyed by node,
+    """Sends node records the way the agent's publisher does (its producer settings, keyed by `record_key`,
     to the record kind's topic under `topic_prefix`)."""
 
     def __init__(self, bootstrap: str, topic_prefix: str, *, linger_ms: int = 5) -> None:
@@ -266,7 +268,7 @@ class FleetProducer:
         self.failed = 0
 
     def send(self, record: NodeRecord) -> None:
-        future = self.producer.send(f"{self.prefix}{topic_for(record)}", key=record.node.encode(),
+        future = self.producer.send(f"{self.prefix}{topic_for(record)}", key=record_key(record).encode(),
                                     value=encode_node_record(record))
         future.add_errback(self._failed)
         self.sent += 1

@@ -10,6 +10,11 @@ what it did with each action request on `<actions>.completed`.
 Each topic also declares its broker configuration (`TopicConfig`), which `streams.topics.ensure_topics`
 applies when it creates the topic and reconciles on a topic that exists: cleanup policy, retention,
 the largest record, and the in-sync replicas an `acks=all` write needs.
+
+The state topic is compacted, so its records are keyed by (node, kind) (`record_key`): compaction
+keeps the latest record of each key, which is then the latest inventory, pod assignments, GPU
+processes and spool drops of every node. The partition stays the node's: the agent's partitioner
+hashes only the node part of a key (`key_node`), so all of one node's records share one partition.
 """
 
 from __future__ import annotations
@@ -27,20 +32,30 @@ DAY_MS = 86_400_000
 BROKER_MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default `max.message.bytes`
 
 
+KEY_SEPARATOR = "/"  # never in a node name: a Kubernetes node name is an RFC 1123 subdomain
+
+
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
     """A topic's broker configuration, and why."""
 
     cleanup_policy: str  # "delete" or "compact"
-    retention_ms: int
+    retention_ms: int  # -1: no time limit (a compacted topic's records are never deleted by age)
     max_message_bytes: int
     reason: str
+    min_compaction_lag_ms: int | None = None  # compacted topics: records younger than this are kept as written
+    segment_ms: int | None = None  # compacted topics: the active segment is never compacted, so roll it this often
 
     def broker_configs(self, replication_factor: int) -> dict[str, str]:
         """The topic configs to set, as the broker names them."""
-        return {"cleanup.policy": self.cleanup_policy, "retention.ms": str(self.retention_ms),
-                "max.message.bytes": str(self.max_message_bytes),
-                "min.insync.replicas": str(min_insync_replicas(replication_factor))}
+        configs = {"cleanup.policy": self.cleanup_policy, "retention.ms": str(self.retention_ms),
+                   "max.message.bytes": str(self.max_message_bytes),
+                   "min.insync.replicas": str(min_insync_replicas(replication_factor))}
+        if self.min_compaction_lag_ms is not None:
+            configs["min.compaction.lag.ms"] = str(self.min_compaction_lag_ms)
+        if self.segment_ms is not None:
+            configs["segment.ms"] = str(self.segment_ms)
+        return configs
 
 
 def min_insync_replicas(replication_factor: int) -> int:
@@ -52,16 +67,20 @@ def min_insync_replicas(replication_factor: int) -> int:
 # Node records: a weekend outage of the worker (Friday evening to Monday morning, ~64 h) plus a margin;
 # the agent itself spools and retries for 7 days, so the topic keeps what the agent could still send.
 _NODE_RETENTION_MS = 7 * DAY_MS
+# Node state: compacted, but only past the same 7 days (the history window): a worker back from a weekend
+# reads every state change in order, and one rebuilt from nothing still finds each node's latest state.
+_STATE_HISTORY_MS = _NODE_RETENTION_MS
+_STATE_SEGMENT_MS = DAY_MS  # a record is compacted 7 to 8 days after it was written, not 7 to 14
 _DEAD_LETTER_RETENTION_MS = 30 * DAY_MS  # someone reads dead letters by hand, after the incident
 _EVIDENCE_MAX_BYTES = 4 * 1024 * 1024  # the agent's `max_request_size`: a capture of several 256 KiB items
 
 _CONFIGS = {
     "kernel": TopicConfig("delete", _NODE_RETENTION_MS, BROKER_MAX_MESSAGE_BYTES,
                           "events: every kernel line counts; survive a weekend outage of the worker"),
-    "state": TopicConfig("delete", _NODE_RETENTION_MS, BROKER_MAX_MESSAGE_BYTES,
-                         "not compacted: one key (the node) carries four record kinds (inventory, pods, processes, "
-                         "spool drops), so compaction would keep only the last of them, and the worker keeps each "
-                         "node's state history (valid_from) for attribution, which needs every change"),
+    "state": TopicConfig("compact", -1, BROKER_MAX_MESSAGE_BYTES,
+                         "snapshots keyed (node, kind): every change kept for 7 days (the worker's state history, "
+                         "for attribution at a fault's time), then the latest of each kind of each node for ever",
+                         min_compaction_lag_ms=_STATE_HISTORY_MS, segment_ms=_STATE_SEGMENT_MS),
     "nvml": TopicConfig("delete", _NODE_RETENTION_MS, BROKER_MAX_MESSAGE_BYTES, "events"),
     "evidence": TopicConfig("delete", _NODE_RETENTION_MS, _EVIDENCE_MAX_BYTES,
                             "records up to the agent's 4 MiB request size (nvidia-smi -q, dmesg, lspci captures)"),
@@ -77,6 +96,28 @@ def dead_letter_config(source: TopicConfig) -> TopicConfig:
     """A dead letter repeats the original bytes in base64 inside JSON: 4/3 of them, plus the reason."""
     return TopicConfig("delete", _DEAD_LETTER_RETENTION_MS, source.max_message_bytes * 2,
                        "kept for a month, for someone to read; twice the source's largest record")
+
+
+def record_key(record: node_records.NodeRecordBase) -> str:
+    """The Kafka key of a node record: `<node>/<kind>` on the compacted state topic (compaction keeps the
+    latest record of each key, so each kind of each node keeps its own latest), the node on the others."""
+    if node_records.topic_for(record) == node_records.STATE_TOPIC:
+        return f"{record.node}{KEY_SEPARATOR}{record.kind}"
+    return record.node
+
+
+def key_node(key: bytes) -> bytes:
+    """The node a key names (what the agent's partitioner hashes): the key up to the separator."""
+    return key.split(KEY_SEPARATOR.encode(), 1)[0]
+
+
+def key_names_record(key: bytes | None, record: node_records.NodeRecordBase) -> bool:
+    """Whether `key` is the record's key (`record_key`), or its node alone: state records written before
+    they were keyed (node, kind) are keyed by node."""
+    if key is None:
+        return False
+    text = key.decode("utf-8", "replace")
+    return text == record.node or text == record_key(record)
 
 
 def config_changes(wanted: dict[str, str], current: dict[str, str | None]) -> dict[str, str]:
@@ -152,7 +193,7 @@ def topology(prefix: str = "", partitions: int = 8) -> Topology:
     nr = "models.node_records"
     return Topology(
         kernel=spec("kernel", node_records.KERNEL_TOPIC, "node", f"{nr}.KernelLine | KernelGap"),
-        state=spec("state", node_records.STATE_TOPIC, "node",
+        state=spec("state", node_records.STATE_TOPIC, "node/kind (hashed by node)",
                    f"{nr}.GpuInventory | GpuProcesses | PodAssignments | SpoolDrops"),
         nvml=spec("nvml", node_records.NVML_TOPIC, "node", f"{nr}.NvmlEvent | GpuMissing"),
         evidence=spec("evidence", node_records.EVIDENCE_TOPIC, "node", f"{nr}.Evidence"),

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from models.node_records import NodeRecord, decode_node_record
+from models.topics import key_names_record
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +57,8 @@ def decode_message(
     """The node record in a message, or a DeadLetter saying why not.
 
     A record must decode against the schemas, be of a kind that belongs on `topic`, and be keyed by
-    its node (the key decides the partition, and with it which worker holds the node's state).
+    its node, or by its node and kind on the state topic (`models.topics.record_key`: the node part
+    decides the partition, and with it which worker holds the node's state).
     """
 
     def dead(reason: str, error: str) -> DeadLetter:
@@ -74,7 +76,8 @@ def decode_message(
         return dead("undecodable", f"{type(exc).__name__}: {exc}")
     if kinds and record.kind not in kinds:
         return dead("wrong_topic", f"a {record.kind} record does not belong on {topic}")
-    node_key = key.decode("utf-8", "replace") if key is not None else None
-    if node_key != record.node:
-        return dead("wrong_key", f"record of node {record.node!r} keyed {node_key!r}: records are keyed by node")
+    if not key_names_record(key, record):
+        node_key = key.decode("utf-8", "replace") if key is not None else None
+        return dead("wrong_key", f"record of node {record.node!r} keyed {node_key!r}: records are keyed by node "
+                                 "(state records by node/kind)")
     return record

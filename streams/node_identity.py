@@ -1,5 +1,6 @@
 """Node identity on the worker: each node record's token is reviewed by the kube-apiserver
-(TokenReview) and judged by `models.node_identity.judge` against the record's key.
+(TokenReview) and judged by `models.node_identity.judge` against the node its key names
+(`models.topics.key_node`: a state record's key is `<node>/<kind>`).
 
 Why TokenReview of a projected ServiceAccount token: the kubelet already gives every agent pod a
 short-lived token bound to the pod (and so to its node), refreshed without our help; the API server
@@ -35,6 +36,7 @@ from models.node_identity import (
     judge,
     token_expiry,
 )
+from models.topics import key_node
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +112,7 @@ class NodeIdentityGate:
     async def check(self, key: bytes | None, headers: Any) -> IdentityVerdict:
         token = header_value(headers, TOKEN_HEADER)
         review = None if token is None else await self._review(token)
-        node = key.decode("utf-8", "replace") if key is not None else None
+        node = key_node(key).decode("utf-8", "replace") if key is not None else None
         verdict = judge(node, review, account=self._account, audience=self._audience)
         if not verdict.accepted:
             self.refused[verdict.reason] += 1

@@ -18,7 +18,8 @@ def test_topology_is_co_partitioned_with_dead_letter_twins() -> None:
     names = [n for t in topo.all for n in t.names]
     assert len(names) == len(set(names)) == 14
     assert {t.partitions for t in topo.all} == {6}
-    assert all(t.key == "node" for t in topo.inputs)
+    assert all(t.key == "node" for t in topo.inputs if t is not topo.state)
+    assert topo.state.key.startswith("node/kind")
     assert all(t.dead_letter == f"{t.name}.dlq" for t in topo.all)
     assert topo.kernel.name == f"t-{KERNEL_TOPIC}"
     assert topo.actions.name == "t-xidpipe.actions" and topo.completed.name == "t-xidpipe.actions.completed"

@@ -15,7 +15,6 @@ from streams.topics import ensure_topics, reconcile_configs, topic_configs
 
 pytestmark = pytest.mark.kafka
 
-CHECKED = ("cleanup.policy", "retention.ms", "max.message.bytes", "min.insync.replicas")
 
 
 async def _configs(bootstrap: str, names: list[str]) -> dict[str, dict[str, str | None]]:
@@ -37,13 +36,14 @@ def test_topics_are_created_with_their_declared_configs(kafka_bootstrap: str) ->
     got = asyncio.run(_configs(kafka_bootstrap, names))
     kernel, evidence, state = got[topo.kernel.name], got[topo.evidence.name], got[topo.state.name]
     assert kernel["cleanup.policy"] == "delete" and kernel["retention.ms"] == str(7 * DAY_MS)
-    assert state["cleanup.policy"] == "delete"  # one key carries four record kinds: not compacted
+    assert state["cleanup.policy"] == "compact" and state["min.compaction.lag.ms"] == str(7 * DAY_MS)
+    assert state["retention.ms"] == "-1" and state["segment.ms"] == str(DAY_MS)
     assert int(evidence["max.message.bytes"] or 0) >= 4 * 1024 * 1024
     assert got[topo.kernel.dead_letter]["retention.ms"] == str(30 * DAY_MS)
     assert kernel["min.insync.replicas"] == str(min_insync_replicas(1))
     for t in topo.all:
         for name, wanted in t.broker_configs(1).items():
-            assert {k: got[name][k] for k in CHECKED} == wanted, name
+            assert {k: got[name][k] for k in wanted} == wanted, name
 
 
 def test_an_existing_topic_with_another_retention_is_reconciled(kafka_bootstrap: str,
@@ -84,3 +84,47 @@ def test_an_existing_topic_with_another_retention_is_reconciled(kafka_bootstrap:
             await admin.close()
 
     assert asyncio.run(again()) == {}  # nothing differs any more: nothing is changed
+
+
+def test_a_state_topic_made_for_deletion_is_turned_compacted_and_keeps_its_records(kafka_bootstrap: str) -> None:
+    """A state topic created by an earlier release (delete, 7 days) is reconfigured in place: the records
+    already in it (keyed by node) stay readable; compaction applies to them, per node key, past the lag."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    topo = topology(f"cfg-{uuid.uuid4().hex[:6]}.", partitions=2)
+
+    async def make_old() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(topo.state.name, 2, 1, topic_configs={
+                "cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)})])
+        finally:
+            await admin.close()
+
+    asyncio.run(make_old())
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    for i in range(3):
+        producer.send(topo.state.name, key=b"node-1", value=f"old-{i}".encode()).get(timeout=30)
+    producer.close()
+    assert topo.state.name not in asyncio.run(ensure_topics(kafka_bootstrap, topo))
+    deadline = time.monotonic() + 30
+    while True:
+        got = asyncio.run(_configs(kafka_bootstrap, [topo.state.name]))[topo.state.name]
+        if got["cleanup.policy"] == "compact" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert got["cleanup.policy"] == "compact" and got["min.compaction.lag.ms"] == str(7 * DAY_MS)
+    consumer = KafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=None, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topo.state.name, p) for p in (0, 1)]
+        consumer.assign(parts)
+        consumer.seek_to_beginning()
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 3 and time.monotonic() < deadline:
+            values += [r.value for batch in consumer.poll(timeout_ms=200).values() for r in batch]
+    finally:
+        consumer.close()
+    assert values == [b"old-0", b"old-1", b"old-2"]  # younger than the lag: every record stays, in order
