@@ -104,6 +104,8 @@ def create_app(settings: WorkerSettings) -> faust.App:
         broker_heartbeat_interval=settings.heartbeat_interval_s,
         broker_rebalance_timeout=max(settings.session_timeout_s, 6.0),
         broker_commit_interval=settings.commit_interval_s,
+        broker_max_poll_records=settings.poll_max_records or max(1, settings.batch_max // 4),
+        stream_buffer_maxsize=settings.stream_buffer_max or settings.batch_max,
         consumer_auto_offset_reset="earliest",
         processing_guarantee="at_least_once",
         web_enabled=settings.web_enabled,

@@ -107,6 +107,19 @@ class WorkerSettings(KafkaClientSecurity, ServiceSettings):
         description="longest time the broker may hold a fetch of idle partitions, during which busy partitions "
         "are not fetched (Faust fixes it at 1500 ms; 100 ms bounds that stall)",
     )
+    stream_buffer_max: int | None = Field(
+        default=None, ge=1,
+        description="events fetched and decoded, waiting for the agent (Faust's stream_buffer_maxsize, 4096 by "
+        "default): at four fifths of it a partition that adds to it is no longer fetched until it drains to two "
+        "fifths. The agent moves events at once to the committer, which keeps up to 2 x batch_max besides, so a "
+        "batch's worth here keeps it fed and more only adds memory while the worker lags. None: batch_max",
+    )
+    poll_max_records: int | None = Field(
+        default=None, ge=1,
+        description="records one poll takes from what aiokafka fetched (Faust's broker_max_poll_records; unbounded "
+        "by default, when a lagging worker decoded every fetched record of every partition at once: up to 1 MiB "
+        "a partition). The rest stays as fetched bytes. None: a quarter of batch_max",
+    )
     web_enabled: bool = Field(default=False, description="serve Faust's web views (debugging)")
     web_port: int = 6066
     metrics_host: str = Field(default="127.0.0.1", description="address of /metrics, /healthz and /readyz "

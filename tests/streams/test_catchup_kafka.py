@@ -336,14 +336,18 @@ def test_a_worker_catches_up_after_a_long_outage_in_bounded_memory(catchup: Catc
 
 
 def test_the_catch_up_stays_in_bounded_memory(catchup: CatchUp) -> None:
-    # The memory bound. The intake holds 20.8 MiB per 1,000 active nodes (worker_memory_bench.py at 2,000
-    # nodes): 6.2 MiB for these 300. The worker holds at most batch_max (2,000) messages in a transaction
-    # and 2 x batch_max waiting (`_Batches`): 6,000 messages of ~470 bytes, as Python objects (Faust's
-    # event and message, the decoded record: ~3 KiB each) ~18 MiB. Faust's stream buffer and aiokafka's
-    # fetched records: one fetch per partition of up to 1 MiB (`consumer_max_fetch_size`), 32 input
-    # partitions, but only the partitions with nothing buffered are fetched again: ~40 MiB, with their
-    # Python objects. So idle + 6 + 18 + 40 = idle + 64 MiB; + 40 % for a loaded machine's allocator:
-    # idle + 90 MiB. Holding the backlog (143,500 messages, 64 MiB of values) as those objects would take
-    # ~420 MiB above idle.
-    bound = catchup.idle_mb + 90
+    # The memory bound, from the worker's configured limits (the defaults this test runs with). A message as
+    # Python objects (Faust's event and message, the decoded record of ~470 bytes) is about 3 KiB.
+    batch = WorkerSettings.model_fields["batch_max"].default  # 2,000
+    event_mib = 3 / 1024
+    intake = 6.2  # 20.8 MiB per 1,000 active nodes (worker_memory_bench.py at 2,000 nodes), for these 300
+    committer = 3 * batch * event_mib  # batch_max in a transaction, 2 x batch_max waiting (`_Batches`): 17.6
+    stream_buffer = batch * event_mib  # Faust's buffer, stream_buffer_max (None: batch_max): 5.9
+    poll = batch // 4 * event_mib  # the records of one poll, poll_max_records (None: batch_max / 4): 1.5
+    fetched = 16 * 1.0  # undecoded fetched bytes, up to 1 MiB per partition (`consumer_max_fetch_size`) of
+    # the 16 that hold this backlog (kernel lines, node state)
+    # 47 MiB; + 40 % for a loaded machine's allocator: idle + 66 MiB (measured: idle + 50). With Faust's
+    # defaults (a buffer of 4,096 events, every fetched record decoded at each poll) the peak was idle + 76
+    # to 98 MiB; holding the backlog (143,500 messages) as those objects would take ~420 MiB above idle.
+    bound = catchup.idle_mb + 1.4 * (intake + committer + stream_buffer + poll + fetched)
     assert catchup.hwm_mb < bound, f"peak RSS {catchup.hwm_mb:.0f} MiB over the bound {bound:.0f} MiB"
