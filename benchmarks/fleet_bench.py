@@ -22,7 +22,9 @@ seconds of offered load), consumer lag (max, end of window), Xid → incident la
 kernel's event time, which the simulated agent takes right before producing, to the commit of the
 transaction that wrote the fault event and its incident: PostgreSQL's commit timestamp) p50/p99 for
 steady faults and the burst, worker RSS (each worker and its store process, summed) per 1,000 nodes,
-total and above the idle workers' baseline, and the database's growth per million fault events.
+total and above the idle workers' baseline (the peak of the samples taken each second; `rss_hwm_*`: the
+sum of the processes' own peaks, VmHWM, which no sample misses), and the database's growth per million
+fault events.
 
 Rates: NVSentinel's scale test reports 10,143 events/s from 60 node connectors at 50,000 nodes,
 0.20 events/s per node. The default here is 0.5 kernel lines per node per second (2.5× that, and
@@ -209,6 +211,7 @@ def run_fleet(args: argparse.Namespace, bootstrap: str, server_url: str, workers
         finally:
             producer.close()
         rss_after_drain = tree_rss_bytes(p.pid for p in run.procs)
+        rss_hwm = tree_rss_bytes((p.pid for p in run.procs), "VmHWM")
     finally:
         run.stop()
     lat = latencies(run.db_url, window.pop("since"), window.pop("until"), BURST_PROCESS)
@@ -226,6 +229,8 @@ def run_fleet(args: argparse.Namespace, bootstrap: str, server_url: str, workers
             "rss_idle_bytes": idle["rss_idle_bytes"], "rss_end_bytes": rss_end, "rss_peak_bytes": rss_peak,
             "rss_mb_per_1000_nodes": round(rss_peak / 2**20 / per_k, 1),
             "rss_above_idle_mb_per_1000_nodes": round((rss_peak - idle["rss_idle_bytes"]) / 2**20 / per_k, 1),
+            "rss_hwm_bytes": rss_hwm,
+            "rss_hwm_above_idle_mb_per_1000_nodes": round((rss_hwm - idle["rss_idle_bytes"]) / 2**20 / per_k, 1),
         },
         "database": {
             **db, "growth_bytes": db["database_bytes"] - idle["database_bytes_empty"],

@@ -100,25 +100,27 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _rss_kib(pid: int) -> int:
+def _status_kib(pid: int, field: str) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
 
 
-def tree_rss_bytes(pids: Iterable[int]) -> int:
-    """Resident memory of each process and all its descendants (the worker's store process), summed."""
+def tree_rss_bytes(pids: Iterable[int], field: str = "VmRSS") -> int:
+    """Resident memory of each process and all its descendants (the worker's store process), summed.
+    `field="VmHWM"`: each process's own peak so far, so the sum bounds the tree's peak from above even
+    between two samples."""
     total, stack, seen = 0, list(pids), set()
     while stack:
         pid = stack.pop()
         if pid in seen:
             continue
         seen.add(pid)
-        total += _rss_kib(pid) * 1024
+        total += _status_kib(pid, field) * 1024
         stack.extend(_children(pid))
     return total
 

@@ -47,6 +47,8 @@ def test_fleet_bench_tiny_run_stores_every_fault(kafka_bootstrap: str, postgres_
     assert lat["burst_ms"]["n"] == published["burst_fault"]
     assert 0 < lat["all_ms"]["p50"] <= lat["all_ms"]["max"]
     assert out["memory"]["rss_peak_bytes"] >= out["memory"]["rss_idle_bytes"] > 0
+    # each process's own peak is at least its RSS at any sample, so their sum bounds the sampled peak
+    assert out["memory"]["rss_hwm_bytes"] >= out["memory"]["rss_peak_bytes"]
     assert out["database"]["growth_bytes"] > 0
 
 
