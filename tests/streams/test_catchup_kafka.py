@@ -241,9 +241,16 @@ def catchup(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 def _run(settings: WorkerSettings, start: Callable[..., WorkerProcess], tmp: Path) -> CatchUp:
-    records, faults = backlog()
+    every, faults = backlog()
+    # The fleet's inventories and pod assignments reached the worker before the outage (agents send them
+    # at start): the worker reads a node's state topic and its kernel topic independently, so a fault
+    # read before its node's first inventory is keyed by its PCI address (docs/streams.md), which
+    # would make the comparison below depend on the read order rather than on the catch-up.
+    kernel_topic = topic_for(Kmsg("cu-probe").line(CLOSING, T0, fault=False))
+    state = [r for r in every if topic_for(r) != kernel_topic]
+    records = [r for r in every if topic_for(r) == kernel_topic]
     probe_node = Kmsg("cu-probe", boot_id="b-probe")
-    probe: list[NodeRecord] = [inventory("cu-probe", T0, gpus=GPUS),
+    probe: list[NodeRecord] = [inventory("cu-probe", T0, gpus=GPUS), *state,
                                *(probe_node.line(CLOSING, T0 + s(j), fault=False) for j in range(CLOSING_LINES))]
     idle_mb = _idle_rss_mb(settings, start, probe)
 
@@ -274,7 +281,7 @@ def _run(settings: WorkerSettings, start: Callable[..., WorkerProcess], tmp: Pat
           f"{memory.hwm_mb:.0f} MiB: {', '.join(f'{kb / 1024:.0f}' for kb in memory.hwm.values())} MiB)")
 
     ref_url = f"sqlite:///{tmp / 'reference.db'}"
-    reference([r for r in records if r.node in faults], ref_url)
+    reference([r for r in every if r.node in faults], ref_url)
     store = Store(settings.database_url)
     try:
         node_states = store.counts()["node_state"]
