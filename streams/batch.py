@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -51,7 +51,7 @@ from streams.regroup import gpus_keeping_faults, move_to_gpu, window_start
 
 log = logging.getLogger(__name__)
 
-_UPDATES_REMEMBERED = 100_000  # incidents whose last update time is kept
+_UPDATES_REMEMBERED = 100_000  # incidents whose last update time is kept, at most
 _REPAIRED_PER_NODE = 5000  # recent unattributed faults a node's late state attributes, at most, per batch
 
 
@@ -60,8 +60,9 @@ class StoreCaches:
     """What one batch leaves for the next, in the store's process."""
 
     histories: HistoryCache = field(default_factory=history_cache)  # the nodes that faulted last (LRU)
-    # Per incident: when its last update was published (monotonic).
-    updates_sent: dict[str, float] = field(default_factory=dict)
+    # Per incident published within the last update interval: when (monotonic), oldest first. An older
+    # time holds no repeat back, so it is dropped: the map holds the incidents of the last interval.
+    updates_sent: OrderedDict[str, float] = field(default_factory=OrderedDict)
     fault_events: FaultEventWriter = field(default_factory=FaultEventWriter)
 
     def forget_uncommitted(self) -> None:
@@ -343,8 +344,10 @@ class BatchTransaction:
         now = time.monotonic()
         if kind != "updated" or others or now - sent.get(row.incident_id, -1e9) >= self.p.update_interval_s:
             sent[row.incident_id] = now
-            if len(sent) > _UPDATES_REMEMBERED:
-                sent.pop(next(iter(sent)))
+            sent.move_to_end(row.incident_id)
+            expired = now - self.p.update_interval_s
+            while sent and (len(sent) > _UPDATES_REMEMBERED or next(iter(sent.values())) <= expired):
+                sent.popitem(last=False)
             self.outbox.append(incident_message(row, kind, reason))
             if kind == "updated" and not others:
                 # Repeats reach the ticket sink at the update interval; it decides whether they make a

@@ -3,6 +3,7 @@ classification in context, reopen, sweeps, fleet incidents and the outbox."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -44,6 +45,22 @@ def test_a_storm_within_the_update_interval_offers_the_ticket_no_repeats(tmp_pat
     tickets = [o.payload["operation"] for r in results for o in r.outgoing
                if o.stream == "actions" and o.payload["kind"] == "ticket"]
     assert tickets == ["create"]
+    st.dispose()
+
+
+def test_update_times_are_kept_for_the_update_interval_only(tmp_path: Path) -> None:
+    st = Store(f"sqlite:///{tmp_path / 'w.db'}", PipelinePolicy(update_interval_s=1.0))
+    st.create_schema()
+    k, other = Kmsg("n12"), Kmsg("n13")
+    (opened,) = [o.payload["incident"] for r in feed(st, items_of([k.xid(0, 13, T0, 1, "p")]))
+                 for o in r.outgoing if o.stream == "incidents"]
+    assert list(st.caches.updates_sent) == [opened["incident_id"]]
+    time.sleep(1.1)  # past the interval: that time no longer holds a repeat back
+    feed(st, items_of([other.xid(0, 13, T0 + s(5), 1, "p")]))
+    assert opened["incident_id"] not in st.caches.updates_sent and len(st.caches.updates_sent) == 1
+    repeat = [o.payload for r in feed(st, items_of([k.xid(0, 13, T0 + s(10), 1, "p")])) for o in r.outgoing
+              if o.stream == "incidents"]
+    assert [(u["incident"]["incident_id"], u["change"]) for u in repeat] == [(opened["incident_id"], "updated")]
     st.dispose()
 
 
