@@ -14,6 +14,14 @@ unless --no-tracemalloc) at each phase: before any node, after the node state, i
 the lines, and after the nodes went quiet past the parsers' idle expiry (--node-idle-s) and the
 intake's `flush_idle` ran, each minus the first as MB per 1,000 nodes. Target: ≤ 50 MB of worker RSS per 1,000
 nodes. Run it with --nodes 2000 and --nodes 10000.
+
+With --fleet-s S it drives the intake instead with the records of `benchmarks/fleet_bench.py`'s simulated
+fleet (`benchmarks/fleet_sim.py`: inventories, job changes, background lines, Xids at the bench's rates,
+the start spread over 18 s and, at two thirds of S, the burst) for S simulated seconds, fed as fast as the
+intake takes them, and reports the memory before the first record, after the 30 s warm-up and at the end
+(MB per 1,000 nodes at the end, since the start and since the warm-up), the sizes of the store's caches,
+and (--top N) the N allocation sites (file:line) that grew most from the start to the end. --postgres starts a
+throwaway PostgreSQL for it, the database the fleet bench's workers use.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.fleet_sim import Fleet
 from models.node_records import (
     DeviceAssignment,
     GpuInfo,
@@ -201,6 +210,78 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
+FLEET_WARMUP_S = 30.0  # fleet_bench.py's default warm-up: every node's first state, spread over 0.6 of it
+
+
+def store_caches(store: Store) -> dict[str, int]:
+    """How many entries each of the store process's caches holds."""
+    c = store.caches
+    return {"node_histories": len(c.histories), "updates_sent": len(c.updates_sent),
+            "attributions_converted": len(c.fault_events._attribution_binds),
+            "compiled_statements": len(store.engine._compiled_cache or {})}
+
+
+def run_fleet(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """The simulated fleet's records through the intake; memory after the warm-up and at the end."""
+    if args.fleet_s <= FLEET_WARMUP_S:
+        raise SystemExit(f"--fleet-s must be longer than the warm-up ({FLEET_WARMUP_S:.0f} s)")
+    url = args.database_url or f"sqlite:///{work / 'bench.db'}"
+    topo = topology()
+    kinds = {t.name: k for t in topo.inputs if (k := topo.kinds_for(t.name))}
+    store = Store(url)
+    store.create_schema()
+    intake = Intake(store, kinds, IngestBounds())
+    feeder = Feeder(intake, args.batch, 12)
+    fleet = Fleet(args.nodes)
+    tracemalloc.start()
+    phases: dict[str, dict[str, int]] = {"start": memory(True)}
+    first = tracemalloc.take_snapshot()
+    warm = False
+    caches_warm: dict[str, int] = {}
+    started, t, burst_at = time.monotonic(), 0.0, FLEET_WARMUP_S + (args.fleet_s - FLEET_WARMUP_S) * 2 / 3
+    fleet.schedule_start(0.0, spread_s=0.6 * FLEET_WARMUP_S)
+    while t < args.fleet_s:
+        t = round(t + 0.1, 1)
+        for rec in fleet.due(t):
+            feeder.add(rec)
+        if t >= burst_at and "burst_fault" not in phases:
+            phases["burst_fault"] = {"at_s": int(t)}
+            for rec in fleet.burst():
+                feeder.add(rec)
+        if t >= FLEET_WARMUP_S and not warm:
+            feeder.flush()
+            phases["warm"], warm, caches_warm = memory(True), True, store_caches(store)
+    feeder.flush()
+    fed_s = time.monotonic() - started
+    phases["end"] = memory(True)
+    top = tracemalloc.take_snapshot().compare_to(first, "lineno")[:args.top]
+    tracemalloc.stop()
+    per_k = 1000 / args.nodes
+
+    def mb_per_k(key: str, since: str) -> float:
+        return round((phases["end"][key] - phases[since][key]) * per_k / 2**20, 2)
+
+    faults_stored = len(store.fault_events())
+    result = {
+        "nodes": args.nodes, "simulated_s": args.fleet_s, "database": sa_backend(url), "messages": feeder.messages,
+        "published": dict(fleet.counts), "fault_events": faults_stored, "fed_s": round(fed_s, 1),
+        "caches_warm": caches_warm, "caches_end": store_caches(store),
+        "rss_mb": {k: round(v["rss"] / 2**20, 1) for k, v in phases.items() if "rss" in v},
+        "traced_mb": {k: round(v["traced"] / 2**20, 1) for k, v in phases.items() if "traced" in v},
+        "mb_per_1000_nodes": {since: {"rss": mb_per_k("rss", since), "traced": mb_per_k("traced", since)}
+                              for since in ("start", "warm")},
+        "grew_most": [f"{'/'.join(s.traceback[0].filename.split('/')[-2:])}:{s.traceback[0].lineno} "
+                      f"{s.size_diff / 2**20:+.2f} MiB {s.count_diff:+d} blocks" for s in top],
+        "python": platform.python_version(),
+    }
+    store.dispose()
+    return result
+
+
+def sa_backend(url: str) -> str:
+    return url.split(":", 1)[0].split("+", 1)[0]
+
+
 def main() -> None:
     logging.disable(logging.WARNING)  # the incidents it opens are not the point here
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -211,9 +292,22 @@ def main() -> None:
     ap.add_argument("--database-url", default=None)
     ap.add_argument("--node-idle-s", type=float, default=2.0, help="the parsers' idle expiry (worker default 900)")
     ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
+    ap.add_argument("--fleet-s", type=float, default=0.0, help="simulated seconds of the fleet bench's fleet (0: off)")
+    ap.add_argument("--postgres", action="store_true", help="a throwaway PostgreSQL instead of SQLite")
+    ap.add_argument("--top", type=int, default=15, help="allocation sites to list (--fleet-s)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="xidpipe-membench-") as tmp:
-        print(json.dumps(run(args, Path(tmp))))
+    postgres = None
+    if args.postgres and not args.database_url:
+        from xidpipe.localinfra.postgres import LocalPostgres
+
+        postgres = LocalPostgres().start()
+        args.database_url = postgres.url
+    try:
+        with tempfile.TemporaryDirectory(prefix="xidpipe-membench-") as tmp:
+            print(json.dumps(run_fleet(args, Path(tmp)) if args.fleet_s else run(args, Path(tmp))))
+    finally:
+        if postgres is not None:
+            postgres.stop()
 
 
 if __name__ == "__main__":
