@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 
 from models.node_records import (
@@ -13,9 +13,11 @@ from models.node_records import (
     GpuProcesses,
     KernelLine,
     MigDevice,
+    NodeRecord,
     NvmlEvent,
     PodAssignments,
 )
+from streams.ingest import Ingest, Item
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
@@ -98,3 +100,13 @@ def nvml_xid(node: str, gpu: int, xid: int, at: datetime, n: int) -> NvmlEvent:
 
 def s(seconds: float) -> timedelta:
     return timedelta(seconds=seconds)
+
+
+def items_of(records: Iterable[NodeRecord]) -> list[Item]:
+    """The store items the ingest makes of `records` (open records flushed at the end)."""
+    ingest = Ingest()
+    out: list[Item] = []
+    for r in records:
+        out.extend(ingest.items(r, "topic"))
+    out.extend(ingest.flush_all())
+    return out

@@ -4,16 +4,16 @@ classification in context, reopen, sweeps, fleet incidents and the outbox."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Ingest, Item
+from streams.ingest import Item
 from streams.store import BatchResult, Store
-from tests.streams.records import T0, Kmsg, inventory, nvml_xid, pods, processes, s, serial, uuid
+from tests.streams.records import T0, Kmsg, inventory, items_of, nvml_xid, pods, processes, s, serial, uuid
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -71,14 +71,6 @@ def store(db_url: str) -> Iterator[Store]:
     yield st
     st.dispose()
 
-
-def items_of(records: Iterable[NodeRecord]) -> list[Item]:
-    ingest = Ingest()
-    out: list[Item] = []
-    for r in records:
-        out.extend(ingest.items(r, "topic"))
-    out.extend(ingest.flush_all())
-    return out
 
 
 def feed(store: Store, items: list[Item], batch: int = 500) -> list[BatchResult]:

@@ -12,9 +12,9 @@ import sqlalchemy as sa
 
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Ingest, Item
+from streams.ingest import Item
 from streams.store import Store
-from tests.streams.records import T0, Kmsg, inventory, pods, processes, s
+from tests.streams.records import T0, Kmsg, inventory, items_of, pods, processes, s
 
 GPUS = 4
 
@@ -26,14 +26,6 @@ def store(tmp_path: Path) -> Iterator[Store]:
     yield st
     st.dispose()
 
-
-def items_of(records: list[NodeRecord]) -> list[Item]:
-    ingest = Ingest()
-    out: list[Item] = []
-    for r in records:
-        out.extend(ingest.items(r, "topic"))
-    out.extend(ingest.flush_all())
-    return out
 
 
 def state(nodes: list[str]) -> list[NodeRecord]:
