@@ -47,7 +47,7 @@ from streams.fleet import FleetBursts
 from streams.node_history import HistoryCache, NodeHistories, history_cache
 from streams.outbox import action_message, incident_message, insert_outbox
 from streams.pairing import merge, other_source, partner_candidates
-from streams.regroup import gpus_keeping_faults, move_to_gpu, window_start
+from streams.regroup import gpus_keeping_faults, move_to_gpu, move_to_workload, window_start
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +162,7 @@ class BatchTransaction:
         skew = self.p.clock_skew_s
         repaired: dict[str, Incident] = {}
         found: dict[str, list[FaultEvent]] = defaultdict(list)
+        to_workloads: dict[str, list[FaultEvent]] = defaultdict(list)
         # One query for the batch's nodes, of one shape whatever their number (an expanding IN, not an
         # OR per node: each distinct OR would be compiled and cached on its own); each node's own
         # validity bound is applied here.
@@ -171,7 +172,7 @@ class BatchTransaction:
             FaultEvent.node.in_(list(late)),
             FaultEvent.occurred_at >= min(since.values()),
             sa.or_(FaultEvent.gpu_uuid.is_(None), FaultEvent.pod.is_(None)),
-        ).limit(_REPAIRED_PER_NODE * len(late))):
+        ).order_by(FaultEvent.occurred_at, FaultEvent.id).limit(_REPAIRED_PER_NODE * len(late))):
             if r.occurred_at >= since[r.node] and len(found[r.node]) < _REPAIRED_PER_NODE:
                 found[r.node].append(r)
         for node in late:
@@ -185,6 +186,8 @@ class BatchTransaction:
                 if not ((r.gpu_uuid is None and attr.gpu.uuid) or (r.pod is None and attr.pod.pod)):
                     continue
                 g, p = attr.gpu, attr.pod
+                if r.gpu_uuid is None and g.uuid and r.gpu == r.pci:
+                    r.gpu = g.uuid  # the GPU as a report naming it records it (`models.identity.gpu_key`)
                 r.gpu_uuid, r.serial, r.mig_uuid = r.gpu_uuid or g.uuid, r.serial or g.serial, r.mig_uuid or g.mig_uuid
                 r.pod, r.namespace, r.container = p.pod, p.namespace, p.container
                 r.workload, r.attribution = attr.workload, attr.to_dict()
@@ -199,11 +202,39 @@ class BatchTransaction:
                     inc.gpu_uuid, inc.serial = inc.gpu_uuid or g.uuid, inc.serial or g.serial
                 add_listed(inc, "pods", f"{p.namespace}/{p.pod}/{p.container}" if p.pod else None)
                 add_listed(inc, "workloads", attr.workload)
+                if p.pod and attr.workload and _grouped_without_pod(r, inc):
+                    to_workloads[attr.workload].append(r)
+        self._to_workloads(to_workloads)
         for inc in repaired.values():
+            if inc.status != "open":
+                continue  # merged into a workload's incident: its resolution is published
             inc.version += 1
             log.info("incident %s attributed by late node state", inc.incident_id,
                      extra={"node": inc.node, "gpu": inc.gpu_uuid, "incident": inc.incident_id})
             self.outbox.append(incident_message(inc, "attributed", "node state read after the fault attributes it"))
+
+    def _to_workloads(self, events: dict[str, list[FaultEvent]]) -> None:
+        """Application faults grouped on their GPU because their pod was not known yet join their
+        workloads' incidents, as if the node state had been read first (`streams.regroup`); the GPUs
+        are then checked for faults that stay with them (`_keep_with_gpus`)."""
+        if not events:
+            return
+        comps = {w: Component("workload", "", w) for w in events}
+        for row in lock_open(self.s, [c.fingerprint for c in comps.values()]):
+            self.incidents.setdefault(row.fingerprint, row)
+        for workload in sorted(events):
+            comp = comps[workload]
+            row = move_to_workload(self.s, workload, events[workload], row=self.components.row_for(comp, None),
+                                   now=self.now, policy=self.p, on_merged=self._merged)
+            new = self.incidents.get(comp.fingerprint) is not row
+            self.incidents[comp.fingerprint] = row
+            if row.incident_id not in self.touched:
+                self.touched[row.incident_id] = _Touched(
+                    row, "opened" if new else "updated", "node state read after the faults names their pods: "
+                    f"they are workload {workload}'s")
+            for e in events[workload]:
+                key = (e.node, e.gpu)
+                self.app_gpus[key] = max(self.app_gpus.get(key, e.occurred_at), e.occurred_at)
 
     def _group(self, obs: FaultObservation, attr: Attribution, event: EventDraft) -> None:
         node, family = obs.node, obs.family
@@ -306,7 +337,7 @@ class BatchTransaction:
             comp = Component("gpu", node, gpu)
             current = self.components.row_for(comp, None)
             row = move_to_gpu(self.s, node, gpu, workloads, row=current, since=window_start(
-                self.app_gpus[(node, gpu)], self.p), now=self.now, on_merged=self._merged)
+                self.app_gpus[(node, gpu)], self.p), now=self.now, policy=self.p, on_merged=self._merged)
             if row is None:
                 continue
             self.incidents[comp.fingerprint] = row
@@ -328,7 +359,8 @@ class BatchTransaction:
         if kind == "updated" and v.category != row.category:
             kind, reason = "reclassified", f"{row.category} → {v.category}: {v.reason}"
         elif kind == "updated":
-            reason = f"{row.count} faults; last {t.observations[-1].code}"
+            last = t.observations[-1].code if t.observations else (row.codes or ["?"])[-1]
+            reason = f"{row.count} faults; last {last}"
         row.category, row.reason, row.rule = v.category, v.reason, v.rule
         row.catalog_version = next((o.catalog_version for o in reversed(t.observations) if o.catalog_version),
                                    row.catalog_version)
@@ -355,6 +387,13 @@ class BatchTransaction:
                 actions = [*actions, ActionRequest("ticket", f"update:v{row.version}", row.incident_id, row.node,
                                                    row.gpu, reason, f"{row.incident_id}:ticket:update:v{row.version}")]
         self.outbox.extend(action_message(a, row) for a in actions)
+
+
+def _grouped_without_pod(event: FaultEvent, incident: Incident) -> bool:
+    """Whether an application fault whose pod is known only now sits in a GPU incident it opened for
+    want of one: an open application incident of the GPU, not (yet) suspected to be the GPU's."""
+    return (event.family == "application" and incident.component == "gpu" and incident.status == "open"
+            and incident.family == "application" and incident.category != "suspected_hardware")
 
 
 def _identity(comp: Component, obs: FaultObservation, attr: Attribution) -> dict[str, str | None]:

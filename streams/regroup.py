@@ -6,29 +6,32 @@ GPU then repeats such faults across different workloads that faulted on no other
 GPU's: its incident (opened if needed) takes their fault events, and a workload incident left with
 none is resolved as merged into it. Later application faults on that GPU join it directly
 (`streams.components`).
+
+The other way: an application fault read before the node state that names its pod (state and
+kernel lines travel on different topics) opens its GPU's incident for want of a workload. When the
+state arrives, the fault joins its workload's incident (`move_to_workload`), and the GPU incident
+left with none is resolved as merged into it: the incidents are those of the other read order.
+Either move counts the occurrences of an application incident again in time order (`recount`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from history.incident_rows import add_listed
+from history.incident_rows import MAX_LISTED
 from history.tables import FaultEvent, Incident
-from models.identity import Component, stays_with_gpu
-from models.incidents import new_incident_id
+from models.identity import Component, joins_occurrence, signal, stays_with_gpu
+from models.incidents import component_gpu, new_incident_id
 from models.stream_policy import PipelinePolicy
 from streams.classification import AppContext
 
 log = logging.getLogger(__name__)
-
-_COUNTED = FaultEvent.counted.is_not(False)
-
 
 def gpus_keeping_faults(contexts: dict[tuple[str, str], AppContext],
                         policy: PipelinePolicy) -> dict[tuple[str, str], list[str]]:
@@ -44,69 +47,144 @@ def gpus_keeping_faults(contexts: dict[tuple[str, str], AppContext],
 
 
 def move_to_gpu(s: Session, node: str, gpu: str, workloads: list[str], *, row: Incident | None, since: datetime,
-                now: datetime, on_merged: Callable[[Incident, str], None]) -> Incident | None:
+                now: datetime, policy: PipelinePolicy, on_merged: Callable[[Incident, str], None]) -> Incident | None:
     """Put the GPU's application fault events of `workloads` (since `since`) into its incident `row`
     (a new one when None or not open); resolve the workload incidents left empty as merged into it.
     Returns the GPU's incident, or None when there was nothing to move."""
     where = (FaultEvent.node == node, FaultEvent.gpu == gpu, FaultEvent.family == "application",
              FaultEvent.occurred_at >= since, FaultEvent.workload.in_(workloads))
-    events = s.execute(sa.select(FaultEvent.incident_id, FaultEvent.occurred_at, FaultEvent.code, FaultEvent.pod,
-                                 FaultEvent.namespace, FaultEvent.container, FaultEvent.workload, FaultEvent.gpu_uuid,
-                                 FaultEvent.serial, FaultEvent.pci).where(*where)).all()
+    events = s.execute(sa.select(FaultEvent.incident_id, FaultEvent.occurred_at, FaultEvent.node, FaultEvent.gpu,
+                                 FaultEvent.code, FaultEvent.pod, FaultEvent.namespace, FaultEvent.container,
+                                 FaultEvent.workload, FaultEvent.gpu_uuid, FaultEvent.serial, FaultEvent.pci,
+                                 FaultEvent.pid, FaultEvent.process)
+                       .where(*where).order_by(FaultEvent.occurred_at, FaultEvent.id)).all()
     if row is not None and row.status != "open":
         row = None
     if row is None:
         if not events:
             return None
-        row = _open(s, node, gpu, events, now)
-    moved_from = {e.incident_id for e in events if e.incident_id and e.incident_id != row.incident_id}
+        row = _open(s, Component("gpu", node, gpu), events, now)
+    left = {e.incident_id for e in events if e.incident_id}
     s.execute(sa.update(FaultEvent).where(*where).values(incident_id=row.incident_id))
-    for e in events:
-        add_listed(row, "pods", f"{e.namespace}/{e.pod}/{e.container}" if e.pod else None)
-        add_listed(row, "workloads", e.workload)
-        row.gpu_uuid, row.serial, row.pci = row.gpu_uuid or e.gpu_uuid, row.serial or e.serial, row.pci or e.pci
-    recount(s, row)
-    for incident_id in sorted(moved_from):
-        other = s.get(Incident, incident_id)
-        if other is None or other.status != "open":
-            continue
-        if recount(s, other) == 0:
-            other.status, other.resolved_at, other.updated_at, other.merged_into = "resolved", now, now, row.incident_id
-            other.version += 1
-            reason = (f"its faults on {gpu} stay with the GPU (different workloads fault there): merged into "
-                      f"incident {row.incident_id}")
-            other.reason = reason
-            log.info("incident %s merged into %s", other.incident_id, row.incident_id,
-                     extra={"node": node, "gpu": gpu, "incident": other.incident_id})
-            on_merged(other, reason)
+    reason = (f"its faults on {gpu} stay with the GPU (different workloads fault there): merged into "
+              f"incident {row.incident_id}")
+    _moved(s, row, events, left, now, policy, reason, on_merged)
     return row
 
 
-def recount(s: Session, row: Incident) -> int:
-    """An incident's count, times and codes from its fault events (after events moved)."""
-    n, first, last = s.execute(sa.select(sa.func.count(), sa.func.min(FaultEvent.occurred_at),
-                                         sa.func.max(FaultEvent.occurred_at))
-                               .where(FaultEvent.incident_id == row.incident_id, _COUNTED)).one()
-    if n:
-        codes = s.scalars(sa.select(FaultEvent.code).distinct().where(FaultEvent.incident_id == row.incident_id))
-        row.count, row.first_seen, row.last_seen = int(n), first, last
-        row.codes = list(dict.fromkeys([*(row.codes or []), *sorted(codes)]))
+def move_to_workload(s: Session, workload: str, events: list[FaultEvent], *, row: Incident | None,
+                     now: datetime, policy: PipelinePolicy, on_merged: Callable[[Incident, str], None]) -> Incident:
+    """Put application fault events first grouped without their pod (the node state that names it was
+    read after them) into their workload's incident `row` (a new one when None or not open); resolve
+    the incidents left empty (the GPU incidents they opened) as merged into it. Returns the workload's
+    incident."""
+    if row is not None and row.status != "open":
+        row = None
+    if row is None:
+        row = _open(s, Component("workload", "", workload), events, now)
+    left = {e.incident_id for e in events if e.incident_id}
+    for e in events:
+        e.incident_id = row.incident_id
+    s.flush()
+    reason = (f"its faults were workload {workload}'s (node state read after them named the pod): merged into "
+              f"incident {row.incident_id}")
+    _moved(s, row, events, left, now, policy, reason, on_merged)
+    return row
+
+
+def _moved(s: Session, row: Incident, events: Sequence[Any], left: set[str], now: datetime, policy: PipelinePolicy,
+           reason: str, on_merged: Callable[[Incident, str], None]) -> None:
+    """After `events` moved into `row` from the incidents `left`: the lists and counts of all of them
+    (one left with no event is resolved as merged into `row`)."""
+    for e in sorted(events, key=lambda e: e.occurred_at):
+        row.gpu_uuid, row.serial, row.pci = row.gpu_uuid or e.gpu_uuid, row.serial or e.serial, row.pci or e.pci
+    recount(s, row, policy)
+    for incident_id in sorted(left - {row.incident_id}):
+        other = s.get(Incident, incident_id)
+        if other is None:
+            continue
+        for name in ("immediate_action", "investigatory_action", "description", "catalog_version", "driver_version"):
+            if getattr(row, name) is None:
+                setattr(row, name, getattr(other, name))  # the catalog's text of the faults it took
+        if other.status != "open" or recount(s, other, policy):
+            continue
+        other.status, other.resolved_at, other.updated_at, other.merged_into = "resolved", now, now, row.incident_id
+        other.version += 1
+        other.reason = reason
+        log.info("incident %s merged into %s", other.incident_id, row.incident_id,
+                 extra={"node": other.node, "gpu": other.gpu, "incident": other.incident_id})
+        on_merged(other, reason)
+
+
+def recount(s: Session, row: Incident, policy: PipelinePolicy) -> int:
+    """An incident's count, times, codes, pods, processes and workloads from its fault events, in
+    time order (after events moved).
+
+    An incident of application faults only counts its occurrences again, in time order, as grouping
+    its events in that order does (`models.identity.joins_occurrence`): the reports of one crash on
+    several GPUs of a workload are one occurrence there, two in two GPU incidents. Any other keeps
+    the marks its reports got when they were grouped."""
+    events = s.execute(sa.select(FaultEvent.id, FaultEvent.occurred_at, FaultEvent.code, FaultEvent.family,
+                                 FaultEvent.sources, FaultEvent.counted, FaultEvent.namespace, FaultEvent.pod,
+                                 FaultEvent.container, FaultEvent.pid, FaultEvent.process, FaultEvent.workload)
+                       .where(FaultEvent.incident_id == row.incident_id)
+                       .order_by(FaultEvent.occurred_at, FaultEvent.id)).all()
+    row.codes = _listed(e.code for e in events)
+    row.pods = _listed(f"{e.namespace}/{e.pod}/{e.container}" if e.pod else None for e in events)
+    row.processes = _listed(f"{e.process or '?'}[{e.pid}]" if e.pid is not None else None for e in events)
+    row.workloads = _listed(e.workload for e in events)
+    if all(e.family == "application" for e in events):
+        counted, (row.occurrence_at, signals) = _occurrences(events, policy)
+        row.occurrence_signals = list(signals)
+        changed = [e.id for e in events if counted[e.id] != (e.counted is not False)]
+        for flag in (True, False):
+            ids = [i for i in changed if counted[i] is flag]
+            if ids:
+                s.execute(sa.update(FaultEvent).where(FaultEvent.id.in_(ids)).values(counted=flag))
     else:
-        row.count = 0
-    return int(n or 0)
+        counted = {e.id: e.counted is not False for e in events}
+    row.count = sum(counted.values())
+    if events:  # every report, counted or not, as grouping sets them
+        row.first_seen, row.last_seen = events[0].occurred_at, max(e.occurred_at for e in events)
+    return row.count
 
 
-def _open(s: Session, node: str, gpu: str, events: Sequence[Any], now: datetime) -> Incident:
-    comp = Component("gpu", node, gpu)
-    first = min(e.occurred_at for e in events)
+def _listed(values: Iterable[str | None]) -> list[str]:
+    return list(dict.fromkeys(v for v in values if v))[:MAX_LISTED]
+
+
+def _occurrences(events: Sequence[Any], policy: PipelinePolicy
+                 ) -> tuple[dict[int, bool], tuple[datetime | None, tuple[str, ...]]]:
+    """Per event (in time order): whether it starts an occurrence (counts) or is another report of
+    the one before; and the last occurrence (its start and signals)."""
+    out: dict[int, bool] = {}
+    at: datetime | None = None
+    signals: tuple[str, ...] = ()
+    for e in events:
+        sig = signal(e.family, "kernel" if "kernel" in (e.sources or "kernel") else e.sources, e.code)
+        if joins_occurrence(at, signals, e.occurred_at, sig, policy.occurrence_window_s, policy.duplicate_window_s):
+            signals = signals if sig in signals else (*signals, sig)
+            out[e.id] = False
+        else:
+            at, signals = e.occurred_at, (sig,)
+            out[e.id] = True
+    return out, (at, signals)
+
+
+def _open(s: Session, comp: Component, events: Sequence[Any], now: datetime) -> Incident:
+    """A new application incident of `comp` for `events` (fault event rows), opened at the first."""
+    first_event = min(events, key=lambda e: e.occurred_at)
+    first = first_event.occurred_at
     assert isinstance(first, datetime)
+    node = comp.node or first_event.node  # a workload's: the node it first faulted on
     row = Incident(
-        incident_id=new_incident_id(comp.fingerprint, first), fingerprint=comp.fingerprint, node=node, gpu=gpu,
-        family="application", status="open", category="application", reason="", count=0, first_seen=first,
-        last_seen=first, opened_at=now, updated_at=now, resolved_at=None, previous_incident_id=None, gpu_uuid=None,
-        serial=None, pci=None, codes=[], pods=[], processes=[], workloads=[], immediate_action=None,
-        investigatory_action=None, description=None, cordon_requested=False, version=1, component="gpu",
-        component_id=gpu, occurrence_at=None, occurrence_signals=[],
+        incident_id=new_incident_id(comp.fingerprint, first), fingerprint=comp.fingerprint, node=node,
+        gpu=component_gpu(comp), family="application", status="open",
+        category="application", reason="", count=0, first_seen=first, last_seen=first, opened_at=now, updated_at=now,
+        resolved_at=None, previous_incident_id=None, gpu_uuid=None, serial=None, pci=None, codes=[], pods=[],
+        processes=[], workloads=[], immediate_action=None, investigatory_action=None, description=None,
+        cordon_requested=False, version=1, component=comp.kind, component_id=comp.id, occurrence_at=None,
+        occurrence_signals=[],
     )
     s.add(row)
     s.flush()

@@ -40,8 +40,8 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     assert heads["gpu-node-03  gpu_lost"] == "HARDWARE"
     assert heads["gpu-node-04  nvlink"] == "INTERCONNECT"
     assert heads["gpu-node-04  nvswitch"] == "INTERCONNECT"
-    # attribution from the recorded pod assignments, at the fault's time
-    assert "team-vision/trainer-9/trainer, team-nlp/bert-finetune-2/finetune, team-serving/vllm-serve-5/vllm" in out
+    # attribution from the recorded pod assignments, at the fault's time, in the order the jobs faulted
+    assert "team-nlp/bert-finetune-2/finetune, team-serving/vllm-serve-5/vllm, team-vision/trainer-9/trainer" in out
     # dry-run cordon decisions, never for the application faults
     cordons = re.findall(r"^  (gpu-node-\d+): cordon \(dry run\)", out, re.M)
     assert "gpu-node-03" in cordons and "gpu-node-01" not in cordons
