@@ -24,7 +24,9 @@ transaction that wrote the fault event and its incident: PostgreSQL's commit tim
 steady faults and the burst, worker RSS (each worker and its store process, summed) per 1,000 nodes,
 total and above the idle workers' baseline (the peak of the samples taken each second; `rss_hwm_*`: the
 sum of the processes' own peaks, VmHWM, which no sample misses), and the database's growth per million
-fault events.
+fault events. With --slope-nodes M, the first worker count runs again at M nodes (a fresh database and
+topics, the same rates per node) and `memory_slope` gives the peak RSS per 1,000 nodes more: what the
+worker grows by with the fleet, without its fixed cost (the processes before the first node).
 
 Rates: NVSentinel's scale test reports 10,143 events/s from 60 node connectors at 50,000 nodes,
 0.20 events/s per node. The default here is 0.5 kernel lines per node per second (2.5× that, and
@@ -276,6 +278,8 @@ def fleet_mode(args: argparse.Namespace) -> dict[str, Any]:
                 result["runs"].append(run_fleet(args, bootstrap, server_url, int(n), work))
             except (RuntimeError, TimeoutError) as exc:  # a run that fails leaves the others' figures
                 result["runs"].append({"workers": int(n), "error": str(exc)[-2000:]})
+        if args.slope_nodes:
+            result["memory_slope"] = memory_slope(args, bootstrap, server_url, work, result["runs"][0])
     finally:
         if broker is not None:
             broker.stop()
@@ -283,6 +287,24 @@ def fleet_mode(args: argparse.Namespace) -> dict[str, Any]:
             postgres.stop()
         shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def memory_slope(args: argparse.Namespace, bootstrap: str, server_url: str, work: Path,
+                 run: dict[str, Any]) -> dict[str, Any]:
+    """The first worker count run again at --slope-nodes nodes: the peak RSS per 1,000 nodes more, which
+    leaves out what does not grow with the fleet (the processes' fixed cost, allocator arenas, caches
+    filled at any size)."""
+    if "memory" not in run:
+        return {"error": "the run at --nodes has no figures"}
+    small = run_fleet(argparse.Namespace(**{**vars(args), "nodes": args.slope_nodes}), bootstrap, server_url,
+                      int(run["workers"]), work)
+    if "memory" not in small:
+        return {"error": small.get("error", "no figures")}
+    peaks = {args.slope_nodes: small["memory"]["rss_peak_bytes"], args.nodes: run["memory"]["rss_peak_bytes"]}
+    more_k = (args.nodes - args.slope_nodes) / 1000
+    return {"workers": run["workers"], "nodes": sorted(peaks), "rss_peak_bytes": [peaks[n] for n in sorted(peaks)],
+            "rss_mb_per_1000_more_nodes": round((peaks[args.nodes] - peaks[args.slope_nodes]) / 2**20 / more_k, 1),
+            "at_slope_nodes": {k: small[k] for k in ("consumed_records_per_s", "lag_max", "memory")}}
 
 
 def main() -> int:
@@ -297,6 +319,9 @@ def main() -> int:
     ap.add_argument("--measure-s", type=float, default=60.0)
     ap.add_argument("--drain-timeout-s", type=float, default=300.0)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--slope-nodes", type=int, default=0,
+                    help="also run the first worker count at this many nodes (fewer than --nodes) and print "
+                         "the peak RSS per 1,000 nodes more (memory_slope)")
     ap.add_argument("--bootstrap", help="use this broker instead of starting one")
     ap.add_argument("--database-url", help="a PostgreSQL server URL (track_commit_timestamp on) instead of a "
                                            "throwaway cluster; the bench creates a database per run")
@@ -314,6 +339,8 @@ def main() -> int:
         result = cordon_mode(args)
     else:
         args.nodes = args.nodes or 2000
+        if args.slope_nodes and not 0 < args.slope_nodes < args.nodes:
+            ap.error(f"--slope-nodes must be between 0 and --nodes ({args.nodes})")
         result = fleet_mode(args)
     result["machine"] = {"cpus": os.cpu_count(), "load_1m": round(os.getloadavg()[0], 2),
                          "python": platform.python_version()}

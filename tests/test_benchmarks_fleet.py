@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from benchmarks.fleet_bench import run_fleet
+from benchmarks.fleet_bench import memory_slope, run_fleet
 from benchmarks.fleet_cordon import cordon_mode
 from benchmarks.fleet_sim import BURST_PROCESS, GPUS_PER_NODE, Fleet, FleetRates
 
@@ -50,6 +50,19 @@ def test_fleet_bench_tiny_run_stores_every_fault(kafka_bootstrap: str, postgres_
     # each process's own peak is at least its RSS at any sample, so their sum bounds the sampled peak
     assert out["memory"]["rss_hwm_bytes"] >= out["memory"]["rss_peak_bytes"]
     assert out["database"]["growth_bytes"] > 0
+
+
+def test_memory_slope_runs_the_smaller_fleet_and_takes_the_difference(kafka_bootstrap: str, postgres_url: str,
+                                                                      tmp_path: Path) -> None:
+    big = {"workers": 1, "memory": {"rss_peak_bytes": 400 * 2**20}}  # a run at --nodes (40)
+    slope = memory_slope(_args(slope_nodes=20), kafka_bootstrap, postgres_url, tmp_path, big)
+    small = slope["at_slope_nodes"]
+    assert slope["nodes"] == [20, 40] and small["consumed_records_per_s"] > 0, slope
+    peak = small["memory"]["rss_peak_bytes"]
+    assert slope["rss_peak_bytes"] == [peak, 400 * 2**20]
+    assert slope["rss_mb_per_1000_more_nodes"] == round((400 * 2**20 - peak) / 2**20 / 0.02, 1)
+    assert memory_slope(_args(slope_nodes=20), kafka_bootstrap, postgres_url, tmp_path, {"workers": 1,
+                        "error": "x"}) == {"error": "the run at --nodes has no figures"}
 
 
 def test_fleet_cordon_burst_stops_at_the_breaker_cap(control_plane: Any) -> None:
