@@ -16,13 +16,6 @@ from streams.store import Store
 from tests.streams.records import T0, Kmsg, inventory, items_of, pods, s
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'late.db'}"
-    return str(request.getfixturevalue("postgres_database"))
-
-
 def fresh_store(url: str) -> Store:
     st = Store(url, PipelinePolicy(quiet_period_s=3600, fleet_min_nodes=10_000))
     st.create_schema()

@@ -16,13 +16,6 @@ from streams.store import BatchResult, Store
 from tests.streams.records import T0, Kmsg, inventory, items_of, nvml_xid, pods, processes, s, serial, uuid
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'x.db'}"
-    return str(request.getfixturevalue("postgres_database"))
-
-
 def test_repeats_are_published_once_per_update_interval(tmp_path: Path) -> None:
     st = Store(f"sqlite:///{tmp_path / 'u.db'}", PipelinePolicy(update_interval_s=0))
     st.create_schema()
