@@ -73,9 +73,9 @@ class CordonLane:
         loaded = await asyncio.to_thread(self._request, incident_id)
         if loaded is None:
             raise LookupError(f"incident {incident_id} is not in the database")
-        req, ended = loaded
+        node, req, ended = loaded
         previous = await asyncio.to_thread(self.pending.get, incident_id)
-        result = None if ended is not None else await self.executor.handle_async(req)
+        result = None if req is None else await self.executor.handle_async(req)
         followup = cordon_followup(
             ended=ended, outcome=result.outcome if result else "skipped", decision=result.decision if result else None,
             retryable=result.retryable if result else False, dry_run=result.dry_run if result else False,
@@ -83,23 +83,26 @@ class CordonLane:
             now=self.clock(), backoff=self.backoff, reason=result.reason if result else "",
         )
         if previous is not None or followup.kind != "settled":
-            await asyncio.to_thread(self.pending.settle, incident_id, req.node, followup, self.clock())
+            await asyncio.to_thread(self.pending.settle, incident_id, node, followup, self.clock())
         if followup.kind != "settled":
             log.warning("cordon for %s pending: %s", incident_id, followup.reason,
-                        extra={"incident": incident_id, "node": req.node, "pending": followup.kind})
+                        extra={"incident": incident_id, "node": node, "pending": followup.kind})
         offer = CordonOffer(incident_id, result, followup, request_key)
         if self.after is not None:
             await self.after(offer)
         return offer
 
-    def _request(self, incident_id: str) -> tuple[CordonRequest, str | None] | None:
+    def _request(self, incident_id: str) -> tuple[str, CordonRequest | None, str | None] | None:
+        """The incident's node, and its cordon request as it stands now, or why its cordon is no longer
+        wanted (then no request: an incident merged into another has no faults left to count)."""
         with Session(self.engine) as s:
             row = s.get(Incident, incident_id)
             if row is None:
                 return None
-            request = cordon_request(s, row, self.executor.policy.longest_window_s())
             ended = incident_ended(row.status, row.lifecycle)
-        return request, ended
+            if ended is not None:
+                return row.node, None, ended
+            return row.node, cordon_request(s, row, self.executor.policy.longest_window_s()), None
 
     async def tick(self) -> list[CordonOffer]:
         """Offer again what is due: every cordon held by the breaker once it is no longer tripped, and

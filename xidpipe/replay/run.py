@@ -150,6 +150,8 @@ class _Feeder:
         with Session(self.store.engine) as s:
             rows = s.scalars(sa.select(Incident).where(Incident.incident_id.in_(candidates))).all()
             for row in sorted(rows, key=lambda r: (r.last_seen, r.incident_id)):  # as their faults happened
+                if row.merged_into:
+                    continue  # its faults, and their cordon, are the incident's it was merged into
                 self.cluster.decide(cordon_request(s, row, self.cluster.policy.longest_window_s()), row.gpu_uuid)
 
 

@@ -189,6 +189,24 @@ def test_a_pending_retry_ends_with_its_incident(
     assert lane.pending.all() == []
 
 
+def test_a_candidate_read_after_its_incident_was_merged_is_skipped_not_refused(
+    engine: sa.Engine, admin_core: client.CoreV1Api, make_node: NodeFactory, make_executor: ExecutorFactory
+) -> None:
+    # The stream offers a GPU incident's candidate when it opens; node state read later moves its faults
+    # to the workload's incident and resolves it, empty, before the responder reads the candidate.
+    node = make_node(pool=unique("pool"))
+    lane = CordonLane(engine, make_executor(load_policy(EXAMPLE)))
+    inc = open_incident(engine, node, ["Xid 79"], "gpu_lost", "hardware")
+    with Session(engine) as s:
+        row = s.get(Incident, inc)
+        assert row is not None
+        row.status, row.resolved_at, row.merged_into, row.count = "resolved", T0, "v2:other@x", 0
+        s.commit()
+    merged = asyncio.run(lane.offer(inc))
+    assert merged.result is None and "resolved" in merged.followup.reason
+    assert not admin_core.read_node(node).spec.unschedulable and lane.pending.all() == []
+
+
 def test_a_cordon_held_by_the_breaker_lands_after_the_reset(
     engine: sa.Engine, admin_core: client.CoreV1Api, make_node: NodeFactory, make_executor: ExecutorFactory
 ) -> None:
