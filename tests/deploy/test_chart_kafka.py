@@ -3,27 +3,21 @@ services that read them: SASL keys only with a SASL_* protocol (the classes refu
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.deploy.podrun import render
-from tests.services import service_unavailable
+from tests.kube import helm_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "xidpipe"
-BUILD = ROOT / "deploy" / "testcluster" / "build.sh"
 
 
 @pytest.fixture(scope="module")
 def helm() -> str:
-    proc = subprocess.run([str(BUILD), "--print-helm"], capture_output=True, text=True, timeout=60, check=False)
-    path = Path(proc.stdout.strip())
-    if proc.returncode != 0 or not path.is_file():
-        service_unavailable("helm", f"{path} is not built: run `make testcluster`")
-    return str(path)
+    return helm_binary()
 
 
 def container_env(docs: list[dict[str, Any]], workload: str) -> dict[str, str]:

@@ -36,12 +36,11 @@ from kubernetes import client
 
 from models.ticket_policy import incident_label
 from tests.deploy.podrun import Cluster, Kubelet, Podman, PodNotReady, PodRefused, Prepared, render
-from tests.kube import unique
+from tests.kube import helm_binary, unique
 from tests.services import SecuredKafka, service_unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "xidpipe"
-BUILD = ROOT / "deploy" / "testcluster" / "build.sh"
 VALUES = Path(__file__).with_name("pods-values.yaml")
 RECORDED_LOG = ROOT / "xidpipe" / "samples" / "cluster" / "gpu-node-03.log"
 JOURNAL_REMOTE = Path("/lib/systemd/systemd-journal-remote")
@@ -56,11 +55,7 @@ T = TypeVar("T")
 
 @pytest.fixture(scope="session")
 def helm() -> str:
-    proc = subprocess.run([str(BUILD), "--print-helm"], capture_output=True, text=True, timeout=60, check=False)
-    path = Path(proc.stdout.strip())
-    if proc.returncode != 0 or not path.is_file():
-        service_unavailable("helm", f"{path} is not built: run `make testcluster`")
-    return str(path)
+    return helm_binary()
 
 
 @pytest.fixture(scope="session")

@@ -11,9 +11,8 @@ import pytest
 
 from models.node_records import GpuProcess, GpuProcesses, KernelLine, NodeRecord
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Ingest, Item
 from streams.store import Store
-from tests.streams.records import T0, Kmsg, inventory, pci, pods, s, uuid
+from tests.streams.records import T0, Kmsg, inventory, items_of, pci, pods, s, uuid
 
 HOUR = timedelta(hours=1)
 
@@ -26,14 +25,6 @@ def store(tmp_path: Path) -> Iterator[Store]:
     st.dispose()
 
 
-def _items(records: list[NodeRecord]) -> list[Item]:
-    ingest = Ingest()
-    out: list[Item] = []
-    for r in records:
-        out.extend(ingest.items(r, "topic"))
-    return [*out, *ingest.flush_all()]
-
-
 def test_a_backlog_read_an_hour_late_is_attributed_to_the_pods_of_the_faults_time(store: Store) -> None:
     k = Kmsg("late")
     # The fault happens while train-0 holds GPU 1; serve-0 takes the GPU over before the line is read.
@@ -41,7 +32,7 @@ def test_a_backlog_read_an_hour_late_is_attributed_to_the_pods_of_the_faults_tim
                                pods("late", T0 + HOUR, {1: ("web", "serve-0", "srv")})]
     read_late = k.xid(1, 13, T0 + HOUR + s(10), 4242, "python3")  # read (and stamped observed_at) late
     line = read_late.model_copy(update={"event_at": T0 + s(10), "boot_time": T0 - s(100)})
-    store.process(_items([*state, line]))
+    store.process(items_of([*state, line]))
     (event,) = store.fault_events()
     assert (event["namespace"], event["pod"]) == ("ml", "train-0")
     assert datetime.fromisoformat(event["occurred_at"]) == T0 + s(10)
@@ -50,7 +41,7 @@ def test_a_backlog_read_an_hour_late_is_attributed_to_the_pods_of_the_faults_tim
 
     # Read time as the fault's time would have named the pod that came later.
     k2 = Kmsg("late2")
-    store.process(_items([inventory("late2", T0), pods("late2", T0 + s(1), {1: ("ml", "train-0", "main")}),
+    store.process(items_of([inventory("late2", T0), pods("late2", T0 + s(1), {1: ("ml", "train-0", "main")}),
                           pods("late2", T0 + HOUR, {1: ("web", "serve-0", "srv")}),
                           k2.xid(1, 13, T0 + HOUR + s(10), 4242, "python3")]))
     assert {e["pod"] for e in store.fault_events() if e["node"] == "late2"} == {"serve-0"}
@@ -61,7 +52,7 @@ def test_a_raw_dmesg_line_is_placed_by_its_uptime_and_the_boot_time(store: Store
     line = KernelLine(node="dm", record_id="file:abc:0", source="file", fault=True, observed_at=T0 + 5 * HOUR,
                       message=f"[30010.000000] NVRM: Xid (PCI:{pci(0)[:-2]}): 13, pid=7, name=python3, "
                               "Graphics Exception", boot_time=boot)
-    store.process(_items([inventory("dm", T0), pods("dm", T0 + s(1), {0: ("ml", "train-0", "main")}),
+    store.process(items_of([inventory("dm", T0), pods("dm", T0 + s(1), {0: ("ml", "train-0", "main")}),
                           pods("dm", T0 + 2 * HOUR, {0: ("ml", "other-0", "main")}), line]))
     (event,) = store.fault_events()
     assert datetime.fromisoformat(event["occurred_at"]) == T0 + s(10)
@@ -81,7 +72,7 @@ def test_two_pods_sharing_a_gpu_are_told_apart_by_the_pod_uid_of_the_faulting_pr
         GpuProcess(gpu_uuid=uuid(node, 0), pid=200, pod_uid=uid_b),
         GpuProcess(gpu_uuid=uuid(node, 1), pid=201, pod_uid=uid_b),  # b-0 alone on GPU 1: its UID is learnt
     ))
-    store.process(_items([inventory(node, T0), shared, procs, k.xid(0, 13, T0 + s(10), 200, "python3")]))
+    store.process(items_of([inventory(node, T0), shared, procs, k.xid(0, 13, T0 + s(10), 200, "python3")]))
     (event,) = store.fault_events()
     assert (event["namespace"], event["pod"]) == ("ml", "b-0")
     assert event["attribution"]["pod"]["source"] == "pod_uid"
@@ -93,7 +84,7 @@ def test_pods_assigned_before_the_history_span_still_attribute_a_fault(tmp_path:
     st.create_schema()
     try:
         k = Kmsg("long")  # a job that has held its GPU for longer than the history span
-        st.process(_items([inventory("long", T0), pods("long", T0 + s(1), {2: ("ml", "pretrain-0", "main")}),
+        st.process(items_of([inventory("long", T0), pods("long", T0 + s(1), {2: ("ml", "pretrain-0", "main")}),
                            k.xid(2, 13, T0 + 3 * HOUR, 7, "python3")]))
         (event,) = st.fault_events()
         assert (event["gpu_uuid"], event["pod"]) == (uuid("long", 2), "pretrain-0")

@@ -13,12 +13,11 @@ import pytest
 
 from history.tables import NodeState
 from models.correlate import IdentityLine, InventorySnapshot, NodeHistory, PodSnapshot, ProcessSnapshot
-from models.node_records import DeviceAssignment, EccCounts, GpuInfo, GpuProcess, NodeRecord
+from models.node_records import DeviceAssignment, EccCounts, GpuInfo, GpuProcess
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Ingest, Item
 from streams.node_history import compact, history_cache
 from streams.store import Store
-from tests.streams.records import T0, Kmsg, inventory, pods, processes, s
+from tests.streams.records import T0, Kmsg, inventory, items_of, pods, processes, s
 
 NODE = "n1"
 
@@ -107,27 +106,20 @@ def store(tmp_path: Path) -> Iterator[Store]:
     st.dispose()
 
 
-def _items(records: list[NodeRecord]) -> list[Item]:
-    ingest = Ingest()
-    out: list[Item] = []
-    for r in records:
-        out.extend(ingest.items(r, "topic"))
-    return [*out, *ingest.flush_all()]
-
-
 def test_the_cache_is_bounded_in_bytes_and_a_history_past_it_is_read_again(store: Store) -> None:
     nodes = [f"node-{i}" for i in range(6)]
-    store.process(_items([r for n in nodes for r in (inventory(n, T0), pods(n, T0, {1: ("ml", f"job-{n}", "main")}))]))
-    store.process(_items([Kmsg(nodes[0]).xid(1, 13, T0 + s(10), 4242, "python3")]))
+    store.process(items_of([r for n in nodes
+                            for r in (inventory(n, T0), pods(n, T0, {1: ("ml", f"job-{n}", "main")}))]))
+    store.process(items_of([Kmsg(nodes[0]).xid(1, 13, T0 + s(10), 4242, "python3")]))
     one = store.caches.histories.currsize
     assert one > 0
     store.caches.histories = history_cache(size=int(3 * one))
     for i, n in enumerate(nodes):
-        store.process(_items([Kmsg(n, seq=2000).xid(1, 13, T0 + s(20 + i), 4242, "python3")]))
+        store.process(items_of([Kmsg(n, seq=2000).xid(1, 13, T0 + s(20 + i), 4242, "python3")]))
         assert store.caches.histories.currsize <= 3 * one
     assert 0 < len(store.caches.histories) <= 3
     assert nodes[0] not in store.caches.histories  # the least recently used went first
-    store.process(_items([Kmsg(nodes[0], seq=3000).xid(1, 31, T0 + s(40), 4242, "python3")]))
+    store.process(items_of([Kmsg(nodes[0], seq=3000).xid(1, 31, T0 + s(40), 4242, "python3")]))
     pods_of = {(e["node"], e["xid"]): e["pod"] for e in store.fault_events()}
     assert all(pods_of[(n, 13)] == f"job-{n}" for n in nodes)
     assert pods_of[(nodes[0], 31)] == f"job-{nodes[0]}"  # read from node_states again

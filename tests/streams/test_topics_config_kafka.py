@@ -16,6 +16,17 @@ from streams.topics import ensure_topics, reconcile_configs, topic_configs
 pytestmark = pytest.mark.kafka
 
 
+async def _create(bootstrap: str, name: str, configs: dict[str, str]) -> None:
+    """A topic of 2 partitions made as an older release (or an operator) made it, with `configs`."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, 2, 1, topic_configs=configs)])
+    finally:
+        await admin.close()
+
 
 async def _configs(bootstrap: str, names: list[str]) -> dict[str, dict[str, str | None]]:
     from aiokafka.admin import AIOKafkaAdminClient
@@ -48,20 +59,12 @@ def test_topics_are_created_with_their_declared_configs(kafka_bootstrap: str) ->
 
 def test_an_existing_topic_with_another_retention_is_reconciled(kafka_bootstrap: str,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.admin import AIOKafkaAdminClient
 
     topo = topology(f"cfg-{uuid.uuid4().hex[:6]}.", partitions=2)
 
-    async def make_drifted() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(topo.kernel.name, 2, 1, topic_configs={
-                "retention.ms": str(3_600_000), "segment.bytes": str(64 * 1024 * 1024)})])
-        finally:
-            await admin.close()
-
-    asyncio.run(make_drifted())
+    asyncio.run(_create(kafka_bootstrap, topo.kernel.name, {
+        "retention.ms": str(3_600_000), "segment.bytes": str(64 * 1024 * 1024)}))
     with caplog.at_level(logging.WARNING, logger="streams.topics"):
         created = asyncio.run(ensure_topics(kafka_bootstrap, topo))
     assert topo.kernel.name not in created
@@ -89,21 +92,12 @@ def test_an_existing_topic_with_another_retention_is_reconciled(kafka_bootstrap:
 def test_a_state_topic_made_for_deletion_is_turned_compacted_and_keeps_its_records(kafka_bootstrap: str) -> None:
     """A state topic created by an earlier release (delete, 7 days) is reconfigured in place: the records
     already in it (keyed by node) stay readable; compaction applies to them, per node key, past the lag."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     topo = topology(f"cfg-{uuid.uuid4().hex[:6]}.", partitions=2)
 
-    async def make_old() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(topo.state.name, 2, 1, topic_configs={
-                "cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)})])
-        finally:
-            await admin.close()
-
-    asyncio.run(make_old())
+    asyncio.run(_create(kafka_bootstrap, topo.state.name, {"cleanup.policy": "delete",
+                                                           "retention.ms": str(7 * DAY_MS)}))
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
     for i in range(3):
         producer.send(topo.state.name, key=b"node-1", value=f"old-{i}".encode()).get(timeout=30)
