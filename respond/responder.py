@@ -212,7 +212,7 @@ class Responder:
             self.metrics.cordons.labels("skipped", "incident_ended").inc()
             return
         self.metrics.cordons.labels(result.outcome, result.decision or "none").inc()
-        if result.fleet_incident is not None and not result.dry_run:
+        if result.fleet_alert is not None and not result.dry_run:
             self.metrics.breaker_trips.inc()
         self.completed.append({"schema_version": 1, "request": offer.request_key, **result.model_dump(mode="json")})
         if cordoned(result):

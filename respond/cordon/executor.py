@@ -86,7 +86,7 @@ class ActionResult(BaseModel):
     dry_run: bool = False
     changes: list[str] = Field(default_factory=list)
     retryable: bool = False
-    fleet_incident: FleetAlert | None = None
+    fleet_alert: FleetAlert | None = None
     drain: DrainReport | None = None
     resource_version: str | None = Field(default=None, description="the node's, as the cordon left it")
 
@@ -111,7 +111,7 @@ class CordonExecutor:
         dry_run: bool = False,
         conflict_retries: int = 8,
         clock: Callable[[], datetime] = utcnow,
-        on_fleet_incident: Callable[[FleetAlert], None] | None = None,
+        on_fleet_alert: Callable[[FleetAlert], None] | None = None,
     ) -> None:
         self.policy = policy
         self.store = store
@@ -119,7 +119,7 @@ class CordonExecutor:
         self.dry_run = dry_run or policy.dry_run or nodes is None
         self.conflict_retries = conflict_retries
         self.clock = clock
-        self.on_fleet_incident = on_fleet_incident
+        self.on_fleet_alert = on_fleet_alert
         self._lock = threading.Lock()
 
     # --- cordon -----------------------------------------------------------------------------------
@@ -256,27 +256,27 @@ class CordonExecutor:
     def _trip(self, req: CordonRequest, decision: CordonDecision, view: NodeView) -> ActionResult:
         at = self.clock()
         pool = view.labels.get(self.policy.scope.pool_label, "")
-        incident = FleetAlert(at=at, pool=pool, reason=decision.reason, node=req.node,
-                                 incident_id=req.incident_id, family=req.family)
+        alert = FleetAlert(at=at, pool=pool, reason=decision.reason, node=req.node,
+                           incident_id=req.incident_id, family=req.family)
         if decision.dry_run:
-            return self._result(req, decision, "dry_run", fleet_incident=incident)
+            return self._result(req, decision, "dry_run", fleet_alert=alert)
         self.store.set_breaker(BreakerState(tripped=True, tripped_at=at, reason=decision.reason, pool=pool))
         self.store.record(ActionRecord(at=at, action="breaker_trip", outcome="done", node=req.node,
                                        incident_id=req.incident_id, decision=decision.outcome,
                                        reason=decision.reason, details={"pool": pool, "family": req.family}))
         log.error("cordon circuit breaker tripped: %s", decision.reason,
                   extra={"node": req.node, "incident": req.incident_id, "pool": pool})
-        if self.on_fleet_incident is not None:
-            self.on_fleet_incident(incident)
-        return self._result(req, decision, "blocked", fleet_incident=incident)
+        if self.on_fleet_alert is not None:
+            self.on_fleet_alert(alert)
+        return self._result(req, decision, "blocked", fleet_alert=alert)
 
     def _result(self, req: CordonRequest, decision: CordonDecision, outcome: ActionOutcome, *,
                 action: ActionKind = "cordon", changes: list[str] | None = None, retryable: bool = False,
-                reason: str | None = None, fleet_incident: FleetAlert | None = None,
+                reason: str | None = None, fleet_alert: FleetAlert | None = None,
                 resource_version: str | None = None) -> ActionResult:
         return ActionResult(action=action, outcome=outcome, node=req.node, incident_id=req.incident_id,
                             decision=decision.outcome, reason=reason or decision.reason, dry_run=decision.dry_run,
-                            changes=changes or [], retryable=retryable, fleet_incident=fleet_incident,
+                            changes=changes or [], retryable=retryable, fleet_alert=fleet_alert,
                             resource_version=resource_version)
 
     def _record(self, result: ActionResult, details: dict[str, Any], actor: str = "xidpipe") -> None:
