@@ -1,4 +1,4 @@
-"""A tripped cordon breaker raises a fleet incident: the executor's `on_fleet_incident` callback.
+"""A tripped cordon breaker raises a fleet incident: the executor's `on_fleet_alert` callback.
 
 The trip is written as an incident of component `fleet` with component id `breaker`
 (`history.fleet_incidents.record_breaker_trip`, keyed by the trip's time, so a repeated call
@@ -37,7 +37,7 @@ def utcnow() -> datetime:
 
 
 class BreakerTrips:
-    """The executor's `on_fleet_incident`: call it with the `FleetAlert` of a trip."""
+    """The executor's `on_fleet_alert`: call it with the `FleetAlert` of a trip."""
 
     def __init__(self, engine: sa.Engine, sinks: Sinks, actions: ActionStore, cluster: str,
                  clock: Callable[[], datetime] = utcnow) -> None:
@@ -93,6 +93,6 @@ class BreakerTrips:
 def wire_breaker_trips(responder: Responder) -> None:
     """Make the responder's executor raise a fleet incident on a breaker trip (unless a callback is set)."""
     executor = responder.executor
-    if executor.on_fleet_incident is None:
-        executor.on_fleet_incident = BreakerTrips(responder.engine, responder.sinks, executor.store,
-                                                  responder.cluster)
+    if executor.on_fleet_alert is None:
+        executor.on_fleet_alert = BreakerTrips(responder.engine, responder.sinks, executor.store,
+                                               responder.cluster)

@@ -34,10 +34,10 @@ from models.topics import topology
 from respond.cordon.executor import CordonExecutor
 from respond.cordon_lane import CordonLane, CordonOffer
 from respond.dossier_builder import action_items, build_dossier
+from respond.lifecycle import cordoned, record_lifecycle_step
 from respond.observe import ResponderEndpoint, observe_request
 from respond.sinks.build import Sinks
 from respond.sinks.model import IncidentNotice
-from respond.steps import cordoned, record_step
 from service.config import ServiceSettings, shared
 from service.metrics import ResponderMetrics
 
@@ -212,11 +212,11 @@ class Responder:
             self.metrics.cordons.labels("skipped", "incident_ended").inc()
             return
         self.metrics.cordons.labels(result.outcome, result.decision or "none").inc()
-        if result.fleet_incident is not None and not result.dry_run:
+        if result.fleet_alert is not None and not result.dry_run:
             self.metrics.breaker_trips.inc()
         self.completed.append({"schema_version": 1, "request": offer.request_key, **result.model_dump(mode="json")})
         if cordoned(result):
-            await asyncio.to_thread(record_step, self.engine, offer.incident_id, "mitigated",
+            await asyncio.to_thread(record_lifecycle_step, self.engine, offer.incident_id, "mitigated",
                                     f"node {result.node} cordoned: {result.reason}")
         tried = result.action == "cordon" and result.outcome in ("done", "dry_run", "blocked", "failed")
         if tried and offer.incident_id not in self.ticket_refresh:
@@ -238,7 +238,7 @@ class Responder:
         row = self.sinks.store.ticket(incident_id)
         if row is None:
             return False
-        return record_step(self.engine, incident_id, "ticketed", f"ticket {row.ticket_key} ({row.tracker})")
+        return record_lifecycle_step(self.engine, incident_id, "ticketed", f"ticket {row.ticket_key} ({row.tracker})")
 
     async def drain_tickets(self, stop: asyncio.Event, interval_s: float = 10.0) -> None:
         """The ticket sink's retry loop (tickets left pending while the tracker was unavailable), recording

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from models.cordon import pool_allowance
-from models.cordon_policy import CordonPolicy
+from models.cordon_policy import CordonPolicy, Drain
 from models.node_records import KernelLine, PodAssignments
 from xidpipe.cli import main
 from xidpipe.replay import ReplayInputError, run_replay
@@ -121,6 +121,16 @@ def test_a_stricter_policy_changes_the_cordon_list(cluster: Path, tmp_path: Path
         return sorted((i["node"], i["component"], i["codes"], i["count"]) for i in body["incidents"])  # type: ignore
 
     assert seen(default) == seen(stricter)
+
+
+def test_each_cordon_lists_the_steps_the_responder_would_run(cluster: Path) -> None:
+    default = run_replay(cluster)
+    drained = run_replay(cluster, policy=CordonPolicy(drain=Drain(enabled=True)))
+    for result, drain in ((default, []), (drained, ["evict"])):
+        cordons = result.cluster.cordons()
+        assert cordons and {c.steps for c in cordons} == {("cordon", "condition", "event", *drain)}
+        others = [v for v in result.cluster.verdicts if v.outcome not in ("cordon", "repeat")]
+        assert others and all(v.steps == () for v in others)  # nothing acts on the node: no step
 
 
 def test_the_breaker_holds_cordons_past_the_pool_limit(tmp_path: Path) -> None:

@@ -17,6 +17,10 @@ an advisory lock; JSON Lines: `flock` on `<path>.lock`), so two responders actin
 leader and one that has not yet noticed that it was fenced) never pass the breaker's limits together.
 `last_cordon_version()` is the node resourceVersion the newest `done` cordon recorded
 (`details.resource_version`): the executor counts the pool fresh as of it.
+
+A step with a record of its own (`respond.cordon.steps`) is recorded under its name, with its
+idempotency key and the cordon it follows in `details.key` and `details.cordoned_at`;
+`step_recorded` finds its `done` record, so a redelivery does not run it again.
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from history.action_tables import actions_table, breaker_table
 from models.cordon import BreakerState
 
-ActionKind = Literal["cordon", "repeat", "release", "evict", "breaker_trip", "breaker_reset"]
 # The PostgreSQL advisory lock that serialises cordon decisions across responders ("xidpipe" in ASCII).
 CORDON_LOCK_KEY = 0x786964706970
 ActionOutcome = Literal["done", "noop", "dry_run", "skipped", "refused", "blocked", "failed"]
@@ -50,7 +53,9 @@ class ActionRecord(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     at: datetime = Field(default_factory=utcnow)
-    action: ActionKind
+    action: str = Field(min_length=1, max_length=32, description=(
+        "the decision's (cordon, repeat), release, breaker_trip, breaker_reset, or the name of a step with a "
+        "record of its own (evict, ...)"))
     outcome: ActionOutcome
     node: str | None = None
     incident_id: str | None = None
@@ -75,6 +80,8 @@ class ActionStore(Protocol):
     def cordon_recorded(self, node: str, incident_id: str) -> bool: ...
 
     def last_cordon_version(self) -> int: ...
+
+    def step_recorded(self, step: str, node: str, key: str, cordoned_at: str) -> bool: ...
 
     def exclusive(self) -> contextlib.AbstractContextManager[None]: ...
 
@@ -141,6 +148,10 @@ class JsonlActionStore:
         return any(r.action == "cordon" and r.outcome == "done" and r.node == node and r.incident_id == incident_id
                    for r in self._all())
 
+    def step_recorded(self, step: str, node: str, key: str, cordoned_at: str) -> bool:
+        return any(r.action == step and r.outcome == "done" and r.node == node and _of_step(r.details, key, cordoned_at)
+                   for r in self._all())
+
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -172,6 +183,10 @@ def _version_of(details: dict[str, Any] | None) -> int:
 
 def _version(rec: ActionRecord) -> int:
     return _version_of(rec.details)
+
+
+def _of_step(details: dict[str, Any] | None, key: str, cordoned_at: str) -> bool:
+    return (details or {}).get("key") == key and (details or {}).get("cordoned_at") == cordoned_at
 
 
 # --- SQL ------------------------------------------------------------------------------------------
@@ -222,6 +237,12 @@ class SqlActionStore:
         with self.engine.connect() as conn:
             details = conn.execute(q).scalar_one_or_none()
         return _version_of(details)
+
+    def step_recorded(self, step: str, node: str, key: str, cordoned_at: str) -> bool:
+        q = sa.select(actions_table.c.details).where(
+            actions_table.c.action == step, actions_table.c.outcome == "done", actions_table.c.node == node)
+        with self.engine.connect() as conn:
+            return any(_of_step(details, key, cordoned_at) for details in conn.execute(q).scalars())
 
     def close(self) -> None:
         self.engine.dispose()

@@ -1,11 +1,18 @@
-"""The cordon executor: read, decide (pure, `models.cordon`), act, record.
+"""The cordon executor: read, decide (pure, `models.cordon`), act through a plan of steps, record.
 
 Input: a `models.cordon.CordonRequest` per incident (what the stream emits). Output: an
-`ActionResult` with the decision, what changed, and whether a failure may succeed on redelivery
-(`retryable`). Every call writes one action record with its outcome.
+`ActionResult` with the decision, what changed, the records of the steps that have their own, and
+whether a failure may succeed on redelivery (`retryable`). Every call writes one action record for
+the decision with its outcome, and one per step with a record of its own.
 
-Safe under at-least-once delivery: each step checks the node's current state first, so a
-redelivered request changes nothing (no second taint, annotation change or Event).
+A decision that acts on the node (a fresh cordon, a repeat, or a redelivery that finds the node
+cordoned for its incident: `respond.cordon.steps.base.trigger_of`) runs the plan the step registry
+gives for it (`respond.cordon.steps.plan`): the step that writes the decision (the cordon, the
+repeat) under the lock, then the others in order (the condition, the Event, the drain, ...). The
+executor names no step: each brings its port, its idempotency key and its record.
+
+Safe under at-least-once delivery: each step checks the node's current state or its idempotency key
+first, so a redelivered request changes nothing (no second taint, annotation change or Event).
 
 The breaker: the fleet view (the pool's size and xidpipe's cordons in it, from the cluster; the
 last hour's cordons, from the action record) and the breaker state are read, the cordon is written
@@ -18,11 +25,13 @@ first responder died between the patch and the record), so each cordon counts on
 
 The lock is held for as little as the counts need: the node is read before it (the cordon's write
 is guarded by that read's resourceVersion, so a node changed meanwhile is read again under the
-lock), and the `GPUHealthy` condition, the Event and the drain follow after it; a crash before them
-is completed by the redelivery (the node is then already cordoned for this incident).
+lock), and the steps after the decision (the `GPUHealthy` condition, the Event, the drain) follow
+after it; a crash before them is completed by the redelivery (the node is then already cordoned
+for this incident: the `resume` plan).
 
-The cluster is reached through `port.NodePort` (`kube_nodes.KubeNodes` on the Kubernetes API), whose
-client is synchronous: use `handle_async` from asyncio code.
+The cluster is reached through narrow ports (`port`, and each step's own), all of which
+`kube_nodes.KubeNodes` implements on the Kubernetes API, whose client is synchronous: use
+`handle_async` from asyncio code.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,17 +53,17 @@ from models.cordon import (
     FleetView,
     NodeView,
     ReleaseDecision,
-    condition_message,
-    condition_reason,
     decide_cordon,
     decide_release,
     policy_verdict,
 )
 from models.cordon_policy import CordonPolicy
-from respond.cordon.action_log import ActionKind, ActionOutcome, ActionRecord, ActionStore
-from respond.cordon.drain import DrainReport, drain_gpu_pods
-from respond.cordon.port import Conflict, NodeCondition, NodePort, NodeRead
-from respond.errors import ActionError
+from respond.cordon.action_log import ActionOutcome, ActionRecord, ActionStore
+from respond.cordon.port import Conflict, NodeRead, NodeReader, PoolCounter, ReleaseWriter
+from respond.cordon.steps import STEPS, Step, StepContext, StepRecord, Trigger, plan, trigger_of
+from respond.cordon.steps.condition import ConditionWriter
+from respond.cordon.steps.event import EventWriter
+from respond.errors import ActionError, PermanentError
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +86,7 @@ class FleetAlert(BaseModel):
 
 
 class ActionResult(BaseModel):
-    action: ActionKind
+    action: str = Field(description="the decision's action kind: cordon, repeat, release")
     outcome: ActionOutcome
     node: str
     incident_id: str | None = None
@@ -86,19 +95,27 @@ class ActionResult(BaseModel):
     dry_run: bool = False
     changes: list[str] = Field(default_factory=list)
     retryable: bool = False
-    fleet_incident: FleetAlert | None = None
-    drain: DrainReport | None = None
+    fleet_alert: FleetAlert | None = None
+    steps: list[StepRecord] = Field(
+        default_factory=list, description="the records of the steps with a record of their own (the drain's, ...)")
     resource_version: str | None = Field(default=None, description="the node's, as the cordon left it")
 
+    def step(self, name: str) -> StepRecord | None:
+        """The record of the step `name`, when it ran and has a record of its own."""
+        return next((r for r in self.steps if r.step == name), None)
 
-@dataclass(frozen=True, slots=True)
-class _FollowUp:
-    """What a cordon (or the completion of one) does after the lock: the condition, the Event, and
-    for a fresh cordon the drain."""
 
-    decision: CordonDecision
-    condition: NodeCondition | None
-    drain: bool
+class ExecutorNodes(NodeReader, PoolCounter, ReleaseWriter, ConditionWriter, EventWriter, Protocol):
+    """What the executor calls itself (reads, pool counts, the release); each step's own port is
+    checked when the executor is built."""
+
+
+@dataclass(slots=True)
+class _After:
+    """The steps of a plan that run after the lock, and what they act on."""
+
+    ctx: StepContext
+    steps: list[Step]
 
 
 class CordonExecutor:
@@ -106,12 +123,12 @@ class CordonExecutor:
         self,
         policy: CordonPolicy,
         store: ActionStore,
-        nodes: NodePort | None,
+        nodes: ExecutorNodes | None,
         *,
         dry_run: bool = False,
         conflict_retries: int = 8,
         clock: Callable[[], datetime] = utcnow,
-        on_fleet_incident: Callable[[FleetAlert], None] | None = None,
+        on_fleet_alert: Callable[[FleetAlert], None] | None = None,
     ) -> None:
         self.policy = policy
         self.store = store
@@ -119,8 +136,12 @@ class CordonExecutor:
         self.dry_run = dry_run or policy.dry_run or nodes is None
         self.conflict_retries = conflict_retries
         self.clock = clock
-        self.on_fleet_incident = on_fleet_incident
+        self.on_fleet_alert = on_fleet_alert
         self._lock = threading.Lock()
+        if nodes is not None:
+            for step in STEPS:
+                if not isinstance(nodes, step.port):
+                    raise TypeError(_unported(nodes, step))
 
     # --- cordon -----------------------------------------------------------------------------------
 
@@ -128,26 +149,28 @@ class CordonExecutor:
         return await asyncio.to_thread(self.handle, req)
 
     def handle(self, req: CordonRequest) -> ActionResult:
-        follow: _FollowUp | None = None
+        after: _After | None = None
         try:
             current = self.nodes.read(req.node) if self.nodes is not None else None
             with self.store.exclusive():
-                result, follow = self._handle(req, current)
+                result, after = self._handle(req, current)
                 self._record(result, details={"changes": result.changes, "retryable": result.retryable,
                                               "resource_version": result.resource_version})
         except ActionError as exc:
+            after = None
             result = self._failed(req, exc)
             self._record(result, details={"changes": result.changes, "retryable": result.retryable})
-        if follow is not None:
-            result = self._follow_up(req, result, follow)
+        if after is not None and after.steps:
+            result = self._run_after(req, result, after)
         self._log(req, result)
         return result
 
     def _failed(self, req: CordonRequest, exc: ActionError, *, done: ActionResult | None = None) -> ActionResult:
         reason = str(exc) if done is None else f"{done.reason}; then failed: {exc}"
-        return ActionResult(action="cordon", outcome="failed", node=req.node, incident_id=req.incident_id,
-                            decision=done.decision if done else None, reason=reason, retryable=exc.retryable,
-                            dry_run=self.dry_run, changes=list(done.changes) if done else [])
+        return ActionResult(action=done.action if done else "cordon", outcome="failed", node=req.node,
+                            incident_id=req.incident_id, decision=done.decision if done else None, reason=reason,
+                            retryable=exc.retryable, dry_run=self.dry_run, changes=list(done.changes) if done else [],
+                            steps=list(done.steps) if done else [])
 
     def _log(self, req: CordonRequest, result: ActionResult) -> None:
         ctx = {"node": req.node, "incident": req.incident_id, "family": req.family, "xids": list(req.xids)}
@@ -155,15 +178,14 @@ class CordonExecutor:
         log.log(level, "cordon %s: %s", result.outcome, result.reason,
                 extra={**ctx, "decision": result.decision, "changes": result.changes})
 
-    def _handle(self, req: CordonRequest, current: NodeRead | None) -> tuple[ActionResult, _FollowUp | None]:
-        """Decide and, for a cordon, write it: under the lock (the caller records the result before
-        releasing it)."""
+    def _handle(self, req: CordonRequest, current: NodeRead | None) -> tuple[ActionResult, _After | None]:
+        """Decide and, for a decision that writes the node, write it: under the lock (the caller records
+        the result before releasing it)."""
         if self.nodes is None or current is None:
             # No cluster: decide from the request alone and record the decision as a dry run.
             decision = decide_cordon(req, NodeView(name=req.node), FleetView(), self.store.breaker(), self.policy,
                                      dry_run=True)
             return self._result(req, decision, "dry_run" if decision.changes_node else "skipped"), None
-        nodes = self.nodes
         with self._lock:
             decision = self._decide(req, current)
             if decision.outcome == "trip_breaker":
@@ -172,47 +194,68 @@ class CordonExecutor:
                 return self._after_decision(req, decision, current)
             if decision.dry_run:
                 return self._result(req, decision, "dry_run"), None
-            at = self.clock()
-            for _ in range(self.conflict_retries):
-                try:
-                    changes, cordoned = nodes.apply_cordon(current, req, decision, at)
-                    break
-                except Conflict:
-                    current = nodes.read(req.node)
-                    decision = self._decide(req, current)
-                    if decision.outcome != "cordon":
-                        return self._after_decision(req, decision, current)
-            else:
-                return self._result(req, decision, "failed", retryable=True,
-                                    reason=f"node {req.node} kept changing: {self.conflict_retries} conflicts"), None
-        # The node is cordoned and claimed; the record follows before the lock is released.
-        result = self._result(req, decision, "done", changes=changes, resource_version=cordoned.resource_version)
-        return result, _FollowUp(decision, cordoned.condition, drain=True)
+            return self._write(req, decision, current, "cordon")
 
-    def _follow_up(self, req: CordonRequest, result: ActionResult, follow: _FollowUp) -> ActionResult:
-        """The condition, the Event and (for a fresh cordon) the drain, after the lock. A failure here
-        is recorded and retryable: the redelivery finds the node cordoned for this incident and completes it."""
+    def _write(self, req: CordonRequest, decision: CordonDecision, current: NodeRead,
+               trigger: Trigger) -> tuple[ActionResult, _After | None]:
+        """The plan's decision step (the cordon's guarded write, the repeat), its record the decision's;
+        a node that changed since it was read is read and decided again. The plan's other steps follow
+        after the lock."""
         nodes = self.nodes
         assert nodes is not None
+        planned = plan(trigger, self.policy)
+        writer = next(s for s in planned if s.phase == "decision")
+        ctx = StepContext(req, decision, self.policy, current, self.clock(), trigger)
+        for _ in range(self.conflict_retries):
+            try:
+                record = writer.run(self._port(writer), ctx)
+                break
+            except Conflict:
+                current = nodes.read(req.node)
+                decision = self._decide(req, current)
+                if trigger_of(decision, current.view, req) != trigger:
+                    return self._after_decision(req, decision, current)
+                ctx.decision, ctx.node = decision, current
+        else:
+            return self._result(req, decision, "failed", retryable=True,
+                                reason=f"node {req.node} kept changing: {self.conflict_retries} conflicts"), None
+        # The node is written (for a cordon: cordoned and claimed); the record follows before the lock is released.
+        result = self._result(req, decision, record.outcome, action=record.step, changes=record.changes,
+                              resource_version=record.details.get("resource_version"))
+        return result, _After(ctx, [s for s in planned if s.phase == "after"])
+
+    def _run_after(self, req: CordonRequest, result: ActionResult, after: _After) -> ActionResult:
+        """The plan's steps after the lock, in order. What a step changed joins the decision's result, or
+        has a record of its own; a step's failure is recorded as the decision's and is retryable as the
+        error says: the redelivery finds the node cordoned for this incident and completes the plan."""
+        ctx = after.ctx
+        ctx.at = self.clock()
         changes = list(result.changes)
-        at = self.clock()
-        try:
-            if _gpu_unhealthy(nodes, req, at, follow.condition):
-                changes.append("condition")
-            if nodes.emit_event(req.node, key=req.incident_id, kind="cordon", action="Cordon",
-                                reason=_event_reason(req), note=f"Cordoned by xidpipe: {follow.decision.reason}",
-                                at=at) == "created":
-                changes.append("event")
-        except ActionError as exc:
-            failed = self._failed(req, exc, done=result.model_copy(update={"changes": changes}))
-            self._record(failed, details={"changes": failed.changes, "retryable": failed.retryable})
-            return failed
-        result = result.model_copy(update={"changes": changes})
-        if follow.drain and self.policy.drain.enabled:
-            report = drain_gpu_pods(nodes, req.node, req.pods, self.policy.drain)
-            result = result.model_copy(update={"drain": report})
-            self._record_drain(req, report)
-        return result
+        records: list[StepRecord] = []
+        for step in after.steps:
+            if step.own_record and ctx.trigger != "cordon" and self.store.step_recorded(
+                    step.name, req.node, step.idempotency_key(req), ctx.cordoned_at):
+                continue  # done already for this cordon (a fresh cordon has done nothing yet)
+            try:
+                record = step.run(self._port(step), ctx)
+            except ActionError as exc:
+                failed = self._failed(req, exc, done=result.model_copy(update={"changes": changes,
+                                                                                "steps": records}))
+                self._record(failed, details={"changes": failed.changes, "retryable": failed.retryable})
+                return failed
+            if step.own_record:
+                self._record_step(req, record, ctx.cordoned_at)
+                records.append(record)
+            else:
+                changes.extend(record.changes)
+            if record.outcome == "failed":
+                break
+        return result.model_copy(update={"changes": changes, "steps": records})
+
+    def _port(self, step: Step) -> Any:
+        if not isinstance(self.nodes, step.port):
+            raise PermanentError(_unported(self.nodes, step))
+        return self.nodes
 
     def _decide(self, req: CordonRequest, current: NodeRead) -> CordonDecision:
         view = current.view
@@ -226,19 +269,14 @@ class CordonExecutor:
         return decide_cordon(req, view, fleet, self.store.breaker(), self.policy, dry_run=self.dry_run)
 
     def _after_decision(self, req: CordonRequest, decision: CordonDecision,
-                        current: NodeRead) -> tuple[ActionResult, _FollowUp | None]:
+                        current: NodeRead) -> tuple[ActionResult, _After | None]:
         """Outcomes other than a fresh cordon: a repeat, a redelivery (complete what a crash may have
         left undone, after the lock), or a refusal."""
-        nodes = self.nodes
-        assert nodes is not None
         if decision.outcome == "repeat":
             if decision.dry_run:
                 return self._result(req, decision, "dry_run"), None
-            at = self.clock()
-            nodes.record_repeat(req.node, req.count)
-            nodes.event_series(req.node, req, at, note=f"Cordoned by xidpipe: {decision.reason}")
-            return self._result(req, decision, "done", action="repeat", changes=["annotations", "event_series"]), None
-        if decision.outcome == "already_cordoned" and current.view.xidpipe_incident == req.incident_id:
+            return self._write(req, decision, current, "repeat")
+        if trigger_of(decision, current.view, req) == "resume":
             if decision.dry_run:
                 return self._result(req, decision, "noop"), None
             # "done" once per cordon: when its first responder died before recording it, this completes it.
@@ -246,7 +284,8 @@ class CordonExecutor:
                 result = self._result(req, decision, "noop")
             else:
                 result = self._result(req, decision, "done", resource_version=current.resource_version)
-            return result, _FollowUp(decision, current.condition, drain=False)
+            ctx = StepContext(req, decision, self.policy, current, self.clock(), "resume")
+            return result, _After(ctx, [s for s in plan("resume", self.policy) if s.phase == "after"])
         if decision.outcome == "already_cordoned":
             return self._result(req, decision, "noop"), None
         if decision.outcome == "node_missing":
@@ -256,27 +295,27 @@ class CordonExecutor:
     def _trip(self, req: CordonRequest, decision: CordonDecision, view: NodeView) -> ActionResult:
         at = self.clock()
         pool = view.labels.get(self.policy.scope.pool_label, "")
-        incident = FleetAlert(at=at, pool=pool, reason=decision.reason, node=req.node,
-                                 incident_id=req.incident_id, family=req.family)
+        alert = FleetAlert(at=at, pool=pool, reason=decision.reason, node=req.node,
+                           incident_id=req.incident_id, family=req.family)
         if decision.dry_run:
-            return self._result(req, decision, "dry_run", fleet_incident=incident)
+            return self._result(req, decision, "dry_run", fleet_alert=alert)
         self.store.set_breaker(BreakerState(tripped=True, tripped_at=at, reason=decision.reason, pool=pool))
         self.store.record(ActionRecord(at=at, action="breaker_trip", outcome="done", node=req.node,
                                        incident_id=req.incident_id, decision=decision.outcome,
                                        reason=decision.reason, details={"pool": pool, "family": req.family}))
         log.error("cordon circuit breaker tripped: %s", decision.reason,
                   extra={"node": req.node, "incident": req.incident_id, "pool": pool})
-        if self.on_fleet_incident is not None:
-            self.on_fleet_incident(incident)
-        return self._result(req, decision, "blocked", fleet_incident=incident)
+        if self.on_fleet_alert is not None:
+            self.on_fleet_alert(alert)
+        return self._result(req, decision, "blocked", fleet_alert=alert)
 
     def _result(self, req: CordonRequest, decision: CordonDecision, outcome: ActionOutcome, *,
-                action: ActionKind = "cordon", changes: list[str] | None = None, retryable: bool = False,
-                reason: str | None = None, fleet_incident: FleetAlert | None = None,
+                action: str = "cordon", changes: list[str] | None = None, retryable: bool = False,
+                reason: str | None = None, fleet_alert: FleetAlert | None = None,
                 resource_version: str | None = None) -> ActionResult:
         return ActionResult(action=action, outcome=outcome, node=req.node, incident_id=req.incident_id,
                             decision=decision.outcome, reason=reason or decision.reason, dry_run=decision.dry_run,
-                            changes=changes or [], retryable=retryable, fleet_incident=fleet_incident,
+                            changes=changes or [], retryable=retryable, fleet_alert=fleet_alert,
                             resource_version=resource_version)
 
     def _record(self, result: ActionResult, details: dict[str, Any], actor: str = "xidpipe") -> None:
@@ -286,14 +325,11 @@ class CordonExecutor:
             details={k: v for k, v in details.items() if v not in (None, [], {})},
         ))
 
-    def _record_drain(self, req: CordonRequest, report: DrainReport) -> None:
-        outcome: ActionOutcome = "done" if report.complete else ("blocked" if report.blocked else "failed")
-        reason = (f"evicted {len(report.evicted)}, gone {len(report.gone)}, skipped {len(report.skipped)}, "
-                  f"blocked {len(report.blocked)}, failed {len(report.failed)}")
-        if report.blocked:
-            reason += f"; blocked: {'; '.join(f'{k}: {v}' for k, v in report.blocked.items())}"
-        self.store.record(ActionRecord(action="evict", outcome=outcome, node=req.node, incident_id=req.incident_id,
-                                       reason=reason[:2000], details=report.model_dump()))
+    def _record_step(self, req: CordonRequest, record: StepRecord, cordoned_at: str) -> None:
+        """A step's record of its own: its outcome and reason, its details, its key and the cordon it follows."""
+        self.store.record(ActionRecord(action=record.step, outcome=record.outcome, node=req.node,
+                                       incident_id=req.incident_id, reason=record.reason,
+                                       details={**record.details, "key": record.key, "cordoned_at": cordoned_at}))
 
     # --- release ----------------------------------------------------------------------------------
 
@@ -359,12 +395,9 @@ class CordonExecutor:
         return state
 
 
-def _event_reason(req: CordonRequest) -> str:
-    return condition_reason(req.family)
-
-
-def _gpu_unhealthy(nodes: NodePort, req: CordonRequest, at: datetime, existing: NodeCondition | None) -> bool:
-    return nodes.set_condition(req.node, "False", condition_reason(req.family), condition_message(req), at, existing)
+def _unported(nodes: object, step: Step) -> str:
+    return (f"the node adapter {type(nodes).__name__} does not implement {step.port.__name__}, "
+            f"the port of step {step.name!r}")
 
 
 def _release_result(node: str, incident_id: str | None, decision: ReleaseDecision, outcome: ActionOutcome,

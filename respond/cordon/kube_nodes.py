@@ -1,5 +1,5 @@
-"""Kubernetes adapter of the cordon port (`port.NodePort`), on the synchronous `kubernetes` client
-(the executor runs it in a thread from asyncio code).
+"""Kubernetes adapter of the cordon executor's ports (`port`) and of its steps' (`steps.*`), on the
+synchronous `kubernetes` client (the executor runs it in a thread from asyncio code).
 
 What it writes, and how:
 
@@ -8,6 +8,8 @@ What it writes, and how:
   keeps every other owner's taints, and an atomic claim of the cordon (the annotation that says
   xidpipe owns it is never written without the cordon, nor the cordon without it). A moved
   resourceVersion answers 422 (or 409); the caller re-reads, decides again, and retries.
+- `xidpipe.io/` annotations (a repeat's count, a step's mark) with a merge patch of the node's
+  metadata, nothing else.
 - the `GPUHealthy` condition with a strategic-merge patch of `nodes/{name}/status` (conditions
   merge by type), as Node Problem Detector does.
 - an events.k8s.io/v1 Event regarding the node, named after the node and the incident, so a
@@ -40,7 +42,6 @@ from kubernetes.client.exceptions import ApiException
 
 from models.cordon import (
     ANN_CORDONED_AT,
-    ANN_OCCURRENCES,
     ANN_RELEASE_REASON,
     ANN_RELEASED_AT,
     ANN_RELEASED_BY,
@@ -59,9 +60,10 @@ from models.cordon import (
 )
 from models.cordon_policy import CordonPolicy
 from respond.cordon.node_cache import NodeCache
-from respond.cordon.port import Conflict, NodeCondition, NodeRead, PodInfo
+from respond.cordon.port import Conflict, NodeCondition, NodeRead
 from respond.cordon.retry import Backoff, call_with_retry
 from respond.cordon.settings import ActionSettings
+from respond.cordon.steps.drain import PodInfo
 from respond.errors import ActionError, PermanentError, TemporaryError
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,7 @@ REPORTING_CONTROLLER = "xidpipe.io/worker"
 EVENT_NAMESPACE = "default"  # events about cluster-scoped objects (nodes) live in default
 NOTE_MAX = 1024
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+ANNOTATION_PREFIX = "xidpipe.io/"  # the only annotations the chart's admission policy lets the responder change
 T = TypeVar("T")
 
 
@@ -117,8 +120,8 @@ def event_name(node: str, incident_id: str, kind: str = "cordon") -> str:
 
 
 class KubeNodes:
-    """`NodePort` on the Kubernetes API: node reads and writes, each retried on transient errors (429,
-    5xx, connection) within `backoff`; pod reads and evictions, one attempt each.
+    """The executor's ports and its steps' on the Kubernetes API: node reads and writes, each retried on
+    transient errors (429, 5xx, connection) within `backoff`; pod reads and evictions, one attempt each.
 
     `watch_nodes`: keep the pool counts in a `NodeCache` (one, for the pool label of the first
     decision); `cache_wait_s`: how long a decision waits for it to be fresh before listing."""
@@ -269,10 +272,14 @@ class KubeNodes:
             self.cache.observe(written, own_cordon=True)
         return changed, written
 
-    def record_repeat(self, name: str, count: int) -> None:
+    def annotate(self, name: str, annotations: dict[str, str]) -> None:
+        """Set these annotations on the node in one merge patch; only xidpipe's own (`xidpipe.io/`)."""
+        foreign = sorted(k for k in annotations if not k.startswith(ANNOTATION_PREFIX))
+        if foreign:
+            raise PermanentError(f"xidpipe writes only {ANNOTATION_PREFIX} annotations, not {', '.join(foreign)}")
         self._saw(self._call(f"annotate node {name}", self.core.patch_node, name,
-                   {"metadata": {"annotations": {ANN_OCCURRENCES: str(count)}}},
-                   _content_type="application/merge-patch+json"))
+                             {"metadata": {"annotations": annotations}},
+                             _content_type="application/merge-patch+json"))
 
     def set_condition(self, name: str, status: str, reason: str, message: str, at: datetime,
                       existing: NodeCondition | None) -> bool:

@@ -6,6 +6,11 @@ recorded cluster (labelled, and its pools sized, as `replay.json` says), the cor
 repeat finds its node already cordoned), the cordons of the hour before the incident's latest
 fault (event time), and the breaker, which trips when a cordon would pass its limits and then
 holds every later cordon. Nothing is written anywhere.
+
+Each verdict that changes the node (a cordon, a repeat) lists the steps the responder's plan would
+run for it, from the step registry as the executor reads it (`respond.cordon.steps.plan`: the
+cordon, the condition, the Event, the drain when the policy turns it on, and any step registered
+since; a repeat's).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from models.cordon import (
     pool_of,
 )
 from models.cordon_policy import CordonPolicy
+from respond.cordon.steps import plan, trigger_of
 
 _HOUR = timedelta(hours=1)
 
@@ -42,10 +48,12 @@ class CordonVerdict:
     outcome: str
     rule: str | None
     reason: str
+    steps: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"at": self.at.isoformat(), "node": self.node, "incident_id": self.incident_id,
-                "gpu_uuid": self.gpu_uuid, "outcome": self.outcome, "rule": self.rule, "reason": self.reason}
+                "gpu_uuid": self.gpu_uuid, "outcome": self.outcome, "rule": self.rule, "reason": self.reason,
+                "steps": list(self.steps)}
 
 
 @dataclass(slots=True)
@@ -78,8 +86,10 @@ class DryRunCluster:
     def decide(self, req: CordonRequest, gpu_uuid: str | None) -> CordonDecision:
         """Decide one candidate and apply it to the simulated cluster."""
         at = req.last_seen
-        decision = decide_cordon(req, self._view(req.node), self._fleet(req.node, at), self.breaker, self.policy,
-                                 dry_run=True)
+        view = self._view(req.node)
+        decision = decide_cordon(req, view, self._fleet(req.node, at), self.breaker, self.policy, dry_run=True)
+        trigger = trigger_of(decision, view, req) if decision.changes_node else None  # a replay crashes nowhere
+        steps = tuple(s.name for s in plan(trigger, self.policy)) if trigger is not None else ()
         if decision.outcome == "cordon":
             self.cordoned[req.node] = (req.incident_id, req.count, at)
         elif decision.outcome == "repeat":
@@ -89,7 +99,7 @@ class DryRunCluster:
             self.breaker = BreakerState(tripped=True, tripped_at=at, reason=decision.reason,
                                         pool=pool_of(self.policy, self.node_labels.get(req.node, {})))
         self.verdicts.append(CordonVerdict(at, req.node, req.incident_id, gpu_uuid, decision.outcome, decision.rule,
-                                           decision.reason))
+                                           decision.reason, steps))
         return decision
 
     def cordons(self) -> list[CordonVerdict]:

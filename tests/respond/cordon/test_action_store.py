@@ -73,3 +73,21 @@ def test_breaker_state_survives_a_restart(store_factory: StoreFactory) -> None:
     reset = BreakerState(reset_at=T0 + timedelta(hours=1), reset_by="ops", reset_reason="driver rolled back")
     store.set_breaker(reset)
     assert store_factory().breaker() == reset
+
+
+def test_a_steps_done_record_is_found_by_its_key_for_its_cordon_only(store_factory: StoreFactory) -> None:
+    store = store_factory()
+    first, second = (T0 - timedelta(hours=2)).isoformat(), T0.isoformat()
+    mark = {"key": "n1/inc-1", "cordoned_at": first}
+    store.record(ActionRecord(action="mark", outcome="done", node="n1", incident_id="inc-1", details=mark))
+    store.record(ActionRecord(action="mark", outcome="failed", node="n1", incident_id="inc-1",
+                              details={**mark, "cordoned_at": second}))
+    store.record(ActionRecord(action="evict", outcome="done", node="n1", incident_id="inc-1", details=mark))
+
+    again = store_factory()
+    assert again.step_recorded("mark", "n1", "n1/inc-1", first)
+    assert not again.step_recorded("mark", "n1", "n1/inc-1", second)  # failed for the later cordon: not done
+    assert not again.step_recorded("mark", "n2", "n1/inc-1", first)  # another node
+    assert not again.step_recorded("mark", "n1", "n1/inc-2", first)  # another key
+    assert again.step_recorded("evict", "n1", "n1/inc-1", first)
+    assert not again.step_recorded("label", "n1", "n1/inc-1", first)  # another step

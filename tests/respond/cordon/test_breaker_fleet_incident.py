@@ -42,7 +42,7 @@ def test_a_breaker_trip_is_one_fleet_incident_with_one_ticket_and_message(
         alerts.append(alert)
         trips(alert)
 
-    executor.on_fleet_incident = on_trip
+    executor.on_fleet_alert = on_trip
     requests = [xid79(n) for n in names[:3]]
     results = [executor.handle(r) for r in requests]
     again = executor.handle(requests[2])  # the tripping request, delivered twice

@@ -27,8 +27,7 @@ from models.cordon import (
     without_our_taint,
 )
 from models.cordon_policy import Breaker, CordonPolicy, Scope
-from respond.cordon.drain import skip_reason
-from respond.cordon.port import PodInfo
+from respond.cordon.steps.drain import PodInfo, skip_reason
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 XID = {  # family, category, NVIDIA immediate action (as the catalog and the stream give them)

@@ -181,7 +181,7 @@ def test_breaker_trips_at_the_pool_share_and_holds_until_reset(
     names = [make_node(pool=pool) for _ in range(10)]
     raised: list[FleetAlert] = []
     policy = CordonPolicy(breaker=Breaker(max_pool_share=0.2, min_nodes=1, max_per_hour=100))
-    executor = make_executor(policy, on_fleet_incident=raised.append)
+    executor = make_executor(policy, on_fleet_alert=raised.append)
 
     results = [executor.handle(xid79(n)) for n in names[:4]]
 

@@ -250,8 +250,9 @@ def test_the_drain_evicts_the_incidents_pods(
     fault(engine, inc, T0, 79, pod=(namespace, joined.metadata.name))
 
     result = offer(lane, inc)
-    assert result.outcome == "done" and result.drain is not None
-    assert sorted(result.drain.evicted) == sorted(f"{namespace}/{p.metadata.name}" for p in (listed, joined))
+    drained = result.step("evict")
+    assert result.outcome == "done" and drained is not None
+    assert sorted(drained.details["evicted"]) == sorted(f"{namespace}/{p.metadata.name}" for p in (listed, joined))
     names = {p.metadata.name for p in admin_core.list_namespaced_pod(namespace).items
              if p.metadata.deletion_timestamp is None}
     assert bystander.metadata.name in names

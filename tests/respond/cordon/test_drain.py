@@ -7,8 +7,7 @@ from typing import Any
 
 from models.cordon import PodRef
 from models.cordon_policy import Drain
-from respond.cordon.drain import drain_gpu_pods
-from respond.cordon.port import PodInfo
+from respond.cordon.steps.drain import PodInfo, drain_gpu_pods
 from respond.errors import ActionError, PermanentError, TemporaryError
 
 

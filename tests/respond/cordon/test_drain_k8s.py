@@ -12,8 +12,8 @@ from kubernetes.client.exceptions import ApiException
 
 from models.cordon import PodRef
 from models.cordon_policy import CordonPolicy, Drain
-from respond.cordon.drain import drain_gpu_pods
 from respond.cordon.kube_nodes import KubeNodes
+from respond.cordon.steps.drain import DrainReport, drain_gpu_pods
 from tests.kube import PodFactory, unique
 from tests.respond.cordon.conftest import ExecutorFactory, NodeFactory, xid79
 
@@ -73,8 +73,9 @@ def test_eviction_blocked_by_a_budget_backs_off_reports_and_never_violates_it(
     result = make_executor(policy).handle(xid79(node, pods=(ref(guarded), ref(free))))
     elapsed = time.monotonic() - started
 
-    assert result.outcome == "done" and result.drain is not None
-    report = result.drain
+    drained = result.step("evict")
+    assert result.outcome == "done" and drained is not None
+    report = DrainReport.model_validate(drained.details)
     key = f"{namespace}/{guarded.metadata.name}"
     assert report.evicted == [f"{namespace}/{free.metadata.name}"]
     assert list(report.blocked) == [key] and "disruption budget" in report.blocked[key]

@@ -1,29 +1,72 @@
-"""Evict the pods that use the faulty GPU, through the Eviction API (PodDisruptionBudgets honoured).
+"""The drain: evict the pods that use the faulty GPU, through the Eviction API (PodDisruptionBudgets
+honoured), after a fresh cordon, when the policy's `drain.enabled` says so.
 
 Only the pods the incident names (the ones PodResources showed on the faulty GPU) are evicted, or,
 when the policy says so and the incident names none, the node's pods that request `nvidia.com/gpu`.
 DaemonSet pods and mirror (static) pods are skipped, as `kubectl drain` does. A 429 (a disruption
 budget allows no disruption now) is retried with exponential backoff until the policy's deadline
 and then reported as blocked: a budget is never bypassed (no delete is ever sent).
+
+Its record is its own, `evict` (the action kind it always had): outcome `done` when every pod was
+evicted or gone, `blocked` when a budget held one past the deadline, `failed` otherwise; the
+`DrainReport` in its details.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from models.cordon import PodRef
-from models.cordon_policy import Drain
-from respond.cordon.port import PodInfo, PodPort
+from models.cordon import CordonRequest, PodRef
+from models.cordon_policy import CordonPolicy, Drain
+from respond.cordon.steps.base import Phase, StepContext, StepOutcome, StepRecord, Trigger
 from respond.errors import ActionError, TemporaryError
 
 log = logging.getLogger(__name__)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+REASON_MAX = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """A pod, as far as the drain looks at it."""
+
+    namespace: str
+    name: str
+    node_name: str | None = None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    owner_kinds: tuple[str, ...] = ()
+    terminating: bool = False
+    resources: frozenset[str] = frozenset()  # what its containers request or limit (`nvidia.com/gpu`, ...)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@runtime_checkable
+class PodPort(Protocol):
+    """The node's pods, and their eviction; single attempts (the drain keeps its own backoff)."""
+
+    def read_pod(self, namespace: str, name: str) -> PodInfo | None:
+        """The pod, or None when it no longer exists."""
+        ...
+
+    def node_pods(self, node: str) -> list[PodInfo]:
+        """The pods bound to `node` that have not finished (neither Succeeded nor Failed)."""
+        ...
+
+    def evict(self, pod: PodInfo, grace_period_s: int | None) -> bool:
+        """Evict through the Eviction API (disruption budgets honoured); False when the pod is gone.
+        A refusal is a `TemporaryError` (429: a budget allows no disruption now, 5xx) or a `PermanentError`."""
+        ...
 
 
 class DrainReport(BaseModel):
@@ -121,3 +164,31 @@ def drain_gpu_pods(
         report.blocked[pod.key] = last_refusal.get(pod.key, "eviction refused")
     report.elapsed_s = round(clock() - start, 3)
     return report
+
+
+class DrainStep:
+    name = "evict"
+    port = PodPort
+    phase: Phase = "after"
+    triggers: frozenset[Trigger] = frozenset({"cordon"})  # once, after the cordon: not on its redeliveries
+    own_record = True
+
+    def idempotency_key(self, req: CordonRequest) -> str:
+        """The incident's pods on the node: an eviction of a pod already gone is reported `gone`."""
+        return f"{req.node}/{req.incident_id}"
+
+    def applies(self, policy: CordonPolicy) -> bool:
+        return policy.drain.enabled
+
+    def run(self, port: PodPort, ctx: StepContext) -> StepRecord:
+        report = drain_gpu_pods(port, ctx.req.node, ctx.req.pods, ctx.policy.drain)
+        outcome: StepOutcome = "done" if report.complete else ("blocked" if report.blocked else "failed")
+        reason = (f"evicted {len(report.evicted)}, gone {len(report.gone)}, skipped {len(report.skipped)}, "
+                  f"blocked {len(report.blocked)}, failed {len(report.failed)}")
+        if report.blocked:
+            reason += f"; blocked: {'; '.join(f'{k}: {v}' for k, v in report.blocked.items())}"
+        return StepRecord(step=self.name, outcome=outcome, reason=reason[:REASON_MAX],
+                          key=self.idempotency_key(ctx.req), details=report.model_dump())
+
+
+STEP = DrainStep()

@@ -1,9 +1,10 @@
-"""The responder's lifecycle steps: `mitigated` once it really cordoned a node for an incident,
-`ticketed` once the incident has a ticket (Jira or the file outbox).
+"""The incident lifecycle states the responder records: `mitigated` once it really cordoned a node
+for an incident, `ticketed` once the incident has a ticket (Jira or the file outbox).
 
-Each step is recorded at most once per incident (`models.lifecycle`: the lifecycle only moves
-forward, and `incident_transitions` holds one row per state entered), so redelivered requests and
-repeated ticket updates change nothing. A step the incident has passed already is not recorded.
+Each is recorded at most once per incident (`models.lifecycle`: the lifecycle only moves forward,
+and `incident_transitions` holds one row per state entered), so redelivered requests and repeated
+ticket updates change nothing. A state the incident has passed already is not recorded. (The steps
+that act on a node after the cordon decision are another thing: `respond.cordon.steps`.)
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ def cordoned(result: ActionResult) -> bool:
     return result.action == "cordon" and result.outcome == "done" and not result.dry_run
 
 
-def record_step(engine: sa.Engine, incident_id: str, to: str, reason: str, at: datetime | None = None) -> bool:
-    """Record the responder's step `to` for the incident; True when it was recorded now."""
+def record_lifecycle_step(engine: sa.Engine, incident_id: str, to: str, reason: str,
+                          at: datetime | None = None) -> bool:
+    """Record the incident's lifecycle state `to`, entered by the responder; True when it was recorded now."""
     with Session(engine) as s:
         try:
             step = record_responder_step(s, incident_id, to, reason=reason, actor=ACTOR,
