@@ -28,10 +28,11 @@ from typing import Any
 
 from agents.metrics import Metrics
 from models.kernlog.messages import XID
-from models.node_records import Evidence, EvidenceItem, GpuInfo, NodeRecord, NvmlEvent
+from models.node_records import Evidence, EvidenceItem, GpuInfo, NodeRecord
 from models.pci import normalize_pci
 from models.redact import redact as redact_text
 from models.redact import redact_argv
+from models.signals.nvml.records import NvmlEvent
 
 log = logging.getLogger(__name__)
 

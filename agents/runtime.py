@@ -25,10 +25,9 @@ from models.node_records import (
     NodeRecord,
     SpoolDrops,
     encode_node_record,
-    record_kind,
-    topic_for,
 )
 from models.topics import record_key
+from models.wire import record_kind, topic_for
 
 log = logging.getLogger(__name__)
 

@@ -42,9 +42,9 @@ from models.node_records import (
     NodeRecord,
     PodAssignments,
     encode_node_record,
-    topic_for,
 )
 from models.topics import record_key
+from models.wire import topic_for
 
 GPUS_PER_NODE = 8
 BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")  # an HGX H100 board's GPU buses

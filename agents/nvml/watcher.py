@@ -19,17 +19,9 @@ from agents.metrics import Metrics
 from agents.nvml.calls import NvmlCaller, NvmlCallTimeout
 from agents.nvml.cgroup import container_of
 from agents.nvml.inventory import Snapshot, pci_upstream, read_snapshot
-from models.node_records import (
-    GpuInfo,
-    GpuInventory,
-    GpuMissing,
-    GpuProcess,
-    GpuProcesses,
-    NodeRecord,
-    NvmlEvent,
-    NvmlEventType,
-)
+from models.node_records import GpuInfo, GpuInventory, GpuProcess, GpuProcesses, NodeRecord
 from models.pci import normalize_pci
+from models.signals.nvml.records import GpuMissing, NvmlEvent, NvmlEventType
 
 log = logging.getLogger(__name__)
 

@@ -1,16 +1,17 @@
 """The NVML signals: events the driver reports (critical Xids, double-bit ECC, a GPU gone, a
 recovery action) and GPUs missing from the device count, on the NVML topic.
 
-The mapping of each record to fault observations is `models.signals.nvml.mapping`; its sensor is
-`agents.signals.nvml`.
+The records are `models.signals.nvml.records`, their mapping to fault observations
+`models.signals.nvml.mapping`; the sensor that publishes them is `agents.signals.nvml`.
 """
 
 from __future__ import annotations
 
 from models.incidents import FaultObservation
-from models.node_records import NVML_TOPIC, GpuMissing, NvmlEvent
+from models.node_records import NVML_TOPIC
 from models.signals.base import Signal
 from models.signals.nvml.mapping import observation_from_missing, observation_from_nvml
+from models.signals.nvml.records import GpuMissing, NvmlEvent, NvmlEventType
 
 
 def _event(event: NvmlEvent) -> tuple[FaultObservation, ...]:
@@ -26,4 +27,5 @@ NVML_EVENT = Signal(NvmlEvent, NVML_TOPIC, _event)
 GPU_MISSING = Signal(GpuMissing, NVML_TOPIC, _missing)
 SIGNALS = (NVML_EVENT, GPU_MISSING)
 
-__all__ = ["GPU_MISSING", "NVML_EVENT", "SIGNALS", "observation_from_missing", "observation_from_nvml"]
+__all__ = ["GPU_MISSING", "NVML_EVENT", "SIGNALS", "GpuMissing", "NvmlEvent", "NvmlEventType",
+           "observation_from_missing", "observation_from_nvml"]

@@ -14,7 +14,7 @@ from models.catalog import Catalog, load_catalog
 from models.families import family_of
 from models.incidents import FaultObservation
 from models.kernlog.record import FaultRecord
-from models.node_records import GpuMissing, NvmlEvent
+from models.signals.nvml.records import GpuMissing, NvmlEvent
 
 _NVML_KINDS = {"double_bit_ecc": "ecc", "gpu_unavailable": "gpu_fallen_off_bus"}
 
