@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from agents.metrics import Metrics
-from agents.nvml.watcher import NvmlWatcher
+from agents.signals.nvml.watcher import NvmlWatcher
 from models.node_records import NodeRecord
 
 

@@ -1,4 +1,4 @@
-"""The NVML sensor: driver events, the GPU inventory and GPU processes (`agents.nvml.watcher`)."""
+"""The NVML sensor: driver events, the GPU inventory and GPU processes (`agents.signals.nvml.watcher`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ def build(ctx: SensorContext) -> Sensor | None:
     settings = ctx.settings
     if not settings.nvml_enabled:
         return None
-    from agents.nvml.watcher import NvmlWatcher
+    from agents.signals.nvml.watcher import NvmlWatcher
 
     evidence = ctx.agent.evidence
     watcher = NvmlWatcher(

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from agents.metrics import Metrics
-from agents.nvml.calls import NvmlCaller, NvmlCallTimeout
-from agents.nvml.cgroup import container_of
-from agents.nvml.inventory import Snapshot, pci_upstream, read_snapshot
+from agents.nvml_calls import NvmlCaller, NvmlCallTimeout
+from agents.signals.nvml.cgroup import container_of
+from agents.signals.nvml.inventory import Snapshot, pci_upstream, read_snapshot
 from models.node_records import GpuInfo, GpuInventory, GpuProcess, GpuProcesses, NodeRecord
 from models.pci import normalize_pci
 from models.signals.nvml.records import GpuMissing, NvmlEvent, NvmlEventType
