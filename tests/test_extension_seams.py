@@ -2,12 +2,14 @@
 
 The signal: a sensor registered in `agents.signals` publishes its own record kind through the real
 agent (spool, topic, key); the record kind and its mapping, registered in `models.signals`, carry it
-through the stream's decoding and ingest into the store, where it opens an incident. The sink: a
-chat destination registered in `respond.sinks.registry` is what `build_sinks` sends notices through.
+through the stream's decoding and ingest into the store, where it opens an incident. The sensor is
+built from a context that holds only what it declares. The sink: a chat destination registered in
+`respond.sinks.registry` is what `build_sinks` sends notices through.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -19,6 +21,8 @@ from pydantic import BaseModel, SecretStr
 
 from agents import signals as agent_signals
 from agents.main import build_agent
+from agents.nvml_calls import NvmlCaller
+from agents.runtime import Agent
 from agents.settings import AgentSettings
 from history.engine import make_engine
 from history.migrate import upgrade
@@ -59,22 +63,39 @@ def observe(rec: ThermalSlowdown) -> Sequence[FaultObservation]:
 SIGNAL = model_signals.Signal(ThermalSlowdown, NVML_TOPIC, observe)
 
 
+@dataclasses.dataclass(frozen=True)
+class ThermalSettings:
+    interval_s: float
+
+
 class ThermalSensor:
     built: ClassVar[list[ThermalSensor]] = []
 
-    def __init__(self, node: str, publish: Any) -> None:
-        self.node, self.publish = node, publish
+    def __init__(self, ctx: agent_signals.SensorContext[ThermalSettings]) -> None:
+        self.ctx = ctx
         ThermalSensor.built.append(self)
 
     def start(self, stop: threading.Event) -> None:
-        self.publish(ThermalSlowdown(node=self.node, record_id=f"thermal:{self.node}:1", gpu_uuid="GPU-7f00",
-                                     temperature_c=91, observed_at=T0))
+        self.ctx.publish(ThermalSlowdown(node=self.ctx.node, record_id=f"thermal:{self.ctx.node}:1",
+                                         gpu_uuid="GPU-7f00", temperature_c=91, observed_at=T0))
 
     def close(self) -> None:
         pass
 
 
-SENSOR = agent_signals.SensorSpec("test_thermal", lambda ctx: ThermalSensor(ctx.node, ctx.publish))
+def thermal_settings(agent: AgentSettings) -> ThermalSettings | None:
+    """On with NVML (whose clock-event reasons a real one would read)."""
+    return ThermalSettings(agent.inventory_check_s) if agent.nvml_enabled else None
+
+
+SENSOR = agent_signals.SensorSpec("test_thermal", thermal_settings, ThermalSensor)
+
+
+class NvmlUser(ThermalSensor):
+    """A second sensor, declaring the NVML caller and nothing else."""
+
+
+NVML_USER = agent_signals.SensorSpec("test_nvml_user", thermal_settings, NvmlUser, uses=frozenset({"nvml"}))
 
 
 @pytest.fixture
@@ -88,9 +109,9 @@ def thermal_signal() -> Iterator[None]:
 
 
 def test_a_registered_signal_travels_from_its_sensor_to_an_incident(thermal_signal: None, tmp_path: Path) -> None:
-    settings = AgentSettings(node=NODE, state_dir=tmp_path / "state", nvml_enabled=False,
+    settings = AgentSettings(node=NODE, state_dir=tmp_path / "state", nvml_enabled=True,
                              podresources_enabled=False, evidence_enabled=False, metrics_port=None)
-    agent = build_agent(settings)
+    agent = build_agent(settings)  # the NVML sensor is built too, never started
     try:
         [sensor] = ThermalSensor.built
         sensor.start(agent.stop_event)
@@ -116,6 +137,54 @@ def test_a_registered_signal_travels_from_its_sensor_to_an_incident(thermal_sign
     [incident] = [o.payload for o in result.outgoing if o.stream == "incidents"]
     assert incident["change"] == "opened"
     assert (incident["incident"]["node"], incident["incident"]["family"]) == (NODE, "thermal")
+
+
+def test_a_sensor_is_built_from_a_context_with_only_what_it_declares(thermal_signal: None, tmp_path: Path) -> None:
+    agent_signals.register(NVML_USER)
+    settings = AgentSettings(node=NODE, state_dir=tmp_path / "state", nvml_enabled=True, podresources_enabled=False,
+                             evidence_enabled=True, metrics_port=None, nvml_call_timeout_s=1.5)
+    try:
+        agent = build_agent(settings)
+    finally:
+        agent_signals.unregister(NVML_USER.name)
+    try:
+        thermal, nvml_user = ThermalSensor.built
+    finally:
+        agent.stop()
+
+    ctx = thermal.ctx
+    assert (ctx.sensor, ctx.node, ctx.settings) == ("test_thermal", NODE, ThermalSettings(settings.inventory_check_s))
+    assert ctx.uses == frozenset()
+    for capability in agent_signals.CAPABILITIES:
+        with pytest.raises(agent_signals.Undeclared, match=capability):
+            getattr(ctx, capability)
+    # Nothing in a context is the agent: its callables are the agent's narrow ones, bound to it.
+    values = [getattr(ctx, f.name) for f in dataclasses.fields(ctx)]
+    assert not any(isinstance(v, Agent | AgentSettings) for v in values)
+    assert ctx.publish == agent.emit
+
+    ctx = nvml_user.ctx
+    assert ctx.uses == {"nvml"}
+    assert isinstance(ctx.nvml, NvmlCaller) and ctx.nvml.timeout_s == 1.5
+    for capability in ("evidence", "gpus"):
+        with pytest.raises(agent_signals.Undeclared, match=capability):
+            getattr(ctx, capability)
+
+
+def test_a_sensor_its_settings_turn_off_is_not_built(thermal_signal: None, tmp_path: Path) -> None:
+    agent = build_agent(AgentSettings(node=NODE, state_dir=tmp_path / "state", nvml_enabled=False,
+                                      podresources_enabled=False, evidence_enabled=False, metrics_port=None))
+    agent.stop()
+    assert ThermalSensor.built == []
+
+
+def test_a_context_lends_exactly_what_its_spec_declares() -> None:
+    common: dict[str, Any] = dict(sensor="s", node=NODE, settings=None, publish=print,
+                                  clock=agent_signals.SYSTEM_CLOCK, metrics=None)
+    with pytest.raises(ValueError, match="not declared"):
+        agent_signals.SensorContext(**common, evidence_trigger=print)
+    with pytest.raises(ValueError, match="not lent"):
+        agent_signals.SensorContext(**common, uses=frozenset({"gpus"}))
 
 
 def test_without_its_registration_the_record_is_a_dead_letter() -> None:

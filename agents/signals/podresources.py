@@ -1,25 +1,23 @@
-"""The PodResources sensor: which pod holds which GPU, from the kubelet (`agents.podresources.watcher`)."""
+"""The PodResources sensor: which pod holds which GPU, from the kubelet (`agents.podresources.watcher`).
+Its records are node state (`models.node_records.PodAssignments`), not a health signal; it uses no
+capability."""
 
 from __future__ import annotations
 
-from agents.signals.base import Sensor, SensorContext, SensorSpec
+from agents.podresources.watcher import PodResourcesSettings, PodResourcesWatcher
+from agents.settings import AgentSettings
+from agents.signals.base import SensorSpec
 
 
-def build(ctx: SensorContext) -> Sensor | None:
-    settings = ctx.settings
-    if not settings.podresources_enabled:
+def settings(agent: AgentSettings) -> PodResourcesSettings | None:
+    if not agent.podresources_enabled:
         return None
-    from agents.podresources.watcher import PodResourcesWatcher
-
-    return PodResourcesWatcher(
-        node=settings.node,
-        socket_path=settings.podresources_socket,
-        publish=ctx.publish,
-        metrics=ctx.metrics,
-        interval_s=settings.podresources_interval_s,
-        timeout_s=settings.podresources_timeout_s,
-        resource_prefixes=settings.gpu_resource_prefixes,
+    return PodResourcesSettings(
+        socket_path=agent.podresources_socket,
+        interval_s=agent.podresources_interval_s,
+        timeout_s=agent.podresources_timeout_s,
+        resource_prefixes=tuple(agent.gpu_resource_prefixes),
     )
 
 
-SENSOR = SensorSpec("podresources", build)
+SENSOR = SensorSpec("podresources", settings, PodResourcesWatcher)

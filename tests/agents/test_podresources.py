@@ -7,7 +7,8 @@ import pytest
 
 from agents.metrics import Metrics
 from agents.podresources.mapping import split_device_id
-from agents.podresources.watcher import PodResourcesClient, PodResourcesWatcher
+from agents.podresources.watcher import PodResourcesClient, PodResourcesSettings, PodResourcesWatcher
+from agents.signals import SYSTEM_CLOCK, SensorContext
 from models.node_records import NodeRecord, PodAssignments
 from tests.fakes.kubelet.server import FakeContainer, FakeKubelet, FakePod
 
@@ -31,8 +32,9 @@ def kubelet(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def _watcher(path: Path, sink: list[NodeRecord], **kw: float) -> PodResourcesWatcher:
-    return PodResourcesWatcher(node="gpu-node-1", socket_path=path, publish=sink.append, metrics=Metrics(),
-                               timeout_s=2, **kw)
+    settings = PodResourcesSettings(socket_path=path, timeout_s=2, **kw)
+    return PodResourcesWatcher(SensorContext(sensor="podresources", node="gpu-node-1", settings=settings,
+                                             publish=sink.append, clock=SYSTEM_CLOCK, metrics=Metrics()))
 
 
 @pytest.mark.parametrize(("raw", "base", "replica"), [
