@@ -1,12 +1,13 @@
-"""The PodResources sensor: which pod holds which GPU, from the kubelet (`agents.podresources.watcher`).
-Its records are node state (`models.node_records.PodAssignments`), not a health signal; it uses no
+"""The PodResources sensor: which pod holds which GPU, from the kubelet's PodResources API (gRPC v1 on a
+unix socket; `watcher`, the stubs `api_pb2*` generated from `api.proto`, the mapping `mapping`). Its
+records are node state (`models.node_records.PodAssignments`), not a health signal; it uses no
 capability."""
 
 from __future__ import annotations
 
-from agents.podresources.watcher import PodResourcesSettings, PodResourcesWatcher
 from agents.settings import AgentSettings
 from agents.signals.base import SensorSpec
+from agents.signals.podresources.watcher import PodResourcesSettings, PodResourcesWatcher
 
 
 def settings(agent: AgentSettings) -> PodResourcesSettings | None:

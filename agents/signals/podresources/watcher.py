@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.podresources.mapping import allocatable, assignments
 from agents.signals.base import SensorContext
+from agents.signals.podresources.mapping import allocatable, assignments
 from models.node_records import PodAssignments
 
 log = logging.getLogger(__name__)
@@ -22,7 +22,7 @@ class PodResourcesClient:
     def __init__(self, socket_path: Path, timeout_s: float = 10.0) -> None:
         import grpc
 
-        from agents.podresources import api_pb2, api_pb2_grpc
+        from agents.signals.podresources import api_pb2, api_pb2_grpc
 
         self._pb: Any = api_pb2  # generated code, untyped
         stub: Any = api_pb2_grpc.PodResourcesListerStub
