@@ -10,7 +10,11 @@ built from a context that holds only what it declares. The sink: a chat destinat
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
+import textwrap
 import threading
+import types
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -185,6 +189,91 @@ def test_a_context_lends_exactly_what_its_spec_declares() -> None:
         agent_signals.SensorContext(**common, evidence_trigger=print)
     with pytest.raises(ValueError, match="not lent"):
         agent_signals.SensorContext(**common, uses=frozenset({"gpus"}))
+
+
+# --- the documented example (docs/architecture.md, "Adding a health signal"), run as written ---------
+
+ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+DOCUMENTED = ("models/signals/thermal/__init__.py", "agents/signals/thermal/__init__.py")
+
+
+def documented_code() -> dict[str, str]:
+    """The code of "Adding a health signal", by the file the document shows it as."""
+    text = ARCHITECTURE.read_text()
+    section = text[text.index("## Adding a health signal"):text.index("## Adding a sink")]
+    blocks = re.findall(r"`((?:models|agents)/signals/thermal/__init__\.py)`:\n\n( *)```python\n(.*?)\n\2```",
+                        section, re.S)
+    return {path: textwrap.dedent(code) for path, _indent, code in blocks}
+
+
+@pytest.fixture
+def documented() -> Iterator[tuple[types.ModuleType, types.ModuleType]]:
+    """The two documented files as the modules they would be (`models.signals.thermal`, `agents.signals.thermal`)."""
+    code = documented_code()
+    assert sorted(code) == sorted(DOCUMENTED)
+    modules: list[types.ModuleType] = []
+    try:
+        for path in DOCUMENTED:
+            module = types.ModuleType(path.removesuffix("/__init__.py").replace("/", "."))
+            sys.modules[module.__name__] = module
+            modules.append(module)
+            exec(compile(code[path], f"{ARCHITECTURE}:{path}", "exec"), module.__dict__)
+        yield modules[0], modules[1]
+    finally:
+        for module in modules:
+            sys.modules.pop(module.__name__, None)
+
+
+def test_the_documented_signal_and_sensor_work_as_written(
+    documented: tuple[types.ModuleType, types.ModuleType], tmp_path: Path
+) -> None:
+    model, sensor_module = documented
+    contexts: list[agent_signals.SensorContext[Any]] = []
+
+    def build(ctx: agent_signals.SensorContext[Any]) -> Any:
+        contexts.append(ctx)
+        return sensor_module.SENSOR.build(ctx)
+
+    for signal in model.SIGNALS:
+        model_signals.register(signal)
+    agent_signals.register(dataclasses.replace(sensor_module.SENSOR, build=build))
+    try:
+        off = AgentSettings(node=NODE, state_dir=tmp_path / "off", nvml_enabled=False, podresources_enabled=False,
+                            evidence_enabled=False, metrics_port=None)
+        build_agent(off).stop()
+        assert contexts == []  # its settings turn it off with NVML
+
+        settings = off.model_copy(update={"state_dir": tmp_path / "on", "nvml_enabled": True})
+        agent = build_agent(settings)
+        try:
+            [ctx] = contexts
+            assert ctx.uses == {"nvml"} and ctx.settings == sensor_module.ThermalSettings()
+            assert isinstance(ctx.nvml, NvmlCaller) and ctx.nvml.timeout_s == settings.nvml_call_timeout_s
+            for capability in ("evidence", "gpus"):
+                with pytest.raises(agent_signals.Undeclared):
+                    getattr(ctx, capability)
+            sensor, stop = sensor_module.SENSOR.build(ctx), threading.Event()
+            sensor.start(stop)
+            stop.set()
+            sensor.close()
+
+            ctx.publish(model.ThermalThrottle(node=NODE, record_id="thermal:GPU-7f00:1", gpu_uuid="GPU-7f00",
+                                              temperature_c=93, observed_at=T0))
+            [entry] = agent.spool.pending_entries()
+        finally:
+            agent.stop()
+        assert (entry.topic, entry.key, entry.fault) == (NVML_TOPIC, NODE, True)
+        record = decode_message(topic=entry.topic, partition=0, offset=0, key=entry.key.encode(),
+                                value=entry.value.encode(), kinds=topology().kinds_for(entry.topic))
+        assert isinstance(record, model.ThermalThrottle)
+        [item] = Ingest().items(record, entry.topic)
+        assert isinstance(item, FaultItem)
+        assert (item.observation.family, item.observation.gpu_uuid, item.observation.occurred_at) == (
+            "thermal", "GPU-7f00", T0)
+    finally:
+        agent_signals.unregister(sensor_module.SENSOR.name)
+        for signal in model.SIGNALS:
+            model_signals.unregister(signal.kind)
 
 
 def test_without_its_registration_the_record_is_a_dead_letter() -> None:
