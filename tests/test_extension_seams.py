@@ -2,9 +2,8 @@
 
 The signal: a sensor registered in `agents.signals` publishes its own record kind through the real
 agent (spool, topic, key); the record kind and its mapping, registered in `models.signals`, carry it
-through the stream's decoding and ingest into the store, where it opens an incident. The sensor is
-built from a context that holds only what it declares. The sink: a chat destination registered in
-`respond.sinks.registry` is what `build_sinks` sends notices through.
+through the stream's decoding and ingest into the store, where it opens an incident. The sink: a
+chat destination registered in `respond.sinks.registry` is what `build_sinks` sends notices through.
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ T0 = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
 NODE = "gpu-node-07"
 
 # --- the signal: a record, its mapping, its sensor ---------------------------------------------
+# A sensor is built from a context that holds only what its spec declares (its settings, its capabilities).
 
 
 class ThermalSlowdown(NodeRecordBase):
