@@ -1,6 +1,6 @@
 """Evidence captured at fault time, before anyone resets anything.
 
-On a fault line or an NVML fault event, at most once per GPU per window, a worker thread
+On a fault line or a fault a sensor saw (`trigger`), at most once per GPU per window, a worker thread
 captures: `nvidia-smi -q -i <bus id>`, the kernel-log lines around the fault, `lspci -vvv -s
 <bdf>`, `nvidia-smi topo -m`, and the faulting pid's cgroup and command line. Each capture has a
 timeout and a size cap and is gzip-compressed; commands run with a minimal environment, no
@@ -28,7 +28,7 @@ from typing import Any
 
 from agents.metrics import Metrics
 from models.kernlog.messages import XID
-from models.node_records import Evidence, EvidenceItem, GpuInfo, NodeRecord, NvmlEvent
+from models.node_records import Evidence, EvidenceItem, GpuInfo, NodeRecord
 from models.pci import normalize_pci
 from models.redact import redact as redact_text
 from models.redact import redact_argv
@@ -41,6 +41,9 @@ _GPU_AT = re.compile(r"GPU (?:at PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[
 
 @dataclass(frozen=True)
 class FaultContext:
+    """The fault evidence is captured for: the record that reported it, the GPU's PCI address (normalised,
+    `0000:3b:00.0`) and UUID where known, the Xid and the faulting pid."""
+
     trigger_record_id: str
     bus: str | None
     gpu_uuid: str | None
@@ -74,6 +77,7 @@ class EvidenceCollector:
         nvidia_smi: str = "nvidia-smi",
         lspci: str = "lspci",
         proc_root: Path = Path("/proc"),
+        gpu_lookup: Callable[[str], GpuInfo | None] = lambda _bus: None,
     ) -> None:
         self.node = node
         self._publish = publish
@@ -89,22 +93,19 @@ class EvidenceCollector:
         self._last: dict[str, float] = {}
         self._last_lock = threading.Lock()
         self._queue: queue.Queue[FaultContext] = queue.Queue(maxsize=64)
-        self._gpu_lookup: Callable[[str], GpuInfo | None] = lambda _bus: None
+        self._gpu_lookup = gpu_lookup  # the GPU at a PCI address (`agents.gpus.NodeGpus.gpu_for_bus`)
         self._worker = threading.Thread(target=self._work, name="evidence", daemon=True)
         self._worker.start()
 
     @classmethod
-    def from_settings(cls, settings: Any, *, publish: Callable[[NodeRecord], Any], metrics: Metrics
-                      ) -> EvidenceCollector:
+    def from_settings(cls, settings: Any, *, publish: Callable[[NodeRecord], Any], metrics: Metrics,
+                      gpu_lookup: Callable[[str], GpuInfo | None]) -> EvidenceCollector:
         return cls(node=settings.node, publish=publish, metrics=metrics, window_s=settings.evidence_window_s,
                    timeout_s=settings.evidence_timeout_s, max_bytes=settings.evidence_max_bytes,
                    kernel_lines=settings.evidence_kernel_lines, nvidia_smi=settings.nvidia_smi,
-                   lspci=settings.lspci, proc_root=settings.proc_root)
+                   lspci=settings.lspci, proc_root=settings.proc_root, gpu_lookup=gpu_lookup)
 
-    def set_gpu_lookup(self, lookup: Callable[[str], GpuInfo | None]) -> None:
-        self._gpu_lookup = lookup
-
-    # --- triggers (called from the kernel and NVML paths: never block) -----------------------
+    # --- triggers (called from the kernel path and the sensors: never block) ----------------
     def observe_line(self, message: str) -> None:
         with self._lines_lock:
             self._lines.append(message)
@@ -116,13 +117,10 @@ class EvidenceCollector:
     def on_kernel_fault(self, record_id: str, message: str) -> None:
         bus, xid, pid = parse_fault_line(message)
         gpu = self._gpu_lookup(bus) if bus else None
-        self._trigger(FaultContext(record_id, bus, gpu.uuid if gpu else None, xid, pid))
+        self.trigger(FaultContext(record_id, bus, gpu.uuid if gpu else None, xid, pid))
 
-    def on_nvml_fault(self, event: NvmlEvent) -> None:
-        bus = normalize_pci(event.pci_bus_id)
-        self._trigger(FaultContext(event.record_id, bus, event.gpu_uuid, event.xid, None))
-
-    def _trigger(self, ctx: FaultContext) -> None:
+    def trigger(self, ctx: FaultContext) -> None:
+        """Capture evidence for a fault, unless this GPU's was captured within the window."""
         key = ctx.bus or ctx.gpu_uuid or "unknown-gpu"
         now = time.monotonic()
         with self._last_lock:

@@ -1,6 +1,7 @@
 """The node agent: kernel-log source → pre-filter → spool → Kafka, plus the evidence collector and
 the sensors of `agents.signals` (NVML, PodResources, ...) as side paths. Each path runs in its own
-thread; none of them can block the kernel path."""
+thread; none of them can block the kernel path. A sensor never sees the agent: it gets the narrow
+callables `agents.main` lends it (`emit`, `trigger_evidence`, `gpus.report`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.cursors import CursorTracker, later_cursor
+from agents.gpus import NodeGpus
 from agents.health import HealthServer, ThreadWatch
 from agents.identity import NodeToken
 from agents.kernlog.base import KernelLogSource, SourceGap, SourceLine, SourceSkip
@@ -25,10 +27,12 @@ from models.node_records import (
     NodeRecord,
     SpoolDrops,
     encode_node_record,
-    record_kind,
-    topic_for,
 )
 from models.topics import record_key
+from models.wire import record_kind, topic_for
+
+if TYPE_CHECKING:
+    from agents.evidence import EvidenceCollector, FaultContext
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,7 @@ class Agent:
         )
         self.tracker = CursorTracker(state / f"cursor-{settings.source}.json")
         self.prefilter = PreFilter(settings.keep_patterns, settings.fault_patterns)
+        self.gpus = NodeGpus(self.prefilter.set_gpu_pci_addresses)  # what the sensors report of the GPUs
         self.publisher = Publisher(
             self.spool,
             self.metrics,
@@ -109,7 +114,7 @@ class Agent:
         self.thread_watch = ThreadWatch()
         self._kernel_error: BaseException | None = None
         self._side: list[Any] = []  # the sensors: objects with start(stop) / close()
-        self.evidence: Any = None
+        self.evidence: EvidenceCollector | None = None
         self.health_server: HealthServer | None = None
         self._last_drop_report = time.monotonic()
         self._read_count = self._kept_count = 0
@@ -139,6 +144,11 @@ class Agent:
         """Publish a side path's record: a full spool may drop the snapshots of droppable kinds
         (they are republished periodically), never anything else."""
         self.publish(record, fault=not record_kind(record.kind).droppable)
+
+    def trigger_evidence(self, fault: FaultContext) -> None:
+        """Capture evidence for a fault a sensor saw (thread-safe, never blocks); nothing when capture is off."""
+        if self.evidence is not None:
+            self.evidence.trigger(fault)
 
     # --- kernel path ----------------------------------------------------------------------
     def resume_cursor(self) -> dict[str, Any] | None:

@@ -5,7 +5,7 @@ record schemas and their encoding and topics (`models.node_records`), the agent'
 (`agents.publisher.producer_config`: acks=all, idempotent, the node partitioner) and record keys
 (`models.topics.record_key`: the node, or node/kind on the state topic), the pre-filter that marks
 a kernel line as a fault (`agents.kernlog.prefilter`), the kmsg record id and clock (`kmsg:<boot>:<seq>`,
-event time = boot time + monotonic stamp), and the PodResources mapping (`agents.podresources.mapping`)
+event time = boot time + monotonic stamp), and the PodResources mapping (`agents.signals.podresources.mapping`)
 applied to kubelet protobuf messages. Records carry no node identity token: the worker under
 benchmark runs with `verify_node_identity` off (its default), so no TokenReview is in the path.
 
@@ -30,9 +30,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agents.kernlog.prefilter import DEFAULT_FAULT_PATTERNS, DEFAULT_KEEP_PATTERNS, PreFilter
-from agents.podresources import api_pb2
-from agents.podresources.mapping import allocatable, assignments
 from agents.publisher import producer_config
+from agents.signals.podresources import api_pb2
+from agents.signals.podresources.mapping import allocatable, assignments
 from models.node_records import (
     GpuInfo,
     GpuInventory,
@@ -42,9 +42,9 @@ from models.node_records import (
     NodeRecord,
     PodAssignments,
     encode_node_record,
-    topic_for,
 )
 from models.topics import record_key
+from models.wire import topic_for
 
 GPUS_PER_NODE = 8
 BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")  # an HGX H100 board's GPU buses

@@ -53,9 +53,9 @@ from models.node_records import (
     NodeRecordBase,
     PodAssignments,
     encode_node_record,
-    topic_for,
 )
 from models.topics import topology
+from models.wire import topic_for
 from streams.ingest import IngestBounds
 from streams.intake import Intake, Message
 from streams.store import Store

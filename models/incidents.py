@@ -1,7 +1,8 @@
 """Fault events and incidents: what the stream decides for each fault, as pure functions.
 
-- `observation_from_kernel` / `observation_from_nvml` / `observation_from_missing` turn what a node
-  published into one `FaultObservation` (with the catalog's recommendation).
+- `observation_from_kernel` turns a parsed kernel fault into one `FaultObservation` (with the
+  catalog's recommendation); a health signal's records map to observations in their own folder
+  (`models.signals`, e.g. `models.signals.nvml.mapping`).
 - `same_fault` says whether a kernel-log Xid and an NVML Xid event are one fault.
 - `apply_fault` groups a fault into the open incident of its (node, GPU, family) fingerprint, opens
   one, or reopens after a quiet period (a new incident linked to the resolved one).
@@ -18,14 +19,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from models.catalog import Catalog, load_catalog
 from models.classify import ClassifyPolicy, FaultGroup, Verdict, classify
 from models.event_time import record_time
 from models.families import family_of
 from models.identity import Component, joins_occurrence, primary_family
 from models.kernlog.clock import parse_stamp
 from models.kernlog.record import FaultRecord
-from models.node_records import GpuMissing, KernelLine, NvmlEvent
+from models.node_records import KernelLine
 from models.stream_policy import PipelinePolicy
 
 FaultSource = Literal["kernel", "nvml"]
@@ -91,49 +91,6 @@ def observation_from_kernel(rec: FaultRecord, line: KernelLine, index: int = 0) 
         investigatory_action=_str(rec.details.get("investigatory_action")),
         description=_str(rec.details.get("description")), catalog_version=rec.catalog_version,
         details={k: v for k, v in rec.details.items() if k not in ("description", "investigatory_action")},
-    )
-
-
-_NVML_KINDS = {"double_bit_ecc": "ecc", "gpu_unavailable": "gpu_fallen_off_bus"}
-
-
-def observation_from_nvml(event: NvmlEvent, catalog: Catalog | None = None) -> FaultObservation | None:
-    """An NVML event that reports a fault; None for events that are not faults (single-bit ECC, MIG changes)."""
-    cat = catalog or load_catalog()
-    raw = event.model_dump_json()
-    common: dict[str, Any] = {
-        "node": event.node, "source": "nvml", "record_id": event.record_id, "occurred_at": event.observed_at,
-        "raw": raw, "pci": event.pci_bus_id, "gpu_uuid": event.gpu_uuid,
-        "gpu_instance_id": event.gpu_instance_id, "catalog_version": cat.version,
-    }
-    if event.event_type == "xid_critical" and event.xid is not None:
-        info = cat.xid(event.xid)
-        rec = FaultRecord(line=0, kind="xid", raw=raw, message="", xid=event.xid,
-                          category=info.category if info else "unknown")
-        return FaultObservation(
-            **common, kind="xid", family=family_of(rec), message=info.description if info else f"Xid {event.xid}",
-            xid=event.xid, mnemonic=info.mnemonic if info else None, category=rec.category,
-            immediate_action=info.immediate_action if info else None,
-            investigatory_action=info.investigatory_action if info else None,
-            description=info.description if info else None,
-        )
-    kind = _NVML_KINDS.get(event.event_type)
-    if kind is None and event.event_type == "recovery_action":
-        return FaultObservation(**common, kind="driver_error", family="recovery_action",
-                                message=f"GPU recovery action {event.event_data}", category="driver",
-                                details={"recovery_action_new": event.event_data})
-    if kind is None:
-        return None
-    family = "memory" if kind == "ecc" else "gpu_lost"
-    return FaultObservation(**common, kind=kind, family=family, message=event.event_type.replace("_", " "),
-                            category="hardware")
-
-
-def observation_from_missing(rec: GpuMissing) -> FaultObservation:
-    return FaultObservation(
-        node=rec.node, source="nvml", record_id=rec.record_id, occurred_at=rec.observed_at, kind="gpu_missing",
-        family="gpu_lost", message=f"GPU missing ({rec.reason}: {rec.observed_count}/{rec.expected_count} visible)",
-        raw=rec.model_dump_json(), pci=rec.pci_bus_id, gpu_uuid=rec.gpu_uuid, category="hardware",
     )
 
 

@@ -16,15 +16,19 @@ of an older agent still decodes: `KernelLine.event_at`, `boot_time`, `GpuInvento
 Two clocks travel on kernel lines: `observed_at`, when the agent read the line, and `event_at`, when
 the kernel logged it (`models.event_time`). Windows, ordering and joins use the event time.
 
-Each record kind is registered with its topic (`register_record`); decoding and `topic_for` read
-that registry, so a health signal's own record kind (`models.signals`) travels like these.
+Each record kind is registered with its topic (`register_record`): the kinds of this module here, a
+health signal's by `models.signals` (its records live in its own folder there, `NvmlEvent` and
+`GpuMissing` in `models.signals.nvml`). This module never imports the signals: decoding, a record's
+topic and spool class are read through `models.wire`, which imports both and so knows every kind.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -225,42 +229,6 @@ class SpoolDrops(NodeRecordBase):
     dropped_since_last: int
 
 
-# --- nvml topic -------------------------------------------------------------------------------
-
-NvmlEventType = Literal[
-    "xid_critical",
-    "double_bit_ecc",
-    "single_bit_ecc",
-    "gpu_unavailable",
-    "recovery_action",
-    "mig_config_change",
-    "other",
-]
-
-
-class NvmlEvent(NodeRecordBase):
-    kind: Literal["nvml_event"] = "nvml_event"
-    gpu_uuid: str | None = None
-    pci_bus_id: str | None = None
-    event_type: NvmlEventType
-    event_type_mask: int
-    event_data: int
-    xid: int | None = None
-    gpu_instance_id: int | None = Field(default=None, description="None when not attributable to MIG")
-    compute_instance_id: int | None = None
-    observed_at: datetime = Field(default_factory=_now)
-
-
-class GpuMissing(NodeRecordBase):
-    kind: Literal["gpu_missing"] = "gpu_missing"
-    reason: Literal["gpu_lost", "count_dropped"]
-    gpu_uuid: str | None = None
-    pci_bus_id: str | None = None
-    expected_count: int | None = None
-    observed_count: int | None = None
-    observed_at: datetime = Field(default_factory=_now)
-
-
 # --- evidence topic ---------------------------------------------------------------------------
 
 
@@ -306,7 +274,7 @@ class RecordKind:
 
 
 _KINDS: dict[str, RecordKind] = {}
-TOPIC_FOR_KIND: dict[str, str] = {}  # kind → topic, kept in step with the registry
+_VIEW: Mapping[str, RecordKind] = MappingProxyType(_KINDS)
 
 
 def kind_of(record: type[NodeRecordBase]) -> str:
@@ -331,55 +299,34 @@ def register_record(record: type[NodeRecordBase], topic: str, *, droppable: bool
             return existing
         raise ValueError(f"record kind {entry.kind!r} is already registered ({existing.record.__name__})")
     _KINDS[entry.kind] = entry
-    TOPIC_FOR_KIND[entry.kind] = topic
-    _adapter.cache_clear()
+    registered_adapter.cache_clear()
     return entry
 
 
 def unregister_record(kind: str) -> None:
     """Forget a record kind (tests that register a kind of their own)."""
     if _KINDS.pop(kind, None) is not None:
-        del TOPIC_FOR_KIND[kind]
-        _adapter.cache_clear()
+        registered_adapter.cache_clear()
 
 
-def _load_signals() -> None:
-    """Register the record kinds of the health signals in `models.signals` (on first use)."""
-    import models.signals  # noqa: F401
-
-
-def record_kind(kind: str) -> RecordKind:
-    """The registration of a record kind; KeyError for a kind nobody registered."""
-    entry = _KINDS.get(kind)
-    if entry is None:
-        _load_signals()
-        entry = _KINDS[kind]
-    return entry
+def registered_kinds() -> Mapping[str, RecordKind]:
+    """The kinds registered so far, by kind, in registration order (a read-only view)."""
+    return _VIEW
 
 
 @functools.cache
-def _adapter() -> TypeAdapter[Any]:
-    _load_signals()
+def registered_adapter() -> TypeAdapter[Any]:
+    """The validator of the kinds registered so far, tagged by `kind`; rebuilt when a kind is registered."""
     union: Any = Union[tuple(entry.record for entry in _KINDS.values())]  # noqa: UP007
     tagged: Any = Annotated[union, Field(discriminator="kind")]
     return TypeAdapter(tagged)
-
-
-def topic_for(record: NodeRecordBase) -> str:
-    return record_kind(record.kind).topic
-
-
-def decode_node_record(data: bytes | str) -> NodeRecordBase:
-    """Decode one record of a registered kind; raises pydantic.ValidationError for anything else."""
-    record: NodeRecordBase = _adapter().validate_json(data)
-    return record
 
 
 def encode_node_record(record: NodeRecordBase) -> bytes:
     return record.model_dump_json().encode()
 
 
-# The kinds the agent publishes itself.
+# The kinds of this module; a health signal's kinds are registered by `models.signals`.
 for _record, _topic, _droppable in (
     (KernelLine, KERNEL_TOPIC, False),
     (KernelGap, KERNEL_TOPIC, False),
@@ -387,8 +334,6 @@ for _record, _topic, _droppable in (
     (GpuProcesses, STATE_TOPIC, True),
     (PodAssignments, STATE_TOPIC, True),
     (SpoolDrops, STATE_TOPIC, False),
-    (NvmlEvent, NVML_TOPIC, False),
-    (GpuMissing, NVML_TOPIC, False),
     (Evidence, EVIDENCE_TOPIC, False),
 ):
     register_record(_record, _topic, droppable=_droppable)

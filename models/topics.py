@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models import node_records
+from models import node_records, wire
 
 INCIDENTS_TOPIC = "xidpipe.incidents"
 ACTIONS_TOPIC = "xidpipe.actions"
@@ -101,7 +101,7 @@ def dead_letter_config(source: TopicConfig) -> TopicConfig:
 def record_key(record: node_records.NodeRecordBase) -> str:
     """The Kafka key of a node record: `<node>/<kind>` on the compacted state topic (compaction keeps the
     latest record of each key, so each kind of each node keeps its own latest), the node on the others."""
-    if node_records.topic_for(record) == node_records.STATE_TOPIC:
+    if wire.topic_for(record) == node_records.STATE_TOPIC:
         return f"{record.node}{KEY_SEPARATOR}{record.kind}"
     return record.node
 
@@ -180,7 +180,7 @@ class Topology:
             return frozenset()
         base = {"kernel": node_records.KERNEL_TOPIC, "state": node_records.STATE_TOPIC,
                 "nvml": node_records.NVML_TOPIC, "evidence": node_records.EVIDENCE_TOPIC}.get(spec.role)
-        return frozenset(k for k, t in node_records.TOPIC_FOR_KIND.items() if t == base)
+        return wire.kinds_on(base) if base is not None else frozenset()
 
 
 def topology(prefix: str = "", partitions: int = 8) -> Topology:
@@ -195,7 +195,7 @@ def topology(prefix: str = "", partitions: int = 8) -> Topology:
         kernel=spec("kernel", node_records.KERNEL_TOPIC, "node", f"{nr}.KernelLine | KernelGap"),
         state=spec("state", node_records.STATE_TOPIC, "node/kind (hashed by node)",
                    f"{nr}.GpuInventory | GpuProcesses | PodAssignments | SpoolDrops"),
-        nvml=spec("nvml", node_records.NVML_TOPIC, "node", f"{nr}.NvmlEvent | GpuMissing"),
+        nvml=spec("nvml", node_records.NVML_TOPIC, "node", "models.signals.nvml.records.NvmlEvent | GpuMissing"),
         evidence=spec("evidence", node_records.EVIDENCE_TOPIC, "node", f"{nr}.Evidence"),
         incidents=spec("incidents", INCIDENTS_TOPIC, "node (incident) or cluster (fleet incident)",
                        "JSON {type: incident, change, reason, incident} (a fleet incident: component fleet)"),

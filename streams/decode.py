@@ -1,7 +1,7 @@
 """Decode the node records arriving on the input topics, or say why a message is a dead letter.
 
-Every registered record kind decodes (`models.node_records.register_record`; the kinds of the health
-signals in `models.signals` among them); a kind nobody registered is an invalid record."""
+Every registered record kind decodes (`models.wire`: the agent's own kinds of `models.node_records` and
+the health signals' of `models.signals`); a kind nobody registered is an invalid record."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from models.node_records import NodeRecord, decode_node_record
+from models.node_records import NodeRecord
 from models.topics import key_names_record
+from models.wire import decode_node_record
 
 
 @dataclass(frozen=True, slots=True)

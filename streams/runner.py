@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from models.kafka_security import KafkaClientSecurity
-from models.node_records import NodeRecord, encode_node_record, topic_for
+from models.node_records import NodeRecord, encode_node_record
 from models.topics import Topology, topology
+from models.wire import topic_for
 from service.config import env_name
 from streams.settings import WorkerSettings
 from streams.store import Store

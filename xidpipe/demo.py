@@ -35,8 +35,9 @@ from agents.kernlog.filetail import content_hash
 from history.ledger_store import rebuild_ledger
 from history.tables import GpuCard
 from models.event_time import boot_times
-from models.node_records import Evidence, EvidenceItem, NodeRecord, decode_node_record
+from models.node_records import Evidence, EvidenceItem, NodeRecord
 from models.topics import topology
+from models.wire import decode_node_record
 from respond.cordon.runtime import build_executor
 from respond.cordon.settings import ActionSettings
 from respond.responder import Responder, RespondSettings, build_responder, run_responder

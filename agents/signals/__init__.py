@@ -1,16 +1,34 @@
-"""The node agent's sensors, one module each, registered here in the order they start.
+"""The node agent's sensors, one folder (or module) each, registered here in the order they start.
 
-A new health signal adds its sensor module (a `SensorSpec` whose `build` returns an object with
-`start(stop)` and `close()`) and one entry in `SENSORS`; its record kind and the mapping of that
-record to fault observations are registered in `models.signals`.
+A new sensor adds its folder (a `SensorSpec`: its name, its own settings read from the agent's, how
+to build it from its `SensorContext`, the capabilities it uses) and one entry in `SENSORS`; the record
+kinds it publishes and their mapping to fault observations are registered in `models.signals`.
 """
 
 from __future__ import annotations
 
-from agents.signals import nvml, podresources
-from agents.signals.base import Sensor, SensorContext, SensorSpec, register, sensors, unregister
+from typing import Any
 
-SENSORS: tuple[SensorSpec, ...] = (
+from agents.signals import nvml, podresources
+from agents.signals.base import (
+    CAPABILITIES,
+    SYSTEM_CLOCK,
+    Capability,
+    Clock,
+    EvidenceTrigger,
+    GpuReport,
+    Publish,
+    Sensor,
+    SensorContext,
+    SensorSpec,
+    SystemClock,
+    Undeclared,
+    register,
+    sensors,
+    unregister,
+)
+
+SENSORS: tuple[SensorSpec[Any], ...] = (
     nvml.SENSOR,
     podresources.SENSOR,
 )
@@ -18,4 +36,6 @@ SENSORS: tuple[SensorSpec, ...] = (
 for _sensor in SENSORS:
     register(_sensor)
 
-__all__ = ["SENSORS", "Sensor", "SensorContext", "SensorSpec", "register", "sensors", "unregister"]
+__all__ = ["CAPABILITIES", "SENSORS", "SYSTEM_CLOCK", "Capability", "Clock", "EvidenceTrigger", "GpuReport",
+           "Publish", "Sensor", "SensorContext", "SensorSpec", "SystemClock", "Undeclared", "register", "sensors",
+           "unregister"]

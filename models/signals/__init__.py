@@ -1,10 +1,11 @@
 """Health signals: record kinds a node agent publishes, each with its pure mapping to the fault
 observations the stream groups into incidents.
 
-A signal is one module here (its record, a `NodeRecordBase` subclass, and a `Signal` naming its
-topic and mapping) and one entry in `SIGNALS`. Its sensor lives in `agents.signals`; the stream
-routes its records through `observations` with no change elsewhere. Kernel lines, node state
-snapshots and evidence are not signals: the stream parses, stores and attaches them itself.
+A signal is one folder here (its records, `NodeRecordBase` subclasses; its pure mapping; the
+`Signal`s naming each record's topic and mapping) and one entry in `SIGNALS`. Its sensor lives in
+`agents.signals`; the stream routes its records through `observations` with no change elsewhere.
+Kernel lines, node state snapshots and evidence are not signals: the stream parses, stores and
+attaches them itself.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from models.signals import nvml
 from models.signals.base import Signal, observations, register, signal_for, unregister
 
 SIGNALS: tuple[Signal[Any], ...] = (
-    nvml.NVML_EVENT,
-    nvml.GPU_MISSING,
+    *nvml.SIGNALS,
 )
 
 for _signal in SIGNALS:

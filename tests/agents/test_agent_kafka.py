@@ -9,7 +9,8 @@ import pytest
 
 from agents.runtime import Agent
 from agents.settings import AgentSettings
-from models.node_records import KERNEL_TOPIC, decode_node_record
+from models.node_records import KERNEL_TOPIC
+from models.wire import decode_node_record
 from tests.agents.conftest import consume
 from tests.agents.kmsg_records import boot_stream
 

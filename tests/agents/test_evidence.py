@@ -8,7 +8,7 @@ import pytest
 
 from agents.evidence import EvidenceCollector, FaultContext, parse_fault_line, redact_argv, redact_text
 from agents.metrics import Metrics
-from agents.nvml.cgroup import parse_cgroup
+from agents.signals.nvml.cgroup import parse_cgroup
 from models.node_records import Evidence, NodeRecord
 
 CID = "3f1b9c0d2e4a5b6c7d8e9f00112233445566778899aabbccddeeff0011223344"

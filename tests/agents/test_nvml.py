@@ -1,4 +1,5 @@
-"""The NVML side path against the fake libnvidia-ml.so.1, through nvidia-ml-py's real ctypes code."""
+"""The NVML sensor against the fake libnvidia-ml.so.1, through nvidia-ml-py's real ctypes code: what it
+publishes, the GPUs it reports to the agent and the evidence it asks for."""
 
 from __future__ import annotations
 
@@ -79,6 +80,11 @@ def proc_root(tmp_path: Path) -> Path:
         f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD.replace('-', '_')}.slice/"
         f"cri-containerd-{CID}.scope\n"
     )
+    # sysfs: GPU 0 sits behind the root port 0000:3a:00.0; GPU 1 has no sysfs entry.
+    port = root / "sys" / "devices" / "pci0000:3a" / "0000:3a:00.0" / "0000:3b:00.0"
+    port.mkdir(parents=True)
+    (root / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)
+    (root / "sys" / "bus" / "pci" / "devices" / "0000:3b:00.0").symlink_to(port)
     return root
 
 
@@ -101,6 +107,11 @@ def test_inventory_processes_events_and_lost_gpu(fake_nvml_lib: Path, tmp_path: 
         assert g0["inforom_versions"] == {"oem": "G520.0200.00.05"}
         assert g1["serial"] is None and g1["numa_node"] is None and g1["nvlink_active"] is None
         assert {"serial", "numa_node", "nvlink", "remapped_rows", "ecc"} <= set(g1["unsupported"])
+        # The GPUs it read go to the agent: their addresses and GPU 0's root port (the pre-filter keeps
+        # their AER lines), the GPUs themselves (the evidence collector names the GPU at an address).
+        gpus = probe.wait_for(lambda r: r["kind"] == "gpus")
+        assert gpus["uuids"] == [GPU0, GPU1]
+        assert gpus["addresses"] == ["0000:3b:00.0", "0000:3a:00.0", "0000:5e:00.0"]
 
         procs = probe.wait_for(lambda r: r["kind"] == "gpu_processes")
         assert procs["processes"] == [{"gpu_uuid": GPU1, "pid": 4242, "used_memory_bytes": 1048576,
@@ -114,6 +125,9 @@ def test_inventory_processes_events_and_lost_gpu(fake_nvml_lib: Path, tmp_path: 
         xid = probe.wait_for(lambda r: r["kind"] == "nvml_event" and r["event_type"] == "xid_critical")
         assert (xid["gpu_uuid"], xid["xid"], xid["gpu_instance_id"], xid["compute_instance_id"]) == (GPU0, 94, 2, 0)
         assert xid["pci_bus_id"] == "00000000:3B:00.0"
+        trigger = probe.wait_for(lambda r: r["kind"] == "evidence_trigger")
+        assert trigger == {"kind": "evidence_trigger", "trigger_record_id": xid["record_id"], "bus": "0000:3b:00.0",
+                           "gpu_uuid": GPU0, "xid": 94, "pid": None}
         dbe = probe.wait_for(lambda r: r["kind"] == "nvml_event")
         assert dbe["event_type"] == "double_bit_ecc" and dbe["gpu_uuid"] == GPU1 and dbe["gpu_instance_id"] is None
         rec = probe.wait_for(lambda r: r["kind"] == "nvml_event")

@@ -6,8 +6,9 @@ import grpc
 import pytest
 
 from agents.metrics import Metrics
-from agents.podresources.mapping import split_device_id
-from agents.podresources.watcher import PodResourcesClient, PodResourcesWatcher
+from agents.signals import SYSTEM_CLOCK, SensorContext
+from agents.signals.podresources.mapping import split_device_id
+from agents.signals.podresources.watcher import PodResourcesClient, PodResourcesSettings, PodResourcesWatcher
 from models.node_records import NodeRecord, PodAssignments
 from tests.fakes.kubelet.server import FakeContainer, FakeKubelet, FakePod
 
@@ -31,8 +32,9 @@ def kubelet(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def _watcher(path: Path, sink: list[NodeRecord], **kw: float) -> PodResourcesWatcher:
-    return PodResourcesWatcher(node="gpu-node-1", socket_path=path, publish=sink.append, metrics=Metrics(),
-                               timeout_s=2, **kw)
+    settings = PodResourcesSettings(socket_path=path, timeout_s=2, **kw)
+    return PodResourcesWatcher(SensorContext(sensor="podresources", node="gpu-node-1", settings=settings,
+                                             publish=sink.append, clock=SYSTEM_CLOCK, metrics=Metrics()))
 
 
 @pytest.mark.parametrize(("raw", "base", "replica"), [
@@ -65,7 +67,7 @@ def test_only_changes_are_published(kubelet: FakeKubelet) -> None:
 
 
 def test_get_for_unknown_pod_is_not_found(kubelet: FakeKubelet) -> None:
-    from agents.podresources import api_pb2, api_pb2_grpc
+    from agents.signals.podresources import api_pb2, api_pb2_grpc
 
     with grpc.insecure_channel(f"unix://{kubelet.socket_path}") as ch:
         stub = api_pb2_grpc.PodResourcesListerStub(ch)

@@ -24,9 +24,9 @@ from models.node_records import (
     PodAssignments,
     SpoolDrops,
     encode_node_record,
-    topic_for,
 )
 from models.topics import record_key, topology
+from models.wire import topic_for
 from streams.topics import ensure_topics
 
 pytestmark = pytest.mark.kafka

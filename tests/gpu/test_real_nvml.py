@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from agents.metrics import Metrics
-from agents.nvml.calls import NvmlCaller
-from agents.nvml.inventory import read_snapshot
+from agents.nvml_calls import NvmlCaller
+from agents.signals.nvml.inventory import read_snapshot
 
 pytestmark = pytest.mark.gpu
 

@@ -11,7 +11,8 @@ from models.incidents import observation_from_kernel
 from models.kernlog import KernelLogParser, ParseOptions
 from models.kernlog.clock import at_uptime, boot_time_from_stat, infer_year
 from models.kernlog.prefix import leading_stamp, parse_prefix
-from models.node_records import GpuInventory, KernelLine, decode_node_record
+from models.node_records import GpuInventory, KernelLine
+from models.wire import decode_node_record
 
 BOOT = datetime(2026, 11, 25, 9, 46, 40, tzinfo=UTC)
 READ = datetime(2026, 12, 1, 14, 0, tzinfo=UTC)

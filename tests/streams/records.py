@@ -14,9 +14,9 @@ from models.node_records import (
     KernelLine,
     MigDevice,
     NodeRecord,
-    NvmlEvent,
     PodAssignments,
 )
+from models.signals.nvml.records import NvmlEvent
 from streams.ingest import Ingest, Item
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)

@@ -30,8 +30,9 @@ from typing import Any
 
 import pytest
 
-from models.node_records import KernelLine, NodeRecord, encode_node_record, topic_for
+from models.node_records import KernelLine, NodeRecord, encode_node_record
 from models.topics import topology
+from models.wire import topic_for
 from streams.ingest import IngestBounds
 from streams.intake import Intake, Message
 from streams.runner import WorkerProcess, consumer_lag, produce

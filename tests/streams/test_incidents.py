@@ -15,11 +15,11 @@ from models.incidents import (
     classify_in_context,
     fleet_burst,
     observation_from_kernel,
-    observation_from_nvml,
     resolve_if_quiet,
     same_fault,
 )
 from models.kernlog.parser import KernelLogParser
+from models.signals.nvml.mapping import observation_from_nvml
 from models.stream_policy import PipelinePolicy
 from tests.streams.records import T0, Kmsg, nvml_xid, s
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from models.node_records import NodeRecord, decode_node_record
+from models.node_records import NodeRecord
+from models.wire import decode_node_record
 
 LAYOUT_FORMAT = "xidpipe-replay"
 LAYOUT_VERSIONS = frozenset({1})

@@ -24,8 +24,9 @@ from sqlalchemy.orm import Session
 from history.cordon_inputs import cordon_request
 from history.tables import Incident
 from models.cordon_policy import CordonPolicy
-from models.node_records import NodeRecord, topic_for
+from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
+from models.wire import topic_for
 from respond.sinks.settings import SinkSettings
 from streams.ingest import Ingest, Item
 from streams.outbox import Outgoing

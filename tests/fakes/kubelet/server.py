@@ -1,5 +1,5 @@
 """A fake kubelet PodResources v1 server on a unix socket, speaking the real gRPC contract through
-the stubs generated from agents/podresources/api.proto."""
+the stubs generated from agents/signals/podresources/api.proto."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from agents.podresources import api_pb2, api_pb2_grpc
+from agents.signals.podresources import api_pb2, api_pb2_grpc
 
 
 @dataclass

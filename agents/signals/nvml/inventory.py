@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.nvml.calls import NvmlCaller, NvmlCallTimeout
+from agents.nvml_calls import NvmlCaller, NvmlCallTimeout
 from models.node_records import EccCounts, GpuInfo, MigDevice, RemappedRows
 from models.pci import normalize_pci
 

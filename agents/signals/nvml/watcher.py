@@ -2,34 +2,30 @@
 fault events from an NVML event set, and "GPU missing" when a GPU is lost or the count drops.
 
 Everything here runs in its own threads, and every NVML call other than the event wait goes
-through `NvmlCaller` (timeouts), so nothing here can hold up the kernel-log path. Without the NVML
-library the side path logs that once and stays off.
+through the NVML caller the agent lends (`agents.nvml_calls.NvmlCaller`: timeouts), so nothing here
+can hold up the kernel-log path. Without the NVML library the side path logs that once and stays off.
+
+Built from its `SensorContext` (`agents.signals.base`): it publishes its records, reports the GPUs
+it read (`ctx.gpus`: the kernel path's pre-filter and evidence collector use them) and triggers
+evidence for the fault events (`ctx.evidence`); its times come from `ctx.clock`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.metrics import Metrics
-from agents.nvml.calls import NvmlCaller, NvmlCallTimeout
-from agents.nvml.cgroup import container_of
-from agents.nvml.inventory import Snapshot, pci_upstream, read_snapshot
-from models.node_records import (
-    GpuInfo,
-    GpuInventory,
-    GpuMissing,
-    GpuProcess,
-    GpuProcesses,
-    NodeRecord,
-    NvmlEvent,
-    NvmlEventType,
-)
+from agents.evidence import FaultContext
+from agents.nvml_calls import NvmlCallTimeout
+from agents.signals.base import SensorContext
+from agents.signals.nvml.cgroup import container_of
+from agents.signals.nvml.inventory import Snapshot, pci_upstream, read_snapshot
+from models.node_records import GpuInfo, GpuInventory, GpuProcess, GpuProcesses
 from models.pci import normalize_pci
+from models.signals.nvml.records import GpuMissing, NvmlEvent, NvmlEventType
 
 log = logging.getLogger(__name__)
 
@@ -53,35 +49,36 @@ def event_type_name(mask: int) -> NvmlEventType:
     return "other"
 
 
+@dataclass(frozen=True, slots=True)
+class NvmlSettings:
+    """The NVML sensor's own settings (`AgentSettings`: `nvml_event_wait_ms`, `inventory_interval_s`,
+    `inventory_check_s`, `processes_interval_s`, `proc_root`, `sysfs_root`); the call timeout is the
+    NVML caller's (`nvml_call_timeout_s`)."""
+
+    event_wait_ms: int = 1000
+    inventory_interval_s: float = 300.0
+    inventory_check_s: float = 30.0
+    processes_interval_s: float = 10.0
+    proc_root: Path = Path("/proc")
+    sysfs_root: Path = Path("/sys")
+
+
 class NvmlWatcher:
-    def __init__(
-        self,
-        *,
-        node: str,
-        publish: Callable[[NodeRecord], Any],
-        metrics: Metrics,
-        call_timeout_s: float = 5.0,
-        event_wait_ms: int = 1000,
-        inventory_interval_s: float = 300.0,
-        inventory_check_s: float = 30.0,
-        processes_interval_s: float = 10.0,
-        proc_root: Path = Path("/proc"),
-        sysfs_root: Path = Path("/sys"),
-        on_gpu_addresses: Callable[[list[str]], None] | None = None,
-        on_fault: Callable[[NvmlEvent], None] | None = None,
-    ) -> None:
-        self.node = node
-        self._publish = publish
-        self._metrics = metrics
-        self.call = NvmlCaller(call_timeout_s, metrics)
-        self._event_wait_ms = event_wait_ms
-        self._inventory_interval = inventory_interval_s
-        self._inventory_check = inventory_check_s
-        self._processes_interval = processes_interval_s
-        self._proc_root = proc_root
-        self._sysfs_root = sysfs_root
-        self._on_gpu_addresses = on_gpu_addresses
-        self._on_fault = on_fault
+    def __init__(self, ctx: SensorContext[NvmlSettings]) -> None:
+        settings = ctx.settings
+        self.node = ctx.node
+        self._publish = ctx.publish
+        self._metrics = ctx.metrics
+        self._clock = ctx.clock
+        self.call = ctx.nvml
+        self._report_gpus = ctx.gpus
+        self._trigger_evidence = ctx.evidence
+        self._event_wait_ms = settings.event_wait_ms
+        self._inventory_interval = settings.inventory_interval_s
+        self._inventory_check = settings.inventory_check_s
+        self._processes_interval = settings.processes_interval_s
+        self._proc_root = settings.proc_root
+        self._sysfs_root = settings.sysfs_root
         self._nv: Any = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -136,17 +133,17 @@ class NvmlWatcher:
             events.start()
             self._threads.append(events)
             self._events_ready.wait(self.call.timeout_s * 4)
-            next_inventory = time.monotonic() + self._inventory_check
-            next_processes = time.monotonic()
+            next_inventory = self._clock.monotonic() + self._inventory_check
+            next_processes = self._clock.monotonic()
             while not self._stop.is_set():
-                now = time.monotonic()
+                now = self._clock.monotonic()
                 if now >= next_processes:
                     self._poll_processes()
                     next_processes = now + self._processes_interval
                 if now >= next_inventory:
                     self._poll_inventory()
                     next_inventory = now + self._inventory_check
-                self._stop.wait(max(0.05, min(next_processes, next_inventory) - time.monotonic()))
+                self._stop.wait(max(0.05, min(next_processes, next_inventory) - self._clock.monotonic()))
         except Exception:
             log.exception("NVML side path failed; the kernel-log path continues")
         finally:
@@ -155,16 +152,6 @@ class NvmlWatcher:
                     self.call(self._nv.nvmlShutdown, timeout_s=2)
                 except Exception:
                     log.debug("nvmlShutdown failed", exc_info=True)
-
-    def gpu_for_bus(self, bus_id: str) -> GpuInfo | None:
-        """The GPU at a PCI address (any spelling), from the last inventory."""
-        want = normalize_pci(bus_id)
-        if want is None:
-            return None
-        for gpu in self._snapshot.gpus if self._snapshot else []:
-            if normalize_pci(gpu.pci_bus_id) == want:
-                return gpu
-        return None
 
     # --- inventory ------------------------------------------------------------------------
     def _poll_inventory(self, force: bool = False) -> None:
@@ -177,21 +164,20 @@ class NvmlWatcher:
         self._snapshot = snap
         self._check_missing(snap)
         key = (snap.driver_version, snap.cuda_driver_version, tuple(g.model_dump_json() for g in snap.gpus))
-        due = time.monotonic() - self._last_inventory_at >= self._inventory_interval
+        due = self._clock.monotonic() - self._last_inventory_at >= self._inventory_interval
         if force or due or key != self._last_inventory:
             self._publish(GpuInventory(
                 node=self.node,
-                record_id=f"inventory:{time.time_ns()}",
+                record_id=f"inventory:{self._clock.time_ns()}",
                 driver_version=snap.driver_version,
                 cuda_driver_version=snap.cuda_driver_version,
                 gpus=tuple(snap.gpus),
             ))
-            self._last_inventory, self._last_inventory_at = key, time.monotonic()
-            if self._on_gpu_addresses is not None:
-                addresses: list[str] = []
-                for gpu in snap.gpus:
-                    addresses.extend(pci_upstream(gpu.pci_bus_id, self._sysfs_root))
-                self._on_gpu_addresses(addresses)
+            self._last_inventory, self._last_inventory_at = key, self._clock.monotonic()
+            addresses: list[str] = []
+            for gpu in snap.gpus:
+                addresses.extend(pci_upstream(gpu.pci_bus_id, self._sysfs_root))
+            self._report_gpus(snap.gpus, addresses)
 
     def _check_missing(self, snap: Snapshot) -> None:
         prev = self._previous_gpus
@@ -221,9 +207,10 @@ class NvmlWatcher:
         log.error("GPU missing", extra={"reason": reason, "gpu_uuid": uuid, "pci_bus_id": bus,
                                         "expected": expected, "observed": observed})
         self._publish(GpuMissing(
-            node=self.node, record_id=f"gpu-missing:{reason}:{uuid or bus or observed}:{time.time_ns()}",
+            node=self.node, record_id=f"gpu-missing:{reason}:{uuid or bus or observed}:{self._clock.time_ns()}",
             reason=reason,  # type: ignore[arg-type]
             gpu_uuid=uuid, pci_bus_id=bus, expected_count=expected, observed_count=observed,
+            observed_at=self._clock.now(),
         ))
 
     # --- processes ------------------------------------------------------------------------
@@ -253,7 +240,7 @@ class NvmlWatcher:
         key = tuple(sorted((p.gpu_uuid, p.pid, p.container_id or "") for p in found))
         if key != self._last_processes:
             self._last_processes = key
-            self._publish(GpuProcesses(node=self.node, record_id=f"processes:{time.time_ns()}",
+            self._publish(GpuProcesses(node=self.node, record_id=f"processes:{self._clock.time_ns()}",
                                        processes=tuple(found)))
 
     # --- events ---------------------------------------------------------------------------
@@ -321,7 +308,7 @@ class NvmlWatcher:
         gi, ci = int(data.gpuInstanceId), int(data.computeInstanceId)
         event = NvmlEvent(
             node=self.node,
-            record_id=f"nvml:{uuid}:{mask}:{int(data.eventData)}:{time.time_ns()}",
+            record_id=f"nvml:{uuid}:{mask}:{int(data.eventData)}:{self._clock.time_ns()}",
             gpu_uuid=uuid,
             pci_bus_id=bus,
             event_type=kind,
@@ -330,12 +317,13 @@ class NvmlWatcher:
             xid=int(data.eventData) if kind == "xid_critical" else None,
             gpu_instance_id=None if gi == NO_MIG_ID else gi,
             compute_instance_id=None if ci == NO_MIG_ID else ci,
+            observed_at=self._clock.now(),
         )
         log.warning("NVML event", extra={"event_type": kind, "gpu_uuid": uuid, "xid": event.xid,
                                          "gpu_instance_id": event.gpu_instance_id})
         self._publish(event)
-        if kind in FAULT_EVENT_TYPES and self._on_fault is not None:
-            self._on_fault(event)
+        if kind in FAULT_EVENT_TYPES:
+            self._trigger_evidence(FaultContext(event.record_id, normalize_pci(bus), uuid, event.xid, None))
 
 
 def _same_handle(a: Any, b: Any) -> bool:

@@ -1,18 +1,19 @@
-"""Poll the kubelet PodResources API and publish GPU assignments when they change."""
+"""Poll the kubelet PodResources API and publish GPU assignments when they change.
+
+The watcher is the PodResources sensor (`agents.signals.podresources`), built from its
+`SensorContext`: it publishes, reads the time from `ctx.clock`, and uses no capability."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.metrics import Metrics
-from agents.podresources.mapping import allocatable, assignments
-from models.node_records import NodeRecord, PodAssignments
+from agents.signals.base import SensorContext
+from agents.signals.podresources.mapping import allocatable, assignments
+from models.node_records import PodAssignments
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ class PodResourcesClient:
     def __init__(self, socket_path: Path, timeout_s: float = 10.0) -> None:
         import grpc
 
-        from agents.podresources import api_pb2, api_pb2_grpc
+        from agents.signals.podresources import api_pb2, api_pb2_grpc
 
         self._pb: Any = api_pb2  # generated code, untyped
         stub: Any = api_pb2_grpc.PodResourcesListerStub
@@ -39,25 +40,28 @@ class PodResourcesClient:
         self._channel.close()
 
 
+@dataclass(frozen=True, slots=True)
+class PodResourcesSettings:
+    """The PodResources sensor's own settings (`AgentSettings`: `podresources_socket`,
+    `podresources_interval_s`, `podresources_timeout_s`, `gpu_resource_prefixes`)."""
+
+    socket_path: Path
+    interval_s: float = 10.0
+    timeout_s: float = 10.0
+    resource_prefixes: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/mig-")
+
+
 class PodResourcesWatcher:
-    def __init__(
-        self,
-        *,
-        node: str,
-        socket_path: Path,
-        publish: Callable[[NodeRecord], Any],
-        metrics: Metrics,
-        interval_s: float = 10.0,
-        timeout_s: float = 10.0,
-        resource_prefixes: Sequence[str] = ("nvidia.com/gpu", "nvidia.com/mig-"),
-    ) -> None:
-        self.node = node
-        self._socket = socket_path
-        self._publish = publish
-        self._metrics = metrics
-        self._interval = interval_s
-        self._timeout = timeout_s
-        self._prefixes = tuple(resource_prefixes)
+    def __init__(self, ctx: SensorContext[PodResourcesSettings]) -> None:
+        settings = ctx.settings
+        self.node = ctx.node
+        self._socket = settings.socket_path
+        self._publish = ctx.publish
+        self._metrics = ctx.metrics
+        self._clock = ctx.clock
+        self._interval = settings.interval_s
+        self._timeout = settings.timeout_s
+        self._prefixes = tuple(settings.resource_prefixes)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last: tuple[Any, ...] | None = None
@@ -93,8 +97,8 @@ class PodResourcesWatcher:
         self._last = key
         return PodAssignments(
             node=self.node,
-            record_id=f"pod-assignments:{time.time_ns()}",
-            changed_at=datetime.now(UTC),
+            record_id=f"pod-assignments:{self._clock.time_ns()}",
+            changed_at=self._clock.now(),
             assignments=tuple(found),
             allocatable=tuple(alloc),
         )

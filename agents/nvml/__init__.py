@@ -1,1 +1,0 @@
-"""NVML (through nvidia-ml-py's `pynvml`): inventory, GPU processes and fault events."""
