@@ -2,7 +2,7 @@
 
 Pure: `message_content` decides the message's parts (headline, what to do now, the facts, the
 links) from the dossier, escaped for Slack's mrkdwn; `route` decides the channel. The Slack
-adapter (`respond.sinks.slack_blocks`) lays the parts out as Block Kit with slack-sdk; sending,
+adapter (`respond.sinks.slack.blocks`) lays the parts out as Block Kit with slack-sdk; sending,
 pacing and threads belong to the notifier. Facts nobody knows are left out, never "unknown".
 """
 

@@ -3,14 +3,14 @@ configured, the same content as files in a local outbox.
 
 - `model.IncidentNotice`: what the sinks take from the stream (a dossier and routing facts).
 - `tickets.TicketSink`: ticket decisions (`models.ticket_policy`), the incident→ticket map and the
-  pending queue in SQL, acting through a `ports.TicketTracker` (`jira_tracker.JiraTracker` or
+  pending queue in SQL, acting through a `ports.TicketTracker` (`jira.JiraTracker` or
   `outbox.OutboxTracker`).
 - `notifications.ChatNotifier`: Alertmanager semantics (`models.notify`), silences and the
   notification log in SQL, sending through a `ports.ChatTransport`
-  (`slack_notifier.SlackWebTransport`, `slack_notifier.SlackWebhookTransport` or
+  (`slack.SlackWebTransport`, `slack.SlackWebhookTransport` or
   `outbox.OutboxChat`).
 - `ports.Destination`: one params class and one sink class filling a port; the shipped ones in
-  `destinations`, all registered in `registry`, which `build.build_sinks` reads.
+  `jira/`, `slack/` and `outbox/`, all registered in `registry`, which `build.build_sinks` reads.
 - `settings.SinkSettings` and `build.build_sinks`: one settings object, one composition function.
 
 The client libraries (jira, slack-sdk, SQLAlchemy) are synchronous; the async entry points run

@@ -35,7 +35,7 @@ from models.notify import Alert, GroupPolicy, SentRecord, content_hash, decide, 
 from respond.errors import ActionError, AmbiguousError, PermanentError
 from respond.sinks.model import IncidentNotice
 from respond.sinks.ports import ChatTransport, Posted
-from respond.sinks.slack_blocks import render_group, render_reply
+from respond.sinks.slack.blocks import render_group, render_reply
 from respond.sinks.tickets import utcnow
 from service.metrics import ResponderMetrics
 

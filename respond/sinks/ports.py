@@ -114,8 +114,8 @@ P = TypeVar("P", bound=BaseModel)
 class Destination(Generic[P]):
     """Where tickets or chat messages can go: one params class and one sink class filling a port.
 
-    `params` is validated from the sink settings: the fields `<prefix>_<param>` of `SinkSettings`
-    (prefix: `settings_prefix`, else `name`) and the entry `destinations.<name>`. `sink(params)` is
+    `params` is validated from the sink settings: the fields `<name>_<param>` of `SinkSettings` and
+    the entry `destinations.<name>`. `sink(params)` is
     the port's adapter, or None when the params leave the destination unconfigured.
     """
 
@@ -123,5 +123,4 @@ class Destination(Generic[P]):
     port: Port
     params: type[P]
     sink: Callable[[P], TicketTracker | ChatTransport | None]
-    settings_prefix: str | None = None
     fallback: bool = False  # taken only when no other destination of its port is configured

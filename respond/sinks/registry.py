@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from typing import Any, Literal, overload
 
-from respond.sinks import destinations
+from respond.sinks import jira, outbox, slack
 from respond.sinks.ports import ChatTransport, Destination, Port, TicketTracker
 from respond.sinks.settings import SinkSettings
 
 DESTINATIONS: tuple[Destination[Any], ...] = (
-    destinations.JIRA,
-    destinations.SLACK_BOT,
-    destinations.SLACK_WEBHOOKS,
-    destinations.OUTBOX_TICKETS,
-    destinations.OUTBOX_CHAT,
+    jira.DESTINATION,
+    slack.DESTINATION,
+    outbox.TICKETS,
+    outbox.CHAT,
 )
 
 _REGISTERED: dict[tuple[Port, str], Destination[Any]] = {}
@@ -46,7 +45,7 @@ def registered(port: Port | None = None) -> tuple[Destination[Any], ...]:
 def params_of(destination: Destination[Any], settings: SinkSettings) -> Any:
     """The destination's params, validated from the settings (see `ports.Destination`)."""
     return destination.params.model_validate(
-        settings.params_for(destination.settings_prefix or destination.name, destination.name))
+        settings.params_for(destination.name))
 
 
 @overload

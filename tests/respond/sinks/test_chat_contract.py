@@ -12,7 +12,7 @@ from pydantic import SecretStr
 from respond.errors import PermanentError
 from respond.sinks.outbox import OutboxChat
 from respond.sinks.ports import ChatTransport
-from respond.sinks.slack_notifier import SlackWebTransport
+from respond.sinks.slack.transport import SlackWebTransport
 from tests.fakes.slack.server import FakeSlack
 from tests.respond.sinks.conftest import SLACK_TOKEN
 

@@ -16,7 +16,7 @@ from pydantic import SecretStr
 
 from models.dossier import render_adf, render_jira_wiki
 from models.ticket_policy import TicketPolicy
-from respond.sinks.jira_tracker import JiraTracker
+from respond.sinks.jira.tracker import JiraTracker
 from respond.sinks.sink_store import SinkStore
 from respond.sinks.tickets import TicketSink
 from tests.fakes.jira.server import FakeJira

@@ -10,7 +10,7 @@ from models.dossier import render_adf, render_jira_wiki, render_markdown
 from respond.sinks.build import build_sinks
 from respond.sinks.outbox import OutboxChat, OutboxTracker
 from respond.sinks.settings import SinkSettings
-from respond.sinks.slack_blocks import message as slack_message
+from respond.sinks.slack.blocks import message as slack_message
 from tests.fakes.jira.validate import adf_errors, wiki_errors
 from tests.respond.sinks.conftest import POD_SECRET, SLACK_TOKEN, Clock, make_notice, migrated
 

@@ -14,7 +14,7 @@ from models.chat_message import Routing
 from models.notify import GroupPolicy, Matcher
 from respond.sinks.notifications import ChatNotifier
 from respond.sinks.sink_store import SinkStore
-from respond.sinks.slack_notifier import SlackWebhookTransport, SlackWebTransport
+from respond.sinks.slack.transport import SlackWebhookTransport, SlackWebTransport
 from tests.fakes.slack.server import FakeSlack
 from tests.respond.sinks.conftest import JIRA_TOKEN, POD_SECRET, SLACK_TOKEN, Clock, make_notice
 

@@ -10,7 +10,7 @@ import pytest
 from pydantic import SecretStr
 
 from models.notify import GroupPolicy, Matcher
-from respond.sinks.jira_tracker import JiraTracker
+from respond.sinks.jira.tracker import JiraTracker
 from respond.sinks.notifications import ChatNotifier
 from respond.sinks.outbox import OutboxChat
 from respond.sinks.sink_store import SinkStore
