@@ -23,6 +23,7 @@ from agents.settings import AgentSettings
 from history.engine import make_engine
 from history.migrate import upgrade
 from models import signals as model_signals
+from models.chat_message import ChatMessage, GroupMessage, GroupReply
 from models.incidents import FaultObservation
 from models.node_records import NVML_TOPIC, NodeRecordBase
 from models.topics import topology
@@ -140,11 +141,12 @@ class PagerSink:
         self.params = params
         self.posted: list[tuple[str, dict[str, Any]]] = []
 
-    def post(self, channel: str, message: dict[str, Any], key: str, thread_ts: str | None = None) -> Posted:
-        self.posted.append((channel, message))
+    def post(self, channel: str, message: ChatMessage, key: str, thread_ts: str | None = None) -> Posted:
+        group = message.group if isinstance(message, GroupReply) else message
+        self.posted.append((channel, {"dedup_key": key, "summary": group.content.fallback}))
         return Posted(channel, None)
 
-    def update(self, channel: str, ts: str, message: dict[str, Any], key: str) -> None:
+    def update(self, channel: str, ts: str, message: GroupMessage, key: str) -> None:
         raise AssertionError("a sink without threads is never asked to edit")
 
     def find(self, channel: str, key: str, thread_ts: str | None = None) -> Posted | None:
@@ -189,7 +191,7 @@ def test_a_registered_sink_receives_the_notices(pager: None, tmp_path: Path) -> 
         sinks.chat.submit(notice)
         sinks.chat.flush()
         [(channel, message)] = transport.posted
-        assert channel == "#gpu-infra" and notice.dossier.node in message["text"]
+        assert channel == "#gpu-infra" and notice.dossier.node in message["summary"]
         assert not (tmp_path / "outbox" / "slack").exists()
     finally:
         sinks.store.engine.dispose()

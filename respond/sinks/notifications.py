@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from models.chat_message import Routing, route
+from models.chat_message import ChatMessage, Routing, route
 from models.notify import Alert, GroupPolicy, SentRecord, content_hash, decide, group_key
 from respond.errors import ActionError, AmbiguousError, PermanentError
+from respond.sinks.content import group_message, group_reply
 from respond.sinks.model import IncidentNotice
 from respond.sinks.ports import ChatTransport, Posted
-from respond.sinks.slack.blocks import render_group, render_reply
 from respond.sinks.tickets import utcnow
 from service.metrics import ResponderMetrics
 
@@ -145,7 +145,7 @@ class ChatNotifier:
         digest = content_hash(decision.alerts)
         key = f"xidpipe-{_slug(gk)}-{digest}"
         retrying = failure is not None
-        message = render_group(notices, self.ticket_url, self.incident_url_base)
+        message = group_message(notices, self.ticket_url, self.incident_url_base)
         try:
             if entry is None or entry.thread_ts is None or not self.transport.threads:
                 posted = self._post(channel if entry is None else entry.channel, message, key, None, retrying,
@@ -163,7 +163,7 @@ class ChatNotifier:
                     posted = self._post(entry.channel, message, f"{key}-new", None, retrying, channel)
                     root = posted.ts
                 else:
-                    reply = render_reply(decision, notices, self.incident_url_base)
+                    reply = group_reply(decision.reason, message)
                     posted = self._post(entry.channel, reply, f"{key}-reply", entry.thread_ts, retrying, channel)
                     root = entry.thread_ts
         except ActionError as exc:
@@ -181,7 +181,7 @@ class ChatNotifier:
         log.info("notification %s for %s in %s: %s", decision.action, gk, posted.channel, decision.reason, extra=ctx)
         return ChatOutcome(gk, decision.action, decision.reason, posted.channel, posted.ts)
 
-    def _post(self, channel: str, message: dict[str, Any], key: str, thread_ts: str | None, check_first: bool,
+    def _post(self, channel: str, message: ChatMessage, key: str, thread_ts: str | None, check_first: bool,
               pace_key: str) -> Posted:
         if check_first:
             found = self.transport.find(channel, key, thread_ts)

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
-from urllib.parse import quote
 
 from history.sink_tables import TicketRow
 from models.dossier import Dossier, evidence_files, render_json, render_markdown, title
@@ -39,6 +38,7 @@ from models.ticket_policy import (
     wants_ticket,
 )
 from respond.errors import AmbiguousError, PermanentError, TemporaryError
+from respond.sinks.content import incident_page
 from respond.sinks.model import IncidentNotice
 from respond.sinks.ports import TicketBody, TicketInfo, TicketTracker
 from respond.sinks.sink_store import SinkStore
@@ -78,13 +78,6 @@ def dossier_files(notice: IncidentNotice, incident_url: str | None = None) -> di
     return {"dossier.md": render_markdown(d).encode(),
             "dossier.json": (json.dumps(render_json(d), indent=2, sort_keys=True) + "\n").encode(),
             **evidence_files(d)}
-
-
-def incident_page(base: str | None, incident_id: str) -> str | None:
-    """The incident's page under `base` (`xidpipe serve`: /incidents/<id>), or None without a base."""
-    if not base:
-        return None
-    return f"{base.rstrip('/')}/incidents/{quote(incident_id, safe=':@')}"
 
 
 def with_links(d: Dossier, incident_url: str | None) -> Dossier:

@@ -1,5 +1,6 @@
-"""The outbox's `ChatTransport`: each message a JSON file under `<root>/slack/<channel>/`, as
-`chat.postMessage` takes it; an edit rewrites the file, a thread reply is a file of its own."""
+"""The outbox's `ChatTransport`: each message a JSON file under `<root>/slack/<channel>/`, rendered
+as Slack would get it (Block Kit, `respond.sinks.slack.blocks`) and as `chat.postMessage` takes it;
+an edit rewrites the file, a thread reply is a file of its own."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from models.chat_message import ChatMessage, GroupMessage
 from respond.errors import PermanentError
 from respond.sinks.outbox.files import json_bytes, safe_name, write_atomic
 from respond.sinks.ports import Posted
+from respond.sinks.slack.blocks import render
 
 
 class OutboxChat:
@@ -25,19 +28,21 @@ class OutboxChat:
     def _path(self, channel: str, key: str) -> Path:
         return self.root / safe_name(channel.lstrip("#")) / f"{safe_name(key)}.json"
 
-    def post(self, channel: str, message: dict[str, Any], key: str, thread_ts: str | None = None) -> Posted:
+    def post(self, channel: str, message: ChatMessage, key: str, thread_ts: str | None = None) -> Posted:
         ts = safe_name(key)
-        record = {"channel": channel, "ts": ts, "thread_ts": thread_ts, "key": key, "text": message.get("text", ""),
-                  "blocks": message.get("blocks", []), "written_at": datetime.now(UTC).isoformat()}
+        body = render(message)
+        record = {"channel": channel, "ts": ts, "thread_ts": thread_ts, "key": key, "text": body["text"],
+                  "blocks": body["blocks"], "written_at": datetime.now(UTC).isoformat()}
         write_atomic(self._path(channel, key), json_bytes(record))
         return Posted(channel, ts)
 
-    def update(self, channel: str, ts: str, message: dict[str, Any], key: str) -> None:
+    def update(self, channel: str, ts: str, message: GroupMessage, key: str) -> None:
         path = self._path(channel, ts)
         if not path.exists():
             raise PermanentError(f"no outbox message {ts} in {channel}", 404)
         record = json.loads(path.read_text())
-        record.update(text=message.get("text", ""), blocks=message.get("blocks", []), edits=record.get("edits", 0) + 1)
+        body = render(message)
+        record.update(text=body["text"], blocks=body["blocks"], edits=record.get("edits", 0) + 1)
         write_atomic(path, json_bytes(record))
 
     def find(self, channel: str, key: str, thread_ts: str | None = None) -> Posted | None:

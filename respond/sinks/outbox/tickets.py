@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from models.render import adf, jira_wiki, markdown
 from models.ticket_policy import INCIDENT_LABEL_PREFIX, TicketFields
 from respond.errors import PermanentError
 from respond.sinks.outbox.files import json_bytes, safe_name, write_atomic
@@ -69,9 +70,10 @@ class OutboxTracker:
         head = [f"# {summary}", "", f"- Project: {fields.project}", f"- Issue type: {fields.issue_type}",
                 f"- Priority: {fields.priority}", f"- Components: {', '.join(fields.components) or 'none'}",
                 f"- Labels: {', '.join(meta['labels'])}", "", "---", ""]
-        write_atomic(self._dir(key) / "ticket.md", ("\n".join(head) + description.markdown).encode())
-        write_atomic(self._dir(key) / "description.wiki", description.wiki.encode())
-        write_atomic(self._dir(key) / "description.adf.json", json_bytes(description.adf))
+        body = markdown.render(description.document(title_heading=True))
+        write_atomic(self._dir(key) / "ticket.md", ("\n".join(head) + body).encode())
+        write_atomic(self._dir(key) / "description.wiki", jira_wiki.render(description.blocks).encode())
+        write_atomic(self._dir(key) / "description.adf.json", json_bytes(adf.render(description.blocks)))
         self._save(meta)
         return self._info(meta)
 

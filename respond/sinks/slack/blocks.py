@@ -1,14 +1,15 @@
 """Slack Block Kit for incident messages, built with `slack_sdk.models.blocks` (which checks
-Slack's limits when a block is serialised) from the pure `models.chat_message.message_content`.
+Slack's limits when a block is serialised) from the destination-neutral parts of
+`models.chat_message`: plain text, redacted, which this module escapes for Slack's mrkdwn.
 
 A message: the title (header), the headline, "What to do now" (numbered steps), the facts (a
 fields section), a group summary when several incidents share the message, the links to the
-incident's page and the ticket, and the incident's identity (context).
+incident's page and the ticket, and the incident's identity (context). A thread reply: one
+section that says what changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from slack_sdk.models.blocks import (
@@ -20,16 +21,19 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from models.chat_message import ChatContent, message_content, mrkdwn
-from models.dossier import gpu_name
-from models.notify import Decision
-from respond.sinks.model import IncidentNotice
-from respond.sinks.tickets import incident_page
+from models.chat_message import ChatContent, ChatMessage, GroupMessage, GroupReply
 
 HEADER_CAP = 150  # Slack's limits, in characters
 SECTION_CAP = 3000
 FIELD_CAP = 2000
 FALLBACK_CAP = 4000
+EMOJI = {"hardware": ":rotating_light:", "suspected_hardware": ":warning:", "interconnect": ":link:",
+         "driver": ":gear:", "application": ":bug:", "thermal": ":fire:", "fleet": ":globe_with_meridians:"}
+
+
+def mrkdwn(text: str) -> str:
+    """Plain (already redacted) text for Slack's mrkdwn: `&`, `<`, `>` escaped as Slack requires."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _cut(text: str, cap: int) -> str:
@@ -41,61 +45,51 @@ def _section(text: str) -> SectionBlock:
 
 
 def blocks_of(c: ChatContent, group_summary: str | None = None) -> list[Block]:
-    steps = "\n".join(f"{n}. {s}" for n, s in enumerate(c.steps, 1))
+    steps = "\n".join(f"{n}. {mrkdwn(s)}" for n, s in enumerate(c.steps, 1))
+    headline = f"{EMOJI.get(c.category, ':grey_question:')} *{mrkdwn(c.category)}*: {mrkdwn(c.reason)}"
     out: list[Block] = [
         HeaderBlock(text=PlainTextObject(text=_cut(c.title, HEADER_CAP), emoji=True)),
-        _section(c.headline),
+        _section(headline),
         _section(f"*What to do now*\n{steps}"),
     ]
     if group_summary:
         out.append(_section(group_summary))
-    out.append(SectionBlock(fields=[MarkdownTextObject(text=_cut(f"*{label}*\n{text}", FIELD_CAP))
+    out.append(SectionBlock(fields=[MarkdownTextObject(text=_cut(f"*{label}*\n{mrkdwn(text)}", FIELD_CAP))
                                     for label, text in c.fields[:10]]))
     if c.links:
         out.append(_section(" · ".join(f"<{url}|{label}>" for label, url in c.links)))
-    out.append(ContextBlock(elements=[MarkdownTextObject(text=_cut(c.context, SECTION_CAP))]))
+    out.append(ContextBlock(elements=[MarkdownTextObject(text=_cut(mrkdwn(c.context), SECTION_CAP))]))
     return out
 
 
 def message(c: ChatContent, group_summary: str | None = None, prefix: str = "") -> dict[str, Any]:
     """`{"text": fallback, "blocks": [...]}` for chat.postMessage / chat.update / incoming webhooks."""
-    return {"text": _cut(prefix + c.fallback, FALLBACK_CAP),
+    return {"text": _cut(prefix + mrkdwn(c.fallback), FALLBACK_CAP),
             "blocks": [b.to_dict() for b in blocks_of(c, group_summary)]}
 
 
-def render_group(notices: Sequence[IncidentNotice], ticket_url: Callable[[str], str | None],
-                 incident_url_base: str | None = None) -> dict[str, Any]:
+def render_group(group: GroupMessage) -> dict[str, Any]:
     """The message of a group: the latest incident in full, and a list when there are several."""
-    latest = max(notices, key=lambda n: (n.dossier.last_seen, n.incident_id))
-    content = message_content(latest.dossier, ticket_url(latest.incident_id),
-                              incident_page(incident_url_base, latest.incident_id))
-    firing = [n for n in notices if n.alert_status == "firing"]
-    if len(notices) == 1 and firing:
-        return message(content)
-    head = f"*{len(firing)} firing, {len(notices) - len(firing)} resolved*"
+    if len(group.entries) == 1 and group.firing:
+        return message(group.content)
+    counts = f"{group.firing} firing, {group.resolved} resolved"
     lines = []
-    for n in sorted(notices, key=lambda n: n.incident_id):
-        d = n.dossier
-        icon = ":white_check_mark:" if n.alert_status == "resolved" else ":red_circle:"
-        codes = ", ".join(f"{c.code}×{c.count}" for c in d.codes)
-        gpu = gpu_name(d)
-        page = incident_page(incident_url_base, n.incident_id)
-        what = mrkdwn(f"{d.node}{f' GPU {gpu}' if gpu else ''}: {codes} ({n.alert_status})")
-        lines.append(f"{icon} <{page}|{what}>" if page else f"{icon} {what}")
-    summary = head + "\n" + "\n".join(lines)
-    return message(content, summary, prefix=f"{len(firing)} firing, {len(notices) - len(firing)} resolved. ")
+    for e in sorted(group.entries, key=lambda e: e.incident_id):
+        icon = ":white_check_mark:" if e.status == "resolved" else ":red_circle:"
+        what = mrkdwn(e.summary)
+        lines.append(f"{icon} <{e.page}|{what}>" if e.page else f"{icon} {what}")
+    return message(group.content, f"*{counts}*\n" + "\n".join(lines), prefix=f"{counts}. ")
 
 
-def render_reply(decision: Decision, notices: Sequence[IncidentNotice],
-                 incident_url_base: str | None = None) -> dict[str, Any]:
+def render_reply(reply: GroupReply) -> dict[str, Any]:
     """The thread reply that tells what changed."""
-    firing = sum(1 for n in notices if n.alert_status == "firing")
-    parts = []
-    for n in notices:
-        page = incident_page(incident_url_base, n.incident_id)
-        text = mrkdwn(f"{n.dossier.node}: " + ", ".join(f"{c.code}×{c.count}" for c in n.dossier.codes)
-                      + f" ({n.alert_status}, {n.dossier.count} in all)")
-        parts.append(f"{text} <{page}|incident page>" if page else text)
-    text = _cut(f"Update: {mrkdwn(decision.reason)}. {firing} firing, {len(notices) - firing} resolved. "
+    group = reply.group
+    parts = [f"{mrkdwn(e.update)} <{e.page}|incident page>" if e.page else mrkdwn(e.update) for e in group.entries]
+    text = _cut(f"Update: {mrkdwn(reply.reason)}. {group.firing} firing, {group.resolved} resolved. "
                 + "; ".join(parts), SECTION_CAP)
     return {"text": text, "blocks": [_section(text).to_dict()]}
+
+
+def render(m: ChatMessage) -> dict[str, Any]:
+    """A group's message or a thread reply as Slack takes it: `{"text", "blocks"}`."""
+    return render_reply(m) if isinstance(m, GroupReply) else render_group(m)
