@@ -26,9 +26,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from models.chat_message import ChatMessage, Routing, route
 from models.notify import Alert, GroupPolicy, SentRecord, content_hash, decide, group_key
@@ -36,6 +35,7 @@ from respond.errors import ActionError, AmbiguousError, PermanentError
 from respond.sinks.content import group_message, group_reply
 from respond.sinks.model import IncidentNotice
 from respond.sinks.ports import ChatTransport, Posted
+from respond.sinks.sink_store import SinkStore
 from respond.sinks.tickets import utcnow
 from service.metrics import ResponderMetrics
 
@@ -50,6 +50,7 @@ class ChatOutcome:
     channel: str | None = None
     ts: str | None = None
     error: str | None = None
+    sink: str = ""  # the chat sink that decided it
 
 
 def _slug(group: str) -> str:
@@ -57,16 +58,20 @@ def _slug(group: str) -> str:
 
 
 class ChatNotifier:
-    def __init__(self, transport: ChatTransport, store: Any, routing: Routing | None = None,
+    """One chat destination: its transport, and its own alerts, notification log and failures in
+    `store` (the rows of the sink `name`, by default the transport's name)."""
+
+    def __init__(self, transport: ChatTransport, store: SinkStore, routing: Routing | None = None,
                  policy: GroupPolicy | None = None, *, channel_interval_s: float = 1.0, retry_base_s: float = 30.0,
                  retry_max_s: float = 900.0, ticket_url: Callable[[str], str | None] = lambda _: None,
                  clock: Callable[[], datetime] = utcnow, sleep: Callable[[float], None] = time.sleep,
                  retention_s: float = 86400.0, incident_url_base: str | None = None,
-                 metrics: ResponderMetrics | None = None) -> None:
+                 metrics: ResponderMetrics | None = None, name: str | None = None) -> None:
         self.incident_url_base = incident_url_base
         self.metrics = metrics
         self.transport = transport
-        self.store = store
+        self.name = name or transport.name
+        self.store = store.for_sink(self.name)
         self.routing = routing or Routing()
         self.policy = policy or GroupPolicy()
         self.channel_interval_s = channel_interval_s
@@ -117,7 +122,7 @@ class ChatNotifier:
     # --- one group ---------------------------------------------------------------------------------
     def flush_group(self, gk: str) -> ChatOutcome:
         with self._lock:
-            outcome = self._flush_group(gk)
+            outcome = replace(self._flush_group(gk), sink=self.name)
         if self.metrics is not None and outcome.action not in ("wait", "suppress"):  # decided again every flush
             self.metrics.chat.labels(self.transport.name, outcome.action).inc()
         return outcome
@@ -134,7 +139,8 @@ class ChatNotifier:
                                            f"{failure.last_error}", channel)
         entry = self.store.sent(gk)
         sent = SentRecord(gk, entry.sent_at, entry.content_hash, entry.thread_ts) if entry else None
-        alerts = [Alert(r.fingerprint, r.labels, r.status, r.starts_at) for r in rows]
+        alerts = [Alert(r.fingerprint, r.labels, "resolved" if r.status == "resolved" else "firing", r.starts_at)
+                  for r in rows]
         decision = decide(alerts, now, self.policy, sent, self.store.silences(now))
         ctx = {"group": gk, "channel": channel, "action": decision.action}
         if decision.action in ("wait", "suppress"):

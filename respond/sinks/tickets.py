@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -71,6 +71,7 @@ class TicketOutcome:
     action: str | None = None
     key: str | None = None
     error: str | None = None
+    sink: str = ""  # the ticket sink that handled it
 
 
 def dossier_files(notice: IncidentNotice, incident_url: str | None = None) -> dict[str, bytes]:
@@ -85,14 +86,18 @@ def with_links(d: Dossier, incident_url: str | None) -> Dossier:
 
 
 class TicketSink:
+    """One ticket destination: its tracker, and its own queue and ticket map in `store` (the rows of
+    the sink `name`, by default the tracker's name)."""
+
     def __init__(self, tracker: TicketTracker, store: SinkStore, policy: TicketPolicy | None = None,
                  retry: RetryPolicy | None = None, clock: Callable[[], datetime] = utcnow,
                  sleep: Callable[[float], None] = time.sleep, incident_url_base: str | None = None,
-                 metrics: ResponderMetrics | None = None) -> None:
+                 metrics: ResponderMetrics | None = None, name: str | None = None) -> None:
         self.incident_url_base = incident_url_base
         self.metrics = metrics
         self.tracker = tracker
-        self.store = store
+        self.name = name or tracker.name
+        self.store = store.for_sink(self.name)
         self.policy = policy or TicketPolicy()
         self.retry = retry or RetryPolicy()
         self.clock = clock
@@ -123,7 +128,7 @@ class TicketSink:
     # --- handling ----------------------------------------------------------------------------------
     def process(self, incident_id: str) -> TicketOutcome:
         with self._lock:
-            outcome = self._process(incident_id)
+            outcome = replace(self._process(incident_id), sink=self.name)
         if self.metrics is not None:
             self.metrics.tickets.labels(self.tracker.name, outcome.status, outcome.action or "none").inc()
         return outcome

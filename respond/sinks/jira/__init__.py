@@ -22,7 +22,7 @@ class JiraParams(BaseModel):
     url: str | None = None
     user: str | None = None
     api_token: SecretStr | None = None
-    timeout_s: float
+    timeout_s: float = 10.0  # per request (the settings' default, for a Jira configured in `destinations`)
     flavor: JiraFlavor = "server"
 
 

@@ -125,7 +125,7 @@ def test_lost_map_is_recovered_by_the_fingerprint_label(tmp_path: Path, deployme
         out = second.submit(make_notice())
         assert (out.action, out.key) == ("none", "GPU-1")
         assert list(fake.issues) == ["GPU-1"]
-        row = fresh.ticket(out.incident_id)
+        row = second.store.ticket(out.incident_id)
         assert row is not None and row.recovered and row.ticket_key == "GPU-1"
         path = r"/rest/api/2/search" if deployment == "Server" else r"/rest/api/\d/search/jql"
         searches = fake.calls("GET", path)
@@ -278,14 +278,14 @@ def test_jira_down_delays_tickets_and_the_drain_delivers_them(tmp_path: Path, fa
     outs = [down.submit(n) for n in notices]
     assert {o.status for o in outs} == {"pending"}
     assert all("unreachable" in (o.error or "") for o in outs)
-    jobs = store.jobs("pending")
+    jobs = down.store.jobs("pending")
     assert len(jobs) == 3 and all(j.attempts == 1 and j.last_error for j in jobs)
     up = TicketSink(JiraTracker(fake_jira.url, fake_jira.user, SecretStr(JIRA_TOKEN), timeout_s=1.0), store,
                     retry=FAST_RETRY, clock=clock)
     assert up.drain() == []  # not due before the backoff
     clock.advance(seconds=31)
     assert {o.action for o in up.drain()} == {"create"}
-    assert len(fake_jira.issues) == 3 and store.jobs("pending") == []
+    assert len(fake_jira.issues) == 3 and up.store.jobs("pending") == []
     assert up.drain() == []
 
 
@@ -319,7 +319,7 @@ def test_a_refused_ticket_is_recorded_with_jiras_message(fake_jira: FakeJira, ji
     out = sink.submit(make_notice())
     assert out.status == "failed"
     assert "HTTP 400" in (out.error or "") and "valid project is required" in (out.error or "")
-    job = store.job(out.incident_id)
+    job = sink.store.job(out.incident_id)
     assert job is not None and job.status == "failed" and "valid project is required" in (job.last_error or "")
     assert len(fake_jira.calls("POST", ISSUE)) == 1  # a 4xx is not retried
     assert any("valid project is required" in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records)
