@@ -76,10 +76,12 @@ class GroupEntry:
 @dataclass(frozen=True, slots=True)
 class GroupMessage:
     """A group's message: its latest incident in full (`content`), and every incident of the group in
-    the group's order."""
+    the group's order. `group_key` names the group in every message about it (its channel and its
+    `group_by` labels): what a paging destination deduplicates by."""
 
     content: ChatContent
     entries: tuple[GroupEntry, ...]
+    group_key: str = ""
 
     @property
     def firing(self) -> int:

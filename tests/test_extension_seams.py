@@ -163,7 +163,7 @@ class HookSink:
         state = "RESOLVED" if not group.firing else "FIRING"
         why = f" ({message.reason})" if isinstance(message, GroupReply) else ""
         return {"text": f"[{state}{why}] {c.title} | {c.category}: {c.reason} | first: {c.steps[0]} | "
-                        + "; ".join(e.summary for e in group.entries)}
+                        + "; ".join(e.summary for e in group.entries) + f" | group {group.group_key}"}
 
     def post(self, channel: str, message: ChatMessage, key: str, thread_ts: str | None = None) -> Posted:
         if self.broken:
@@ -267,12 +267,14 @@ def test_one_chat_sink_failing_neither_stops_nor_repeats_the_other(second_sinks:
         assert [(o.sink, o.action) for o in outcomes] == [("slack", "send"), ("hook", "failed")]
         assert len(fake_slack.messages("gpu-infra")) == 1 and fake_slack.messages("gpu-alerts") == []
         [gk] = hook_sink.store.group_keys()
+        assert slack_sink.store.group_keys() == [gk]  # the same group, in rows of each sink's own
         failure = hook_sink.store.failure(gk)
         assert failure is not None and "HTTP 503" in failure.last_error and slack_sink.store.failure(gk) is None
         fake_slack.faults.clear()
         clock.advance(seconds=31)
         assert [(o.sink, o.action) for o in sinks.chat.flush()] == [("slack", "suppress"), ("hook", "send")]
         assert len(fake_slack.messages("gpu-infra")) == 1 and len(fake_slack.messages("gpu-alerts")) == 1
+        assert fake_slack.messages("gpu-alerts")[0].text.endswith(f" | group {gk}")
 
         HookSink.broken = True  # an error that escapes a sink: raised once the other sink had the notice
         resolved = make_notice(status="resolved")

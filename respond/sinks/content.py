@@ -25,15 +25,15 @@ def incident_page(base: str | None, incident_id: str) -> str | None:
 
 
 def group_message(notices: Sequence[IncidentNotice], ticket_url: Callable[[str], str | None],
-                  incident_url_base: str | None = None) -> GroupMessage:
-    """The message of a group of notices (in the group's order): the latest incident in full, with
-    its ticket's link, and one entry per incident."""
+                  incident_url_base: str | None = None, group_key: str = "") -> GroupMessage:
+    """The message of the group `group_key` from its notices (in the group's order): the latest
+    incident in full, with its ticket's link, and one entry per incident."""
     latest = max(notices, key=lambda n: (n.dossier.last_seen, n.incident_id))
     content = message_content(latest.dossier, ticket_url(latest.incident_id),
                               incident_page(incident_url_base, latest.incident_id))
     entries = tuple(group_entry(n.dossier, n.alert_status, incident_page(incident_url_base, n.incident_id))
                     for n in notices)
-    return GroupMessage(content, entries)
+    return GroupMessage(content, entries, group_key)
 
 
 def group_reply(reason: str, group: GroupMessage) -> GroupReply:

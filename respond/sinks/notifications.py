@@ -151,7 +151,7 @@ class ChatNotifier:
         digest = content_hash(decision.alerts)
         key = f"xidpipe-{_slug(gk)}-{digest}"
         retrying = failure is not None
-        message = group_message(notices, self.ticket_url, self.incident_url_base)
+        message = group_message(notices, self.ticket_url, self.incident_url_base, gk)
         try:
             if entry is None or entry.thread_ts is None or not self.transport.threads:
                 posted = self._post(channel if entry is None else entry.channel, message, key, None, retrying,
