@@ -1,5 +1,7 @@
 """The chat notifier: Alertmanager's chain (silence → wait → dedup → send → record) over a
-`ChatTransport`.
+`ChatTransport`. One per configured chat destination (`fanout.ChatSinks`), each with its own alerts,
+notification log and failures, under its name; the transport renders what it is handed (a
+group's message or a thread reply, `content`) in its own format.
 
 Each incident is an alert; alerts are grouped by `GroupPolicy.group_by` within their channel
 (`models.chat_message.route`). `models.notify.decide` says whether a group is sent now, updated,
@@ -10,8 +12,9 @@ without threads (incoming webhooks) post a new message per change.
 
 The notification log (channel, root ts, content hash, time) is written only after the send
 succeeded; a failed send is recorded in `chat_failures` with the next attempt time, and `flush()`
-(run in a loop by `run()`) tries again: nothing is lost. A timeout leaves it unknown whether
-Slack posted the message, so before posting again the channel is searched for the message's key.
+(run in a loop by `run()`) tries again: nothing is lost. A timeout leaves it unknown whether the
+destination posted the message, so before posting again it is asked for the message's key
+(`ChatTransport.find`).
 Sends to one channel are paced (`channel_interval_s`, Slack allows about one message per second
 per channel). Groups whose alerts are all resolved, and told so, are forgotten after `retention_s`
 (their log entry stays: a later alert in the same group continues the same thread).

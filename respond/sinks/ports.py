@@ -1,6 +1,8 @@
-"""The two ports of the sinks, and what a destination is. Each port has a real adapter and an outbox
-one, and one contract suite (`tests/respond/sinks/test_tracker_contract.py`,
-`tests/respond/sinks/test_chat_contract.py`) runs against both.
+"""The two ports of the sinks, and what a destination is. A port's adapter is handed neutral content
+(`TicketBody`, a document; `models.chat_message.ChatMessage`, plain parts) and renders it in its
+destination's format. Each port has a real adapter and an outbox one, and one contract suite
+(`tests/respond/sinks/test_tracker_contract.py`, `tests/respond/sinks/test_chat_contract.py`) runs
+against both.
 
 Every method raises `respond.errors.TemporaryError` (try again later) or `respond.errors.PermanentError`.
 """

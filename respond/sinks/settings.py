@@ -2,10 +2,12 @@
 as `XIDPIPE_SINKS_<NAME>`, nested with `__`: `XIDPIPE_SINKS_TICKET_POLICY__PROJECT=OPS`; the database
 as the shared `XIDPIPE_DATABASE_URL`).
 
-Neither Jira nor Slack configured: tickets and messages go to the file outbox. The fields
-`<destination>_<param>` (`jira_url`, `slack_bot_token`, `outbox_dir`, ...) are the params of the
-destinations registered in `respond.sinks.registry`; a destination without fields here takes its params
-from `destinations` (`XIDPIPE_SINKS_DESTINATIONS__PAGERDUTY__ROUTING_KEY=...`).
+Every configured destination is a sink; with no tracker configured, tickets go to the file outbox,
+with no chat destination, messages do. The fields `<destination>_<param>` (`jira_url`,
+`slack_bot_token`, `outbox_dir`, ...) are the params of the destinations registered in
+`respond.sinks.registry`; a destination without fields here takes its params from `destinations`
+(`XIDPIPE_SINKS_DESTINATIONS__PAGERDUTY__ROUTING_KEY=...`). The policies (ticket policy, routing,
+grouping, retries) apply to every sink of their kind.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """The ticket sink: decide (`models.ticket_policy`), act through a `TicketTracker`, record in SQL.
+One per configured tracker (`fanout.TicketSinks`), each with its own rows, under its name.
 
-Every notice is first written to the `ticket_queue` table (its latest snapshot per incident), then
-handled. A transient failure (429, 5xx, Jira unreachable, a timeout) is retried in place a few
+Every notice is first written to the sink's `ticket_queue` rows (its latest snapshot per incident),
+then handled. A transient failure (429, 5xx, Jira unreachable, a timeout) is retried in place a few
 times with backoff, honouring Retry-After. A create that timed out is looked for again only after
 `index_settle_s`, once Jira's search index shows what it may have created. If Jira stays
-unavailable the row stays `pending` with a next attempt time, and `drain()` (run by `run()` in a
-loop) picks it up: Jira being down delays tickets, it never loses them. A permanent failure
+unavailable the row stays `pending` with a next attempt time, and `drain()` (run in a loop by the
+responder) picks it up: Jira being down delays tickets, it never loses them. A permanent failure
 (another 4xx) marks the row `failed` with Jira's message. Each attempt re-reads the state first
 (the map in SQL, else a search on the fingerprint label), so a retried or redelivered notice never
 opens a second ticket.
