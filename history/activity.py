@@ -1,9 +1,9 @@
 """What was done about an incident: cluster actions, its ticket, chat notifications.
 
 These live in the tables the responder writes (the action record of `history.action_tables`, the
-ticket map and notification log of `history.sink_tables`), in the same database in the default
-set-up. A table that does not exist (a database the migrations have not brought to 0004) reads as
-nothing.
+ticket maps and notification logs of `history.sink_tables`, one per sink), in the same database
+in the default set-up. A table that does not exist (a database the migrations have not brought to
+0004) reads as nothing.
 """
 
 from __future__ import annotations
@@ -57,15 +57,16 @@ def incident_activity(s: Session, incident_id: str) -> dict[str, list[dict[str, 
         out["actions"].append({"at": _iso(r.at), "action": r.action, "outcome": r.outcome, "node": r.node,
                                "decision": r.decision, "reason": r.reason, "dry_run": bool(r.dry_run),
                                "actor": r.actor})
-    if has_table(s, "tickets"):
-        t = s.get(TicketRow, incident_id)
-        if t is not None:
+    if has_table(s, "tickets"):  # one per ticket sink
+        for t in s.scalars(sa.select(TicketRow).where(TicketRow.incident_id == incident_id)
+                           .order_by(TicketRow.created_at, TicketRow.sink)):
             out["tickets"].append({"key": t.ticket_key, "tracker": t.tracker, "created_at": _iso(t.created_at),
                                    "updated_at": _iso(t.updated_at), "last_comment_at": _iso(t.last_comment_at),
                                    "count": t.count, "attached": list(t.attached or [])})
     if has_table(s, "chat_alerts") and has_table(s, "notification_log"):
         rows = s.execute(sa.select(NotificationLogRow, ChatAlertRow.status).join(
-            ChatAlertRow, ChatAlertRow.group_key == NotificationLogRow.group_key)
+            ChatAlertRow, (ChatAlertRow.sink == NotificationLogRow.sink)
+            & (ChatAlertRow.group_key == NotificationLogRow.group_key))
             .where(ChatAlertRow.incident_id == incident_id).order_by(NotificationLogRow.sent_at)).all()
         for n, status in rows:
             out["notifications"].append({"sent_at": _iso(n.sent_at), "channel": n.channel,

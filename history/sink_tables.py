@@ -1,16 +1,24 @@
 """SQL tables of the ticket and chat sinks (SQLAlchemy declarative; no engine or session here).
 
-- `tickets`: the incident → Jira key map (the source of truth; Jira's label search only recovers
-  a lost row) and what the ticket already tells: occurrences, category, attachments, last comment.
-- `ticket_queue`: work for the ticket sink, one row per incident holding its latest snapshot:
-  `pending` until Jira accepted it (a retry loop drains it with backoff), `done`, or `failed` with
-  Jira's error message when Jira refused it for good.
-- `chat_alerts`: the incidents the notifier knows, grouped by their group key.
-- `notification_log`: what was sent where (channel, root ts, content hash, time); written only
-  after a successful send. `chat_failures`: the last failed send of a group, for operators.
-- `silences`: Alertmanager-style silences (matchers, start, end, author, comment).
+Every sink (a configured destination: `jira`, `slack`, `outbox`, ...) keeps its own delivery
+state: the rows of the first five tables are keyed by the sink's name (`sink`) and the incident
+or group, so one sink's failure, retry or record never blocks or repeats another's.
 
-All times are UTC. The tables are on `history.tables.metadata`; migration 0004 creates them.
+- `tickets`: the incident → ticket key map per tracker (the source of truth; the tracker's label
+  search only recovers a lost row) and what the ticket already tells: occurrences, category,
+  attachments, last comment.
+- `ticket_queue`: work for each ticket sink, one row per incident holding its latest snapshot:
+  `pending` until the tracker accepted it (a retry loop drains it with backoff), `done`, or
+  `failed` with the tracker's error message when it refused it for good.
+- `chat_alerts`: the incidents each chat sink knows, grouped by their group key.
+- `notification_log`: what each chat sink sent where (channel, root ts, content hash, time);
+  written only after a successful send. `chat_failures`: the last failed send of a group.
+- `silences`: Alertmanager-style silences (matchers, start, end, author, comment), for every chat
+  sink.
+
+All times are UTC. The tables are on `history.tables.metadata`; migration 0004 creates them and
+0008 keys them by sink. Rows written before 0008 have `sink = ''` (`UNATTRIBUTED`) until the
+responder's first start gives them to the sink that wrote them (`SinkStore.adopt`).
 """
 
 from __future__ import annotations
@@ -23,14 +31,18 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from history.tables import Base
 
+UNATTRIBUTED = ""  # the sink of rows written before sinks had names (migration 0008)
+SINK_NAME = sa.String(64)
+
 
 class TicketRow(Base):
     __tablename__ = "tickets"
 
+    sink: Mapped[str] = mapped_column(SINK_NAME, primary_key=True)
     incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
     fingerprint: Mapped[str] = mapped_column(sa.String(64), index=True)
     ticket_key: Mapped[str] = mapped_column(sa.String(64), index=True)
-    tracker: Mapped[str] = mapped_column(sa.String(16))  # jira, outbox
+    tracker: Mapped[str] = mapped_column(sa.String(16))  # the tracker's own name: jira, outbox
     category: Mapped[str] = mapped_column(sa.String(32))
     count: Mapped[int]
     attached: Mapped[list[str]]
@@ -43,6 +55,7 @@ class TicketRow(Base):
 class TicketJobRow(Base):
     __tablename__ = "ticket_queue"
 
+    sink: Mapped[str] = mapped_column(SINK_NAME, primary_key=True)
     incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
     payload: Mapped[dict[str, Any]]  # the latest snapshot: respond.sinks.model.IncidentNotice as JSON
     status: Mapped[str] = mapped_column(sa.String(16), index=True)  # pending, done, failed
@@ -55,9 +68,11 @@ class TicketJobRow(Base):
 
 class ChatAlertRow(Base):
     __tablename__ = "chat_alerts"
+    __table_args__ = (sa.Index("ix_chat_alerts_sink_group_key", "sink", "group_key"),)
 
+    sink: Mapped[str] = mapped_column(SINK_NAME, primary_key=True)
     fingerprint: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
-    group_key: Mapped[str] = mapped_column(sa.String(512), index=True)
+    group_key: Mapped[str] = mapped_column(sa.String(512))
     channel: Mapped[str] = mapped_column(sa.String(128))
     incident_id: Mapped[str] = mapped_column(sa.String(128))
     labels: Mapped[dict[str, Any]]
@@ -70,6 +85,7 @@ class ChatAlertRow(Base):
 class NotificationLogRow(Base):
     __tablename__ = "notification_log"
 
+    sink: Mapped[str] = mapped_column(SINK_NAME, primary_key=True)
     group_key: Mapped[str] = mapped_column(sa.String(512), primary_key=True)
     channel: Mapped[str] = mapped_column(sa.String(128))
     thread_ts: Mapped[str | None] = mapped_column(sa.String(64))  # the root message (None for webhooks)
@@ -77,12 +93,13 @@ class NotificationLogRow(Base):
     content_hash: Mapped[str] = mapped_column(sa.String(64))
     sent_at: Mapped[datetime]
     messages: Mapped[int] = mapped_column(default=1)
-    transport: Mapped[str] = mapped_column(sa.String(16))  # web, webhook, outbox
+    transport: Mapped[str] = mapped_column(sa.String(16))  # the transport's own name: web, webhook, outbox
 
 
 class ChatFailureRow(Base):
     __tablename__ = "chat_failures"
 
+    sink: Mapped[str] = mapped_column(SINK_NAME, primary_key=True)
     group_key: Mapped[str] = mapped_column(sa.String(512), primary_key=True)
     channel: Mapped[str] = mapped_column(sa.String(128))
     attempts: Mapped[int]

@@ -1,9 +1,12 @@
 """Chat notifications for an incident: what the message says, and where it goes.
 
-Pure: `message_content` decides the message's parts (headline, what to do now, the facts, the
-links) from the dossier, escaped for Slack's mrkdwn; `route` decides the channel. The Slack
-adapter (`respond.sinks.slack_blocks`) lays the parts out as Block Kit with slack-sdk; sending,
-pacing and threads belong to the notifier. Facts nobody knows are left out, never "unknown".
+Pure: `message_content` decides the message's parts (title, category and reason, what to do now,
+the facts, the links) from the dossier; `route` decides the channel. The parts are plain text with
+every secret redacted, the same for every destination: each chat destination lays them out and
+escapes them for its own format (Slack: Block Kit and mrkdwn, `respond.sinks.slack.blocks`). A
+group's message (`GroupMessage`) and a reply in its thread (`GroupReply`) are what the notifier
+hands a destination; sending, pacing and threads belong to the notifier. Facts nobody knows are
+left out, never "unknown".
 """
 
 from __future__ import annotations
@@ -16,8 +19,6 @@ from pydantic import BaseModel, Field
 from models.dossier import Dossier, gpu_name, next_steps, title, workload_lines
 from models.redact import redact
 
-_EMOJI = {"hardware": ":rotating_light:", "suspected_hardware": ":warning:", "interconnect": ":link:",
-          "driver": ":gear:", "application": ":bug:", "thermal": ":fire:", "fleet": ":globe_with_meridians:"}
 INFRA_CATEGORIES = frozenset({"hardware", "suspected_hardware", "interconnect", "driver", "thermal", "fleet"})
 
 
@@ -46,22 +47,68 @@ def route(category: str, namespace: str | None, namespace_meta: Mapping[str, str
     return routing.default_channel, "the incident names no namespace: the default channel"
 
 
-def mrkdwn(text: str) -> str:
-    """`text` for Slack's mrkdwn: redacted, and `&`, `<`, `>` escaped as Slack requires."""
-    return redact(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+@dataclass(frozen=True, slots=True)
+class ChatContent:
+    """What a message says about one incident: plain text, every secret redacted, not yet escaped
+    for any format."""
+
+    title: str
+    category: str
+    reason: str
+    steps: tuple[str, ...]  # what to do now, in order
+    fields: tuple[tuple[str, str], ...]  # (label, text), only the known ones
+    links: tuple[tuple[str, str], ...]  # (label, URL)
+    context: str  # the incident's identity: id, fingerprint, catalog, GPU
+    fallback: str  # the whole message in one paragraph: the notification text, what clients without layout show
 
 
 @dataclass(frozen=True, slots=True)
-class ChatContent:
-    """A message's parts; every text is already mrkdwn (escaped) except `title`, plain text."""
+class GroupEntry:
+    """One incident of a notification group, in two short lines (plain text, redacted)."""
 
-    title: str
-    headline: str
-    steps: tuple[str, ...]
-    fields: tuple[tuple[str, str], ...]  # (label, mrkdwn), only the known ones
-    links: tuple[tuple[str, str], ...]  # (label, URL)
-    context: str
-    fallback: str  # the notification text and what clients without blocks show
+    incident_id: str
+    status: str  # firing, resolved
+    summary: str  # where and what: "<node> GPU <gpu>: <codes> (<status>)"
+    update: str  # where it stands: "<node>: <codes> (<status>, <count> in all)"
+    page: str | None = None  # the incident's page, when `xidpipe serve`'s address is known
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMessage:
+    """A group's message: its latest incident in full (`content`), and every incident of the group in
+    the group's order. `group_key` names the group in every message about it (its channel and its
+    `group_by` labels): what a paging destination deduplicates by."""
+
+    content: ChatContent
+    entries: tuple[GroupEntry, ...]
+    group_key: str = ""
+
+    @property
+    def firing(self) -> int:
+        return sum(1 for e in self.entries if e.status == "firing")
+
+    @property
+    def resolved(self) -> int:
+        return len(self.entries) - self.firing
+
+
+@dataclass(frozen=True, slots=True)
+class GroupReply:
+    """A reply in a group's thread: why the group is told again (redacted), and where it stands."""
+
+    reason: str
+    group: GroupMessage
+
+
+ChatMessage = GroupMessage | GroupReply
+
+
+def group_entry(d: Dossier, status: str, page: str | None = None) -> GroupEntry:
+    codes = ", ".join(f"{c.code}×{c.count}" for c in d.codes)
+    gpu = gpu_name(d)
+    return GroupEntry(incident_id=d.incident_id, status=status,
+                      summary=redact(f"{d.node}{f' GPU {gpu}' if gpu else ''}: {codes} ({status})"),
+                      update=redact(f"{d.node}: {codes} ({status}, {d.count} in all)"), page=page)
 
 
 def _where(d: Dossier) -> str:
@@ -102,11 +149,12 @@ def message_content(d: Dossier, ticket_url: str | None = None, incident_url: str
                 + f" Action: {actions}." + "".join(f" {label}: {url}" for label, url in links))
     return ChatContent(
         title=redact(title(d)),
-        headline=f"{_EMOJI.get(d.category, ':grey_question:')} *{mrkdwn(d.category)}*: {mrkdwn(d.reason)}",
-        steps=tuple(mrkdwn(s) for s in steps),
-        fields=tuple((label, mrkdwn(text)) for label, text in fields if text),
+        category=redact(d.category),
+        reason=redact(d.reason),
+        steps=tuple(redact(s) for s in steps),
+        fields=tuple((label, redact(text)) for label, text in fields if text),
         links=tuple(links),
-        context=mrkdwn(f"incident {d.incident_id} · {d.fingerprint} · catalog {d.catalog_version}"
+        context=redact(f"incident {d.incident_id} · {d.fingerprint} · catalog {d.catalog_version}"
                        + (f" · GPU {gpu_name(d)}" if gpu_name(d) and d.component != "fleet" else "")),
-        fallback=mrkdwn(fallback),
+        fallback=redact(fallback),
     )

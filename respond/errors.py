@@ -8,7 +8,7 @@
   service's own (e.g. Jira's `errorMessages` and `errors`).
 
 Adapters translate their library's exceptions into these (`cordon.kube_nodes` for Kubernetes,
-`sinks.jira_tracker` for Jira, `sinks.slack_notifier` for Slack); everything else catches only these.
+`sinks.jira.tracker` for Jira, `sinks.slack.transport` for Slack); everything else catches only these.
 """
 
 from __future__ import annotations

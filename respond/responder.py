@@ -148,7 +148,7 @@ class Responder:
         self.cordons = CordonLane(self.engine, self.executor, backoff=self.retry, after=self._after_cordon,
                                   metrics=self.metrics)
         if self.sinks is not None:
-            self.sinks.tickets.metrics = self.sinks.chat.metrics = self.metrics
+            self.sinks.use_metrics(self.metrics)
 
     def _notice(self, incident_id: str) -> IncidentNotice | None:
         with Session(self.engine) as s:
@@ -191,14 +191,15 @@ class Responder:
             if notice is None:
                 raise LookupError(f"incident {incident_id} is not in the database")
             if kind == "ticket":
-                ticket = await self.sinks.tickets.submit_async(notice)
+                tickets = await self.sinks.tickets.submit_async(notice)
                 await asyncio.to_thread(self.record_ticketed, incident_id)
-                what = f"{ticket.status} {ticket.action or ''} {ticket.key or ''}".strip()
-                outcome = HandlingResult(kind, incident_id, what, ticket.error or ticket.reason)
+                outcome = HandlingResult(kind, incident_id, *_told(
+                    [(t.sink, f"{t.status} {t.action or ''} {t.key or ''}".strip(), t.error or t.reason)
+                     for t in tickets]))
             else:
-                chat = await self.sinks.chat.submit_async(notice)
-                outcome = HandlingResult(kind, incident_id, f"{chat.action} {chat.channel or ''}".strip(),
-                                  chat.error or chat.reason)
+                chats = await self.sinks.chat.submit_async(notice)
+                outcome = HandlingResult(kind, incident_id, *_told(
+                    [(c.sink, f"{c.action} {c.channel or ''}".strip(), c.error or c.reason) for c in chats]))
         self.handled.append(outcome)
         log.info("%s for %s: %s", kind, incident_id, outcome.result,
                  extra={"incident": incident_id, "action": kind, "detail": outcome.detail})
@@ -235,7 +236,7 @@ class Responder:
 
     def record_ticketed(self, incident_id: str) -> bool:
         """The incident's lifecycle step `ticketed`, once the ticket map holds its ticket."""
-        row = self.sinks.store.ticket(incident_id)
+        row = self.sinks.tickets.ticket(incident_id)
         if row is None:
             return False
         return record_lifecycle_step(self.engine, incident_id, "ticketed", f"ticket {row.ticket_key} ({row.tracker})")
@@ -245,13 +246,21 @@ class Responder:
         `ticketed` for the incidents whose ticket it created."""
         while not stop.is_set():
             try:
-                for done in await asyncio.to_thread(self.sinks.tickets.drain):
+                for done in await self.sinks.tickets.drain_async():
                     if done.key:
                         await asyncio.to_thread(self.record_ticketed, done.incident_id)
             except Exception:
                 log.exception("ticket drain failed; retrying in %.0f s", interval_s)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval_s)
+
+
+def _told(parts: list[tuple[str, str, str]]) -> tuple[str, str]:
+    """The result and detail of a request from its sinks' (sink, result, detail): as they are for one
+    sink, each after its sink's name for several."""
+    if len(parts) == 1:
+        return parts[0][1], parts[0][2]
+    return "; ".join(f"{s}: {r}" for s, r, _ in parts), "; ".join(f"{s}: {d}" for s, _, d in parts)
 
 
 async def run_responder(settings: RespondSettings, responder: Responder, stop: asyncio.Event,
@@ -388,10 +397,12 @@ async def _publish_completed(producer: Any, topic: str, responder: Responder) ->
 def build_responder(settings: RespondSettings, executor: CordonExecutor, sinks: Sinks,
                     cluster_api: Any = None) -> Responder:
     """The responder over `settings.database_url`; that database, and the sinks' when it is another,
-    are migrated to head first (the schema of every table comes from `history.migrate`)."""
+    are migrated to head first (the schema of every table comes from `history.migrate`), and the sink
+    rows written before sinks had names go to the sink of their kind that wrote them (`Sinks.adopt`)."""
     engine = make_engine(settings.database_url)
     upgrade(engine)
     if sinks.store.engine.url != engine.url:
         upgrade(sinks.store.engine)
+    sinks.adopt()
     return Responder(engine, executor, sinks, cluster=settings.cluster, cluster_api=cluster_api,
                      retry=RetryBackoff(initial_s=settings.cordon_retry_initial_s, max_s=settings.cordon_retry_max_s))

@@ -1,17 +1,23 @@
-"""Sinks of the incident pipeline: Jira tickets and Slack notifications, or, with neither
-configured, the same content as files in a local outbox.
+"""Sinks of the incident pipeline: every configured destination is told about incidents (Jira
+tickets, Slack messages, a destination registered beside them), or, with none of a kind configured,
+the same content goes to files in a local outbox.
+
+The generic code decides and keeps each sink's delivery state; each destination renders the
+neutral content its own way and delivers it:
 
 - `model.IncidentNotice`: what the sinks take from the stream (a dossier and routing facts).
-- `tickets.TicketSink`: ticket decisions (`models.ticket_policy`), the incident→ticket map and the
-  pending queue in SQL, acting through a `ports.TicketTracker` (`jira_tracker.JiraTracker` or
-  `outbox.OutboxTracker`).
-- `notifications.ChatNotifier`: Alertmanager semantics (`models.notify`), silences and the
-  notification log in SQL, sending through a `ports.ChatTransport`
-  (`slack_notifier.SlackWebTransport`, `slack_notifier.SlackWebhookTransport` or
-  `outbox.OutboxChat`).
-- `ports.Destination`: one params class and one sink class filling a port; the shipped ones in
-  `destinations`, all registered in `registry`, which `build.build_sinks` reads.
+- `tickets.TicketSink`: one tracker's ticket decisions (`models.ticket_policy`), its queue and its
+  incident→ticket map in SQL, handing a `ports.TicketTracker` the dossier as a document
+  (`ports.TicketBody`).
+- `notifications.ChatNotifier`: one chat destination's Alertmanager semantics (`models.notify`),
+  its alerts, notification log and failures in SQL, handing a `ports.ChatTransport` a group's
+  message or a thread reply (`content`, `models.chat_message`); silences are shared.
+- `fanout.TicketSinks`, `fanout.ChatSinks`: every sink of a kind, handed each notice.
+- The destinations, one folder each, with its params class, its sink class and its
+  `ports.Destination`: `jira/` (wiki markup or ADF), `slack/` (Block Kit), `outbox/` (files, the
+  fallback); registered in `registry`, the one place that imports them.
 - `settings.SinkSettings` and `build.build_sinks`: one settings object, one composition function.
+- `sink_store.SinkStore`: the SQL state, each sink's rows under its name.
 
 The client libraries (jira, slack-sdk, SQLAlchemy) are synchronous; the async entry points run
 them in threads.

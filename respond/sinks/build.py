@@ -1,6 +1,7 @@
-"""Composition of the sinks from `SinkSettings`: the ticket sink and the chat notifier over one SQL
-store, each acting through the first configured destination of its port (`registry`): Jira or the
-outbox, Slack (bot or webhooks) or the outbox, or a destination registered there."""
+"""Composition of the sinks from `SinkSettings`: a ticket sink per configured tracker and a chat
+notifier per configured chat destination (`registry.open_sinks`: Jira, Slack, a destination
+registered there, or the outbox when none of a kind is), all over one SQL store, each with its own
+rows in it."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from datetime import timedelta
 
 from history.engine import make_engine
 from models.notify import GroupPolicy
+from respond.sinks.fanout import ChatSinks, TicketSinks
 from respond.sinks.notifications import ChatNotifier
-from respond.sinks.registry import open_port
+from respond.sinks.registry import open_sinks
 from respond.sinks.settings import SinkSettings
 from respond.sinks.sink_store import SinkStore
 from respond.sinks.tickets import RetryPolicy, TicketSink
+from service.metrics import ResponderMetrics
 
 log = logging.getLogger(__name__)
 
@@ -22,29 +25,43 @@ log = logging.getLogger(__name__)
 @dataclass
 class Sinks:
     store: SinkStore
-    tickets: TicketSink
-    chat: ChatNotifier
-    ticket_drain_interval_s: float = 10.0  # how often the responder drains the ticket queue
+    tickets: TicketSinks
+    chat: ChatSinks
+    ticket_drain_interval_s: float = 10.0  # how often the responder drains the ticket queues
     chat_flush_interval_s: float = 5.0  # how often the responder decides again for waiting chat groups
     owner_keys: tuple[str, ...] = ()  # pod labels or annotations naming the owning team (cluster evidence)
+
+    def use_metrics(self, metrics: ResponderMetrics) -> None:
+        self.tickets.use_metrics(metrics)
+        self.chat.use_metrics(metrics)
+
+    def adopt(self) -> None:
+        """Give the rows written before sinks had names (migration 0008) to the first sink of their
+        kind: until then each kind had that one sink. Call it once the database is migrated."""
+        for kind, first in (("tickets", self.tickets.sinks[0].name), ("chat", self.chat.sinks[0].name)):
+            adopted = self.store.adopt(kind, first)
+            if adopted:
+                log.warning("%d %s rows written before sinks had names now belong to sink %s", adopted, kind, first)
 
 
 def build_sinks(settings: SinkSettings, store: SinkStore | None = None) -> Sinks:
     store = store or SinkStore(make_engine(settings.database_url))
-    tracker = open_port("tickets", settings)
-    transport = open_port("chat", settings)
-    log.info("sinks: tickets via %s, chat via %s", tracker.name, transport.name)
-    tickets = TicketSink(tracker, store, settings.ticket_policy, RetryPolicy(
-        attempts=settings.ticket_attempts, base_s=settings.ticket_retry_base_s,
-        max_wait_s=settings.ticket_retry_max_wait_s, queue_base_s=settings.ticket_queue_base_s,
-        queue_max_s=settings.ticket_queue_max_s, index_settle_s=settings.ticket_index_settle_s),
-        incident_url_base=settings.incident_url_base)
+    trackers = open_sinks("tickets", settings)
+    transports = open_sinks("chat", settings)
+    log.info("sinks: tickets via %s, chat via %s", ", ".join(n for n, _ in trackers),
+             ", ".join(n for n, _ in transports))
+    retry = RetryPolicy(attempts=settings.ticket_attempts, base_s=settings.ticket_retry_base_s,
+                        max_wait_s=settings.ticket_retry_max_wait_s, queue_base_s=settings.ticket_queue_base_s,
+                        queue_max_s=settings.ticket_queue_max_s, index_settle_s=settings.ticket_index_settle_s)
+    tickets = TicketSinks([TicketSink(tracker, store, settings.ticket_policy, retry, name=name,
+                                      incident_url_base=settings.incident_url_base) for name, tracker in trackers])
     policy = GroupPolicy(group_by=settings.group_by, group_wait=timedelta(seconds=settings.group_wait_s),
                          group_interval=timedelta(seconds=settings.group_interval_s),
                          repeat_interval=timedelta(seconds=settings.repeat_interval_s))
-    chat = ChatNotifier(transport, store, settings.routing, policy,
-                        channel_interval_s=settings.slack_channel_interval_s, retry_base_s=settings.chat_retry_base_s,
-                        retry_max_s=settings.chat_retry_max_s, ticket_url=tickets.ticket_url,
-                        retention_s=settings.chat_retention_s, incident_url_base=settings.incident_url_base)
+    chat = ChatSinks([ChatNotifier(transport, store, settings.routing, policy, name=name,
+                                   channel_interval_s=settings.slack_channel_interval_s,
+                                   retry_base_s=settings.chat_retry_base_s, retry_max_s=settings.chat_retry_max_s,
+                                   ticket_url=tickets.ticket_url, retention_s=settings.chat_retention_s,
+                                   incident_url_base=settings.incident_url_base) for name, transport in transports])
     return Sinks(store, tickets, chat, settings.ticket_drain_interval_s, settings.chat_flush_interval_s,
                  settings.owner_keys)

@@ -1,5 +1,7 @@
 """The chat notifier: Alertmanager's chain (silence → wait → dedup → send → record) over a
-`ChatTransport`.
+`ChatTransport`. One per configured chat destination (`fanout.ChatSinks`), each with its own alerts,
+notification log and failures, under its name; the transport renders what it is handed (a
+group's message or a thread reply, `content`) in its own format.
 
 Each incident is an alert; alerts are grouped by `GroupPolicy.group_by` within their channel
 (`models.chat_message.route`). `models.notify.decide` says whether a group is sent now, updated,
@@ -10,8 +12,9 @@ without threads (incoming webhooks) post a new message per change.
 
 The notification log (channel, root ts, content hash, time) is written only after the send
 succeeded; a failed send is recorded in `chat_failures` with the next attempt time, and `flush()`
-(run in a loop by `run()`) tries again: nothing is lost. A timeout leaves it unknown whether
-Slack posted the message, so before posting again the channel is searched for the message's key.
+(run in a loop by `run()`) tries again: nothing is lost. A timeout leaves it unknown whether the
+destination posted the message, so before posting again it is asked for the message's key
+(`ChatTransport.find`).
 Sends to one channel are paced (`channel_interval_s`, Slack allows about one message per second
 per channel). Groups whose alerts are all resolved, and told so, are forgotten after `retention_s`
 (their log entry stays: a later alert in the same group continues the same thread).
@@ -26,16 +29,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
 
-from models.chat_message import Routing, route
+from models.chat_message import ChatMessage, Routing, route
 from models.notify import Alert, GroupPolicy, SentRecord, content_hash, decide, group_key
 from respond.errors import ActionError, AmbiguousError, PermanentError
+from respond.sinks.content import group_message, group_reply
 from respond.sinks.model import IncidentNotice
 from respond.sinks.ports import ChatTransport, Posted
-from respond.sinks.slack_blocks import render_group, render_reply
+from respond.sinks.sink_store import SinkStore
 from respond.sinks.tickets import utcnow
 from service.metrics import ResponderMetrics
 
@@ -50,6 +53,7 @@ class ChatOutcome:
     channel: str | None = None
     ts: str | None = None
     error: str | None = None
+    sink: str = ""  # the chat sink that decided it
 
 
 def _slug(group: str) -> str:
@@ -57,16 +61,20 @@ def _slug(group: str) -> str:
 
 
 class ChatNotifier:
-    def __init__(self, transport: ChatTransport, store: Any, routing: Routing | None = None,
+    """One chat destination: its transport, and its own alerts, notification log and failures in
+    `store` (the rows of the sink `name`, by default the transport's name)."""
+
+    def __init__(self, transport: ChatTransport, store: SinkStore, routing: Routing | None = None,
                  policy: GroupPolicy | None = None, *, channel_interval_s: float = 1.0, retry_base_s: float = 30.0,
                  retry_max_s: float = 900.0, ticket_url: Callable[[str], str | None] = lambda _: None,
                  clock: Callable[[], datetime] = utcnow, sleep: Callable[[float], None] = time.sleep,
                  retention_s: float = 86400.0, incident_url_base: str | None = None,
-                 metrics: ResponderMetrics | None = None) -> None:
+                 metrics: ResponderMetrics | None = None, name: str | None = None) -> None:
         self.incident_url_base = incident_url_base
         self.metrics = metrics
         self.transport = transport
-        self.store = store
+        self.name = name or transport.name
+        self.store = store.for_sink(self.name)
         self.routing = routing or Routing()
         self.policy = policy or GroupPolicy()
         self.channel_interval_s = channel_interval_s
@@ -117,7 +125,7 @@ class ChatNotifier:
     # --- one group ---------------------------------------------------------------------------------
     def flush_group(self, gk: str) -> ChatOutcome:
         with self._lock:
-            outcome = self._flush_group(gk)
+            outcome = replace(self._flush_group(gk), sink=self.name)
         if self.metrics is not None and outcome.action not in ("wait", "suppress"):  # decided again every flush
             self.metrics.chat.labels(self.transport.name, outcome.action).inc()
         return outcome
@@ -134,7 +142,8 @@ class ChatNotifier:
                                            f"{failure.last_error}", channel)
         entry = self.store.sent(gk)
         sent = SentRecord(gk, entry.sent_at, entry.content_hash, entry.thread_ts) if entry else None
-        alerts = [Alert(r.fingerprint, r.labels, r.status, r.starts_at) for r in rows]
+        alerts = [Alert(r.fingerprint, r.labels, "resolved" if r.status == "resolved" else "firing", r.starts_at)
+                  for r in rows]
         decision = decide(alerts, now, self.policy, sent, self.store.silences(now))
         ctx = {"group": gk, "channel": channel, "action": decision.action}
         if decision.action in ("wait", "suppress"):
@@ -145,7 +154,7 @@ class ChatNotifier:
         digest = content_hash(decision.alerts)
         key = f"xidpipe-{_slug(gk)}-{digest}"
         retrying = failure is not None
-        message = render_group(notices, self.ticket_url, self.incident_url_base)
+        message = group_message(notices, self.ticket_url, self.incident_url_base, gk)
         try:
             if entry is None or entry.thread_ts is None or not self.transport.threads:
                 posted = self._post(channel if entry is None else entry.channel, message, key, None, retrying,
@@ -163,7 +172,7 @@ class ChatNotifier:
                     posted = self._post(entry.channel, message, f"{key}-new", None, retrying, channel)
                     root = posted.ts
                 else:
-                    reply = render_reply(decision, notices, self.incident_url_base)
+                    reply = group_reply(decision.reason, message)
                     posted = self._post(entry.channel, reply, f"{key}-reply", entry.thread_ts, retrying, channel)
                     root = entry.thread_ts
         except ActionError as exc:
@@ -181,7 +190,7 @@ class ChatNotifier:
         log.info("notification %s for %s in %s: %s", decision.action, gk, posted.channel, decision.reason, extra=ctx)
         return ChatOutcome(gk, decision.action, decision.reason, posted.channel, posted.ts)
 
-    def _post(self, channel: str, message: dict[str, Any], key: str, thread_ts: str | None, check_first: bool,
+    def _post(self, channel: str, message: ChatMessage, key: str, thread_ts: str | None, check_first: bool,
               pace_key: str) -> Posted:
         if check_first:
             found = self.transport.find(channel, key, thread_ts)

@@ -1,6 +1,8 @@
-"""The two ports of the sinks, and what a destination is. Each port has a real adapter and an outbox
-one, and one contract suite (`tests/respond/sinks/test_tracker_contract.py`,
-`tests/respond/sinks/test_chat_contract.py`) runs against both.
+"""The two ports of the sinks, and what a destination is. A port's adapter is handed neutral content
+(`TicketBody`, a document; `models.chat_message.ChatMessage`, plain parts) and renders it in its
+destination's format. Each port has a real adapter and an outbox one, and one contract suite
+(`tests/respond/sinks/test_tracker_contract.py`, `tests/respond/sinks/test_chat_contract.py`) runs
+against both.
 
 Every method raises `respond.errors.TemporaryError` (try again later) or `respond.errors.PermanentError`.
 """
@@ -9,34 +11,40 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from models.dossier import Dossier, render_adf, render_jira_wiki, render_markdown
-from models.render import adf, jira_wiki
-from models.render.doc import Paragraph, Span
+from models.chat_message import ChatMessage, GroupMessage
+from models.dossier import Dossier, document
+from models.dossier import title as dossier_title
+from models.redact import redact
+from models.render.doc import Block, Heading, Paragraph, Span
 from models.ticket_policy import TicketFields
 
 
 @dataclass(frozen=True, slots=True)
 class TicketBody:
-    """A ticket's description in each format a tracker may need: Markdown (the outbox), wiki
-    markup (Jira Server and Data Center, API v2), ADF (Jira Cloud, API v3)."""
+    """A ticket's description as a document (`models.render.doc`, every text redacted), which each
+    tracker renders in its own format: Jira as wiki markup (Server and Data Center, API v2) or ADF
+    (Cloud, API v3), the outbox as Markdown beside both of Jira's."""
 
-    markdown: str
-    wiki: str
-    adf: dict[str, Any]
+    title: str | None  # the ticket's title, for a format whose body opens with it (Markdown)
+    blocks: tuple[Block, ...]  # the body, without the title
 
     @classmethod
     def of(cls, dossier: Dossier) -> TicketBody:
-        return cls(render_markdown(dossier), render_jira_wiki(dossier), render_adf(dossier))
+        return cls(redact(dossier_title(dossier)), tuple(document(dossier, title_heading=False)))
 
     @classmethod
     def plain(cls, text: str) -> TicketBody:
-        """Plain sentences, one paragraph per line, escaped for each format."""
-        paragraphs = [Paragraph((Span(ln),)) for ln in text.splitlines() if ln.strip()]
-        return cls(text, jira_wiki.render(paragraphs), adf.plain(text))
+        """Plain sentences, one paragraph per line."""
+        return cls(None, tuple(Paragraph((Span(ln),)) for ln in text.splitlines() if ln.strip()))
+
+    def document(self, *, title_heading: bool = False) -> list[Block]:
+        """The blocks, opened with the title as a heading when `title_heading`."""
+        head: list[Block] = [Heading(1, self.title)] if title_heading and self.title else []
+        return [*head, *self.blocks]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +102,13 @@ class ChatTransport(Protocol):
     name: str
     threads: bool  # can reply in a thread and edit a message
 
-    def post(self, channel: str, message: dict[str, Any], key: str, thread_ts: str | None = None) -> Posted:
-        """Post `message` (`{"text", "blocks"}`); `key` identifies it for `find`."""
+    def post(self, channel: str, message: ChatMessage, key: str, thread_ts: str | None = None) -> Posted:
+        """Post `message` (a group's message, or a reply in the thread `thread_ts`), rendered in the
+        destination's format; `key` identifies it for `find`."""
         ...
 
-    def update(self, channel: str, ts: str, message: dict[str, Any], key: str) -> None:
+    def update(self, channel: str, ts: str, message: GroupMessage, key: str) -> None:
+        """Replace the group's message `ts` with `message`."""
         ...
 
     def find(self, channel: str, key: str, thread_ts: str | None = None) -> Posted | None:
@@ -114,8 +124,8 @@ P = TypeVar("P", bound=BaseModel)
 class Destination(Generic[P]):
     """Where tickets or chat messages can go: one params class and one sink class filling a port.
 
-    `params` is validated from the sink settings: the fields `<prefix>_<param>` of `SinkSettings`
-    (prefix: `settings_prefix`, else `name`) and the entry `destinations.<name>`. `sink(params)` is
+    `params` is validated from the sink settings: the fields `<name>_<param>` of `SinkSettings` and
+    the entry `destinations.<name>`. `sink(params)` is
     the port's adapter, or None when the params leave the destination unconfigured.
     """
 
@@ -123,5 +133,4 @@ class Destination(Generic[P]):
     port: Port
     params: type[P]
     sink: Callable[[P], TicketTracker | ChatTransport | None]
-    settings_prefix: str | None = None
     fallback: bool = False  # taken only when no other destination of its port is configured

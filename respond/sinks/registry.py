@@ -1,25 +1,25 @@
-"""The registered sink destinations, and the choice among them that `build.build_sinks` makes.
+"""The registered sink destinations, the one place that imports them, and the choice among them
+that `build.build_sinks` makes.
 
-Per port (tickets, chat) the first configured destination in registration order is used; a
-fallback destination (the file outbox) only when no other one is configured. A new destination is
-one module with its params class and sink class (a `ports.Destination`) and one entry in
-`DESTINATIONS`, ahead of the outbox it replaces once configured.
+Per port (tickets, chat) every configured destination is used, each a sink of its own, in
+registration order; a fallback destination (the file outbox) only when no other one is configured.
+A new destination is one folder with its params class and sink class (a `ports.Destination`) and
+one entry in `DESTINATIONS`, ahead of the outbox it replaces once configured.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, overload
 
-from respond.sinks import destinations
+from respond.sinks import jira, outbox, slack
 from respond.sinks.ports import ChatTransport, Destination, Port, TicketTracker
 from respond.sinks.settings import SinkSettings
 
 DESTINATIONS: tuple[Destination[Any], ...] = (
-    destinations.JIRA,
-    destinations.SLACK_BOT,
-    destinations.SLACK_WEBHOOKS,
-    destinations.OUTBOX_TICKETS,
-    destinations.OUTBOX_CHAT,
+    jira.DESTINATION,
+    slack.DESTINATION,
+    outbox.TICKETS,
+    outbox.CHAT,
 )
 
 _REGISTERED: dict[tuple[Port, str], Destination[Any]] = {}
@@ -46,23 +46,25 @@ def registered(port: Port | None = None) -> tuple[Destination[Any], ...]:
 def params_of(destination: Destination[Any], settings: SinkSettings) -> Any:
     """The destination's params, validated from the settings (see `ports.Destination`)."""
     return destination.params.model_validate(
-        settings.params_for(destination.settings_prefix or destination.name, destination.name))
+        settings.params_for(destination.name))
 
 
 @overload
-def open_port(port: Literal["tickets"], settings: SinkSettings) -> TicketTracker: ...
+def open_sinks(port: Literal["tickets"], settings: SinkSettings) -> list[tuple[str, TicketTracker]]: ...
 @overload
-def open_port(port: Literal["chat"], settings: SinkSettings) -> ChatTransport: ...
-def open_port(port: Port, settings: SinkSettings) -> TicketTracker | ChatTransport:
-    """The adapter of the first configured destination of `port` (a fallback last)."""
+def open_sinks(port: Literal["chat"], settings: SinkSettings) -> list[tuple[str, ChatTransport]]: ...
+def open_sinks(port: Port, settings: SinkSettings) -> list[tuple[str, Any]]:
+    """(name, adapter) of every configured destination of `port` in registration order; the
+    fallback (the outbox) when none is configured."""
     unknown = set(settings.destinations) - {d.name for d in _REGISTERED.values()}
     if unknown:
         raise ValueError(f"settings name sink destinations nobody registered: {', '.join(sorted(unknown))}")
     candidates = registered(port)
-    for destination in (*[d for d in candidates if not d.fallback], *[d for d in candidates if d.fallback]):
-        sink = destination.sink(params_of(destination, settings))
-        if sink is not None:
-            return sink
+    for fallback in (False, True):
+        opened = [(d.name, sink) for d in candidates if d.fallback is fallback
+                  if (sink := d.sink(params_of(d, settings))) is not None]
+        if opened:
+            return opened
     raise ValueError(f"no {port} destination is configured and none is registered as a fallback")
 
 

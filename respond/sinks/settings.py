@@ -2,10 +2,12 @@
 as `XIDPIPE_SINKS_<NAME>`, nested with `__`: `XIDPIPE_SINKS_TICKET_POLICY__PROJECT=OPS`; the database
 as the shared `XIDPIPE_DATABASE_URL`).
 
-Neither Jira nor Slack configured: tickets and messages go to the file outbox. The fields
-`<destination>_<param>` (`jira_url`, `slack_bot_token`, `outbox_dir`, ...) are the params of the
-destinations in `respond.sinks.destinations`; a destination without fields here takes its params
-from `destinations` (`XIDPIPE_SINKS_DESTINATIONS__PAGERDUTY__ROUTING_KEY=...`).
+Every configured destination is a sink; with no tracker configured, tickets go to the file outbox,
+with no chat destination, messages do. The fields `<destination>_<param>` (`jira_url`,
+`slack_bot_token`, `outbox_dir`, ...) are the params of the destinations registered in
+`respond.sinks.registry`; a destination without fields here takes its params from `destinations`
+(`XIDPIPE_SINKS_DESTINATIONS__PAGERDUTY__ROUTING_KEY=...`). The policies (ticket policy, routing,
+grouping, retries) apply to every sink of their kind.
 """
 
 from __future__ import annotations
@@ -79,8 +81,8 @@ class SinkSettings(XidpipeSettings):
         default_factory=dict, repr=False, description="params of registered destinations by name, validated by "
         "the destination's params class (where secrets are SecretStr); not shown in the settings' repr")
 
-    def params_for(self, prefix: str, name: str) -> dict[str, Any]:
-        """A destination's params: the fields `<prefix>_<param>`, then its entry in `destinations`."""
-        cut = len(prefix) + 1
-        fields = {f[cut:]: getattr(self, f) for f in type(self).model_fields if f.startswith(f"{prefix}_")}
+    def params_for(self, name: str) -> dict[str, Any]:
+        """A destination's params: the fields `<name>_<param>`, then its entry in `destinations`."""
+        cut = len(name) + 1
+        fields = {f[cut:]: getattr(self, f) for f in type(self).model_fields if f.startswith(f"{name}_")}
         return {**fields, **self.destinations.get(name, {})}

@@ -3,6 +3,9 @@
 Tables are defined in `history.sink_tables` and created by the migrations (`history.migrate.upgrade`);
 the store never creates them. One short transaction per call; rows come back detached (plain
 values), so callers never hold a session across a network call.
+
+Each sink has its own delivery state: a store bound to a sink's name (`SinkStore.for_sink`) reads
+and writes that sink's rows only. Silences are shared by every chat sink.
 """
 
 from __future__ import annotations
@@ -10,12 +13,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from history.sink_tables import (
+    UNATTRIBUTED,
     ChatAlertRow,
     ChatFailureRow,
     NotificationLogRow,
@@ -25,6 +29,12 @@ from history.sink_tables import (
 )
 from models.notify import Alert, Matcher, Silence, content_hash
 from models.ticket_policy import TicketState
+
+# The tables of each kind of sink, whose rows are keyed by the sink's name.
+SINK_TABLES: dict[str, tuple[type[Any], ...]] = {
+    "tickets": (TicketRow, TicketJobRow),
+    "chat": (ChatAlertRow, NotificationLogRow, ChatFailureRow),
+}
 
 
 def _newer(new: dict[str, Any], old: dict[str, Any]) -> bool:
@@ -37,19 +47,45 @@ def _newer(new: dict[str, Any], old: dict[str, Any]) -> bool:
 
 
 class SinkStore:
-    """The sinks' state in the database behind `engine` (`history.engine.make_engine`), migrated to head."""
+    """The sinks' state in the database behind `engine` (`history.engine.make_engine`), migrated to
+    head; bound to one sink (`sink`) for the tickets, the queue, the alerts and the log."""
 
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(self, engine: sa.Engine, sink: str | None = None,
+                 sessions: sessionmaker[Session] | None = None) -> None:
         self.engine = engine
-        self._session = sessionmaker(engine, expire_on_commit=False)
+        self._sink = sink
+        self._session = sessions or sessionmaker(engine, expire_on_commit=False)
+
+    def for_sink(self, sink: str) -> SinkStore:
+        """The same database, bound to the rows of the sink named `sink`."""
+        if not sink:
+            raise ValueError("a sink needs a name")
+        return SinkStore(self.engine, sink, self._session)
+
+    @property
+    def sink(self) -> str:
+        if self._sink is None:
+            raise RuntimeError("this store is bound to no sink: use SinkStore.for_sink(name)")
+        return self._sink
 
     def session(self) -> Session:
         return self._session()
 
+    def adopt(self, kind: str, sink: str) -> int:
+        """Give the rows of `kind` (tickets, chat) written before sinks had names (migration 0008) to
+        `sink`, the first configured destination of that kind: the one that wrote them. Returns the
+        number of rows."""
+        adopted = 0
+        with self.session() as s, s.begin():
+            for table in SINK_TABLES[kind]:
+                result = s.execute(sa.update(table).where(table.sink == UNATTRIBUTED).values(sink=sink))
+                adopted += cast("sa.CursorResult[Any]", result).rowcount
+        return adopted
+
     # --- tickets ---------------------------------------------------------------------------------
     def ticket(self, incident_id: str) -> TicketRow | None:
         with self.session() as s:
-            return s.get(TicketRow, incident_id)
+            return s.get(TicketRow, (self.sink, incident_id))
 
     @staticmethod
     def state_of(row: TicketRow, resolved: bool = False, attached: frozenset[str] | None = None) -> TicketState:
@@ -61,11 +97,12 @@ class SinkStore:
                    now: datetime, attached: Sequence[str] = (), recovered: bool = False,
                    commented: bool = False) -> TicketRow:
         with self.session() as s, s.begin():
-            row = s.get(TicketRow, incident_id)
+            row = s.get(TicketRow, (self.sink, incident_id))
             if row is None:
-                row = TicketRow(incident_id=incident_id, fingerprint=fingerprint, ticket_key=key, tracker=tracker,
-                                category=category, count=count, attached=sorted(set(attached)), created_at=now,
-                                updated_at=now, last_comment_at=now if commented else None, recovered=recovered)
+                row = TicketRow(sink=self.sink, incident_id=incident_id, fingerprint=fingerprint, ticket_key=key,
+                                tracker=tracker, category=category, count=count, attached=sorted(set(attached)),
+                                created_at=now, updated_at=now, last_comment_at=now if commented else None,
+                                recovered=recovered)
                 s.add(row)
             else:
                 row.ticket_key, row.category, row.count, row.updated_at = key, category, count, now
@@ -76,22 +113,23 @@ class SinkStore:
 
     def add_attached(self, incident_id: str, names: Sequence[str], now: datetime) -> None:
         with self.session() as s, s.begin():
-            row = s.get(TicketRow, incident_id)
+            row = s.get(TicketRow, (self.sink, incident_id))
             if row is not None:
                 row.attached = sorted(set(row.attached) | set(names))
                 row.updated_at = now
 
     def tickets(self) -> list[TicketRow]:
         with self.session() as s:
-            return list(s.scalars(sa.select(TicketRow).order_by(TicketRow.created_at)))
+            q = sa.select(TicketRow).where(TicketRow.sink == self.sink).order_by(TicketRow.created_at)
+            return list(s.scalars(q))
 
     # --- the ticket queue ------------------------------------------------------------------------
     def enqueue_ticket(self, incident_id: str, payload: dict[str, Any], now: datetime) -> None:
         with self.session() as s, s.begin():
-            row = s.get(TicketJobRow, incident_id)
+            row = s.get(TicketJobRow, (self.sink, incident_id))
             if row is None:
-                s.add(TicketJobRow(incident_id=incident_id, payload=payload, status="pending", attempts=0,
-                                   next_attempt_at=now, last_error=None, updated_at=now))
+                s.add(TicketJobRow(sink=self.sink, incident_id=incident_id, payload=payload, status="pending",
+                                   attempts=0, next_attempt_at=now, last_error=None, updated_at=now))
                 return
             if _newer(payload, row.payload):
                 row.payload = payload
@@ -103,26 +141,27 @@ class SinkStore:
 
     def job(self, incident_id: str) -> TicketJobRow | None:
         with self.session() as s:
-            return s.get(TicketJobRow, incident_id)
+            return s.get(TicketJobRow, (self.sink, incident_id))
 
     def jobs(self, status: str | None = None) -> list[TicketJobRow]:
         with self.session() as s:
-            q = sa.select(TicketJobRow).order_by(TicketJobRow.updated_at)
+            q = sa.select(TicketJobRow).where(TicketJobRow.sink == self.sink).order_by(TicketJobRow.updated_at)
             if status:
                 q = q.where(TicketJobRow.status == status)
             return list(s.scalars(q))
 
     def due_jobs(self, now: datetime, limit: int = 100) -> list[str]:
         with self.session() as s:
-            q = (sa.select(TicketJobRow.incident_id).where(TicketJobRow.status == "pending",
-                                                          TicketJobRow.next_attempt_at <= now)
+            q = (sa.select(TicketJobRow.incident_id)
+                 .where(TicketJobRow.sink == self.sink, TicketJobRow.status == "pending",
+                        TicketJobRow.next_attempt_at <= now)
                  .order_by(TicketJobRow.next_attempt_at).limit(limit))
             return list(s.scalars(q))
 
     def finish_job(self, incident_id: str, status: str, now: datetime, *, decision: str, error: str | None = None,
                    next_attempt_at: datetime | None = None, failed_attempt: bool = False) -> None:
         with self.session() as s, s.begin():
-            row = s.get(TicketJobRow, incident_id)
+            row = s.get(TicketJobRow, (self.sink, incident_id))
             if row is None:
                 return
             row.status = status
@@ -137,9 +176,9 @@ class SinkStore:
                      labels: dict[str, str], status: str, starts_at: datetime, payload: dict[str, Any],
                      now: datetime) -> None:
         with self.session() as s, s.begin():
-            row = s.get(ChatAlertRow, fingerprint)
+            row = s.get(ChatAlertRow, (self.sink, fingerprint))
             if row is None:
-                s.add(ChatAlertRow(fingerprint=fingerprint, group_key=group_key, channel=channel,
+                s.add(ChatAlertRow(sink=self.sink, fingerprint=fingerprint, group_key=group_key, channel=channel,
                                    incident_id=incident_id, labels=labels, status=status, starts_at=starts_at,
                                    payload=payload, updated_at=now))
             elif _newer(payload, row.payload):
@@ -148,20 +187,23 @@ class SinkStore:
 
     def alerts(self, group_key: str) -> list[ChatAlertRow]:
         with self.session() as s:
-            return list(s.scalars(sa.select(ChatAlertRow).where(ChatAlertRow.group_key == group_key)
+            return list(s.scalars(sa.select(ChatAlertRow).where(ChatAlertRow.sink == self.sink,
+                                                                ChatAlertRow.group_key == group_key)
                                   .order_by(ChatAlertRow.starts_at, ChatAlertRow.fingerprint)))
 
     def group_keys(self) -> list[str]:
         with self.session() as s:
-            return list(s.scalars(sa.select(ChatAlertRow.group_key).distinct().order_by(ChatAlertRow.group_key)))
+            return list(s.scalars(sa.select(ChatAlertRow.group_key).where(ChatAlertRow.sink == self.sink)
+                                  .distinct().order_by(ChatAlertRow.group_key)))
 
     def prune_alerts(self, before: datetime) -> int:
         """Forget groups whose alerts are all resolved, whose resolution was sent, last changed before `before`."""
         removed = 0
         with self.session() as s, s.begin():
-            for gk in list(s.scalars(sa.select(ChatAlertRow.group_key).distinct())):
-                rows = list(s.scalars(sa.select(ChatAlertRow).where(ChatAlertRow.group_key == gk)))
-                entry = s.get(NotificationLogRow, gk)
+            mine = ChatAlertRow.sink == self.sink
+            for gk in list(s.scalars(sa.select(ChatAlertRow.group_key).where(mine).distinct())):
+                rows = list(s.scalars(sa.select(ChatAlertRow).where(mine, ChatAlertRow.group_key == gk)))
+                entry = s.get(NotificationLogRow, (self.sink, gk))
                 if entry is None or any(r.status != "resolved" or r.updated_at >= before for r in rows):
                     continue
                 told = content_hash(Alert(r.fingerprint, r.labels, "resolved", r.starts_at) for r in rows)
@@ -174,39 +216,42 @@ class SinkStore:
 
     def sent(self, group_key: str) -> NotificationLogRow | None:
         with self.session() as s:
-            return s.get(NotificationLogRow, group_key)
+            return s.get(NotificationLogRow, (self.sink, group_key))
 
     def log_sent(self, *, group_key: str, channel: str, thread_ts: str | None, last_ts: str | None,
                  content_hash: str, sent_at: datetime, transport: str) -> None:
         """The notification log: call only after the send succeeded."""
         with self.session() as s, s.begin():
-            row = s.get(NotificationLogRow, group_key)
+            row = s.get(NotificationLogRow, (self.sink, group_key))
             if row is None:
-                s.add(NotificationLogRow(group_key=group_key, channel=channel, thread_ts=thread_ts, last_ts=last_ts,
-                                         content_hash=content_hash, sent_at=sent_at, messages=1, transport=transport))
+                s.add(NotificationLogRow(sink=self.sink, group_key=group_key, channel=channel, thread_ts=thread_ts,
+                                         last_ts=last_ts, content_hash=content_hash, sent_at=sent_at, messages=1,
+                                         transport=transport))
             else:
                 row.channel, row.last_ts, row.content_hash, row.sent_at = channel, last_ts, content_hash, sent_at
                 row.thread_ts = thread_ts or row.thread_ts
                 row.messages += 1
-            failure = s.get(ChatFailureRow, group_key)
+            failure = s.get(ChatFailureRow, (self.sink, group_key))
             if failure is not None:
                 s.delete(failure)
 
     def notification_log(self) -> list[NotificationLogRow]:
         with self.session() as s:
-            return list(s.scalars(sa.select(NotificationLogRow).order_by(NotificationLogRow.sent_at)))
+            return list(s.scalars(sa.select(NotificationLogRow).where(NotificationLogRow.sink == self.sink)
+                                  .order_by(NotificationLogRow.sent_at)))
 
     def failure(self, group_key: str) -> ChatFailureRow | None:
         with self.session() as s:
-            return s.get(ChatFailureRow, group_key)
+            return s.get(ChatFailureRow, (self.sink, group_key))
 
     def record_failure(self, group_key: str, channel: str, error: str, next_attempt_at: datetime, now: datetime,
                        permanent: bool) -> ChatFailureRow:
         with self.session() as s, s.begin():
-            row = s.get(ChatFailureRow, group_key)
+            row = s.get(ChatFailureRow, (self.sink, group_key))
             if row is None:
-                row = ChatFailureRow(group_key=group_key, channel=channel, attempts=0, next_attempt_at=next_attempt_at,
-                                     last_error=error, permanent=permanent, updated_at=now)
+                row = ChatFailureRow(sink=self.sink, group_key=group_key, channel=channel, attempts=0,
+                                     next_attempt_at=next_attempt_at, last_error=error, permanent=permanent,
+                                     updated_at=now)
                 s.add(row)
             row.attempts += 1
             row.last_error, row.next_attempt_at, row.permanent, row.updated_at = error, next_attempt_at, permanent, now

@@ -1,11 +1,12 @@
 """The ticket sink: decide (`models.ticket_policy`), act through a `TicketTracker`, record in SQL.
+One per configured tracker (`fanout.TicketSinks`), each with its own rows, under its name.
 
-Every notice is first written to the `ticket_queue` table (its latest snapshot per incident), then
-handled. A transient failure (429, 5xx, Jira unreachable, a timeout) is retried in place a few
+Every notice is first written to the sink's `ticket_queue` rows (its latest snapshot per incident),
+then handled. A transient failure (429, 5xx, Jira unreachable, a timeout) is retried in place a few
 times with backoff, honouring Retry-After. A create that timed out is looked for again only after
 `index_settle_s`, once Jira's search index shows what it may have created. If Jira stays
-unavailable the row stays `pending` with a next attempt time, and `drain()` (run by `run()` in a
-loop) picks it up: Jira being down delays tickets, it never loses them. A permanent failure
+unavailable the row stays `pending` with a next attempt time, and `drain()` (run in a loop by the
+responder) picks it up: Jira being down delays tickets, it never loses them. A permanent failure
 (another 4xx) marks the row `failed` with Jira's message. Each attempt re-reads the state first
 (the map in SQL, else a search on the fingerprint label), so a retried or redelivered notice never
 opens a second ticket.
@@ -19,10 +20,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
-from urllib.parse import quote
 
 from history.sink_tables import TicketRow
 from models.dossier import Dossier, evidence_files, render_json, render_markdown, title
@@ -39,6 +39,7 @@ from models.ticket_policy import (
     wants_ticket,
 )
 from respond.errors import AmbiguousError, PermanentError, TemporaryError
+from respond.sinks.content import incident_page
 from respond.sinks.model import IncidentNotice
 from respond.sinks.ports import TicketBody, TicketInfo, TicketTracker
 from respond.sinks.sink_store import SinkStore
@@ -71,6 +72,7 @@ class TicketOutcome:
     action: str | None = None
     key: str | None = None
     error: str | None = None
+    sink: str = ""  # the ticket sink that handled it
 
 
 def dossier_files(notice: IncidentNotice, incident_url: str | None = None) -> dict[str, bytes]:
@@ -80,26 +82,23 @@ def dossier_files(notice: IncidentNotice, incident_url: str | None = None) -> di
             **evidence_files(d)}
 
 
-def incident_page(base: str | None, incident_id: str) -> str | None:
-    """The incident's page under `base` (`xidpipe serve`: /incidents/<id>), or None without a base."""
-    if not base:
-        return None
-    return f"{base.rstrip('/')}/incidents/{quote(incident_id, safe=':@')}"
-
-
 def with_links(d: Dossier, incident_url: str | None) -> Dossier:
     return d.model_copy(update={"incident_url": incident_url}) if incident_url else d
 
 
 class TicketSink:
+    """One ticket destination: its tracker, and its own queue and ticket map in `store` (the rows of
+    the sink `name`, by default the tracker's name)."""
+
     def __init__(self, tracker: TicketTracker, store: SinkStore, policy: TicketPolicy | None = None,
                  retry: RetryPolicy | None = None, clock: Callable[[], datetime] = utcnow,
                  sleep: Callable[[float], None] = time.sleep, incident_url_base: str | None = None,
-                 metrics: ResponderMetrics | None = None) -> None:
+                 metrics: ResponderMetrics | None = None, name: str | None = None) -> None:
         self.incident_url_base = incident_url_base
         self.metrics = metrics
         self.tracker = tracker
-        self.store = store
+        self.name = name or tracker.name
+        self.store = store.for_sink(self.name)
         self.policy = policy or TicketPolicy()
         self.retry = retry or RetryPolicy()
         self.clock = clock
@@ -130,7 +129,7 @@ class TicketSink:
     # --- handling ----------------------------------------------------------------------------------
     def process(self, incident_id: str) -> TicketOutcome:
         with self._lock:
-            outcome = self._process(incident_id)
+            outcome = replace(self._process(incident_id), sink=self.name)
         if self.metrics is not None:
             self.metrics.tickets.labels(self.tracker.name, outcome.status, outcome.action or "none").inc()
         return outcome

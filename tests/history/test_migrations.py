@@ -22,7 +22,7 @@ from history.schema import POSTGRESQL_ONLY_INDEXES, metadata
 from xidpipe.cli import main
 
 T = datetime(2026, 11, 29, 12, tzinfo=UTC)
-HEAD = "0007"
+HEAD = "0008"
 
 # The tables migration 0004 brings under the migrations (before it, their stores created them).
 STORE_TABLES = frozenset({"tickets", "ticket_queue", "chat_alerts", "notification_log", "chat_failures", "silences",
@@ -157,6 +157,62 @@ def test_fleet_incidents_move_into_incidents_and_back(url: str) -> None:
             back = conn.execute(sa.text("SELECT cluster, family, status FROM fleet_incidents")).one()
             assert tuple(back) == ("c1", "gpu_lost", "open")
             assert conn.execute(sa.text("SELECT count(*) FROM incidents")).scalar_one() == 0
+    finally:
+        engine.dispose()
+
+
+def test_sink_rows_are_keyed_by_sink_and_the_earlier_ones_wait_for_their_sink(url: str) -> None:
+    """0008: the rows of the one ticket sink and the one chat sink of before are kept, unattributed
+    (`sink = ''`) until the responder gives them to the destination that wrote them; the downgrade
+    keeps one row per incident or group."""
+    from history.sink_tables import UNATTRIBUTED
+    from respond.sinks.sink_store import SinkStore
+
+    engine = make_engine(url)
+    try:
+        upgrade(engine, "0007")
+        t = {"t": T.replace(tzinfo=None)}
+        with engine.begin() as conn:
+            conn.execute(sa.text(
+                "INSERT INTO tickets (incident_id, fingerprint, ticket_key, tracker, category, count, attached, "
+                "created_at, updated_at, recovered) VALUES ('i1', 'fp', 'GPU-7', 'jira', 'hardware', 3, '[]', :t, :t, "
+                "false)"), t)
+            conn.execute(sa.text(
+                "INSERT INTO ticket_queue (incident_id, payload, status, attempts, next_attempt_at, updated_at) "
+                "VALUES ('i1', '{}', 'pending', 2, :t, :t)"), t)
+            conn.execute(sa.text(
+                "INSERT INTO chat_alerts (fingerprint, group_key, channel, incident_id, labels, status, starts_at, "
+                "payload, updated_at) VALUES ('i1', '#gpu-infra:g', '#gpu-infra', 'i1', '{}', 'firing', :t, '{}', :t)"),
+                t)
+            conn.execute(sa.text(
+                "INSERT INTO notification_log (group_key, channel, thread_ts, last_ts, content_hash, sent_at, "
+                "messages, transport) VALUES ('#gpu-infra:g', 'C1', '1.1', '1.2', 'h', :t, 2, 'web')"), t)
+            conn.execute(sa.text(
+                "INSERT INTO chat_failures (group_key, channel, attempts, next_attempt_at, last_error, permanent, "
+                "updated_at) VALUES ('#gpu-infra:g', '#gpu-infra', 1, :t, 'HTTP 503', false, :t)"), t)
+        upgrade(engine)
+        assert diff(engine) == []
+        with engine.connect() as conn:
+            for table in ("tickets", "ticket_queue", "chat_alerts", "notification_log", "chat_failures"):
+                assert conn.execute(sa.text(f"SELECT sink FROM {table}")).scalars().all() == [UNATTRIBUTED]
+        store = SinkStore(engine)
+        assert store.adopt("tickets", "jira") == 2 and store.adopt("chat", "slack") == 3
+        assert store.adopt("tickets", "jira") == 0  # given once
+        jira, slack = store.for_sink("jira"), store.for_sink("slack")
+        row = jira.ticket("i1")
+        assert row is not None and (row.ticket_key, row.count) == ("GPU-7", 3)
+        assert [j.attempts for j in jira.jobs("pending")] == [2]
+        assert slack.group_keys() == ["#gpu-infra:g"] and slack.failure("#gpu-infra:g") is not None
+        entry = slack.sent("#gpu-infra:g")
+        assert entry is not None and (entry.thread_ts, entry.messages) == ("1.1", 2)
+        assert store.for_sink("outbox").ticket("i1") is None and store.for_sink("pager").group_keys() == []
+        pager = store.for_sink("pager")  # a second chat sink, the same group: rows of its own
+        pager.log_sent(group_key="#gpu-infra:g", channel="#gpu-infra", thread_ts=None, last_ts=None,
+                       content_hash="h2", sent_at=T, transport="webhook")
+        downgrade(engine, "0007")
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT ticket_key FROM tickets")).scalars().all() == ["GPU-7"]
+            assert conn.execute(sa.text("SELECT transport FROM notification_log")).scalars().all() == ["webhook"]
     finally:
         engine.dispose()
 

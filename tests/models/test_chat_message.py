@@ -9,7 +9,7 @@ import pytest
 
 from models.chat_message import Routing, message_content, route
 from models.dossier import Attribution
-from respond.sinks.slack_blocks import message
+from respond.sinks.slack.blocks import message
 from tests.models.test_dossier import SECRETS, check_golden, sample
 
 TICKET = "https://jira.example.com/browse/GPU-123"

@@ -112,7 +112,7 @@ def test_the_ticket_retry_loop_records_ticketed(tmp_path: Path) -> None:
     responder = Responder(sa.create_engine(url), executor, sinks)
     notice = responder._notice("inc-1")
     assert notice is not None
-    sinks.store.enqueue_ticket("inc-1", notice.to_json(), T)  # left pending while the tracker was down
+    sinks.tickets.enqueue(notice)  # left pending while the tracker was down
 
     async def go() -> None:
         stop = asyncio.Event()

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 from history.engine import make_engine
 from history.migrate import upgrade
 from models.dossier import Attribution, CodeInfo, Dossier, DossierGpu, EvidenceItem
-from respond.sinks.jira_tracker import JiraTracker
+from respond.sinks.jira.tracker import JiraTracker
 from respond.sinks.model import IncidentNotice
 from respond.sinks.sink_store import SinkStore
 from respond.sinks.tickets import RetryPolicy, TicketSink

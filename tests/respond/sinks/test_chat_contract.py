@@ -10,13 +10,16 @@ import pytest
 from pydantic import SecretStr
 
 from respond.errors import PermanentError
+from respond.sinks.content import group_message, group_reply
 from respond.sinks.outbox import OutboxChat
 from respond.sinks.ports import ChatTransport
-from respond.sinks.slack_notifier import SlackWebTransport
+from respond.sinks.slack.transport import SlackWebTransport
 from tests.fakes.slack.server import FakeSlack
-from tests.respond.sinks.conftest import SLACK_TOKEN
+from tests.respond.sinks.conftest import SLACK_TOKEN, make_notice
 
-MESSAGE = {"text": "fallback", "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "*hi*"}}]}
+MESSAGE = group_message([make_notice()], lambda _: None)
+EDITED = group_message([make_notice(), make_notice(fp="v1:00000000000000bb", status="resolved")], lambda _: None)
+REPLY = group_reply("an alert was resolved", EDITED)
 
 
 @pytest.fixture(params=["slack", "outbox"])
@@ -37,8 +40,8 @@ def test_post_find_update_and_reply(transport: ChatTransport) -> None:
     assert root.ts
     found = transport.find(root.channel, "k1")
     assert found is not None and found.ts == root.ts
-    transport.update(root.channel, root.ts, {"text": "edited", "blocks": []}, "k1")
-    reply = transport.post(root.channel, {"text": "update", "blocks": []}, "k1-reply", thread_ts=root.ts)
+    transport.update(root.channel, root.ts, EDITED, "k1")
+    reply = transport.post(root.channel, REPLY, "k1-reply", thread_ts=root.ts)
     assert reply.ts and reply.ts != root.ts
     again = transport.find(root.channel, "k1-reply", thread_ts=root.ts)
     assert again is not None and again.ts == reply.ts

@@ -10,7 +10,7 @@ from models.dossier import render_adf, render_jira_wiki, render_markdown
 from respond.sinks.build import build_sinks
 from respond.sinks.outbox import OutboxChat, OutboxTracker
 from respond.sinks.settings import SinkSettings
-from respond.sinks.slack_blocks import message as slack_message
+from respond.sinks.slack.blocks import message as slack_message
 from tests.fakes.jira.validate import adf_errors, wiki_errors
 from tests.respond.sinks.conftest import POD_SECRET, SLACK_TOKEN, Clock, make_notice, migrated
 
@@ -23,8 +23,10 @@ def test_without_jira_or_slack_everything_goes_to_the_outbox(tmp_path: Path, clo
     settings = SinkSettings(database_url=migrated(f"sqlite:///{tmp_path}/x.db"), outbox_dir=tmp_path / "outbox",
                             incident_url_base="https://xidpipe.example.com/")
     sinks = build_sinks(settings)
-    assert isinstance(sinks.tickets.tracker, OutboxTracker) and isinstance(sinks.chat.transport, OutboxChat)
-    sinks.tickets.clock = sinks.chat.clock = clock
+    [tickets], [chat] = sinks.tickets, sinks.chat
+    assert isinstance(tickets.tracker, OutboxTracker) and isinstance(chat.transport, OutboxChat)
+    assert (tickets.name, chat.name) == ("outbox", "outbox")
+    tickets.clock = chat.clock = clock
     notice = make_notice()
     for _ in range(3):  # redelivery overwrites, never a second ticket or message
         sinks.tickets.submit(notice)
@@ -49,7 +51,8 @@ def test_without_jira_or_slack_everything_goes_to_the_outbox(tmp_path: Path, clo
     assert json.loads((ticket / "dossier.json").read_text())["incident_id"] == notice.incident_id
     [message_file] = list((tmp_path / "outbox" / "slack" / "gpu-infra").iterdir())
     message = json.loads(message_file.read_text())
-    expected = slack_message(message_content(notice.dossier, sinks.tickets.ticket_url(notice.incident_id), page))
+    content = message_content(notice.dossier, sinks.tickets.ticket_url(notice.incident_id), page)
+    expected = slack_message(content)
     assert (message["text"], message["blocks"]) == (expected["text"], expected["blocks"])
     text = all_text(tmp_path / "outbox")
     assert POD_SECRET not in text and SLACK_TOKEN not in text and "[REDACTED]" in text
@@ -58,7 +61,8 @@ def test_without_jira_or_slack_everything_goes_to_the_outbox(tmp_path: Path, clo
 def test_outbox_repeats_and_thread_updates_are_files_too(tmp_path: Path, clock: Clock) -> None:
     url = migrated(f"sqlite:///{tmp_path}/x.db")
     sinks = build_sinks(SinkSettings(database_url=url, outbox_dir=tmp_path / "outbox", slack_channel_interval_s=0))
-    sinks.tickets.clock = sinks.chat.clock = clock
+    [tickets], [chat] = sinks.tickets, sinks.chat
+    tickets.clock = chat.clock = clock
     sinks.tickets.submit(make_notice())
     sinks.chat.submit(make_notice())
     clock.advance(hours=2)

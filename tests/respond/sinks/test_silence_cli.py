@@ -118,4 +118,4 @@ def test_a_cli_silence_suppresses_the_notifier(db: str, tmp_path: Path, capsys: 
     assert n.submit(make_notice(node="gpu-node-04", fp="v1:0000000000000004")).action == "send"
     cli(capsys, "silence", "--database-url", db, "expire", sid.strip())
     clock.now = datetime.now(UTC) + timedelta(seconds=1)
-    assert n.flush_group(store.group_keys()[0]).action == "send"
+    assert n.flush_group(n.store.group_keys()[0]).action == "send"

@@ -14,7 +14,7 @@ from models.chat_message import Routing
 from models.notify import GroupPolicy, Matcher
 from respond.sinks.notifications import ChatNotifier
 from respond.sinks.sink_store import SinkStore
-from respond.sinks.slack_notifier import SlackWebhookTransport, SlackWebTransport
+from respond.sinks.slack.transport import SlackWebhookTransport, SlackWebTransport
 from tests.fakes.slack.server import FakeSlack
 from tests.respond.sinks.conftest import JIRA_TOKEN, POD_SECRET, SLACK_TOKEN, Clock, make_notice
 
@@ -225,10 +225,10 @@ def test_a_timeout_with_nothing_posted_is_retried_later(fake_slack: FakeSlack, n
 def test_an_unknown_channel_is_a_permanent_failure(fake_slack: FakeSlack, store: SinkStore, clock: Clock) -> None:
     n = ChatNotifier(web(fake_slack), store, Routing(infra_channel="#nowhere"), channel_interval_s=0, clock=clock)
     sent_now(n, clock, make_notice())
-    failure = store.failure(store.group_keys()[0])
+    failure = n.store.failure(n.store.group_keys()[0])
     assert failure is not None and failure.permanent and "channel_not_found" in failure.last_error
     assert failure.next_attempt_at == clock.now + timedelta(seconds=900)
-    assert store.notification_log() == []
+    assert n.store.notification_log() == []
 
 
 def test_sends_to_one_channel_are_paced(fake_slack: FakeSlack, store: SinkStore, clock: Clock) -> None:
@@ -272,7 +272,7 @@ def test_webhooks_post_per_change_and_retry_rate_limits(fake_slack: FakeSlack, s
     clock.advance(minutes=6)
     n.submit(make_notice(status="resolved"))
     assert len(fake_slack.messages("gpu-infra")) == 2  # no threads: a new message per change
-    assert len(store.notification_log()) == 1 and store.notification_log()[0].messages == 2
+    assert len(n.store.notification_log()) == 1 and n.store.notification_log()[0].messages == 2
 
 
 def test_a_broken_webhook_is_recorded_without_its_url(fake_slack: FakeSlack, store: SinkStore, clock: Clock,
@@ -282,6 +282,6 @@ def test_a_broken_webhook_is_recorded_without_its_url(fake_slack: FakeSlack, sto
     n = ChatNotifier(SlackWebhookTransport({"*": SecretStr(secret_url)}, timeout_s=2), store, channel_interval_s=0,
                      clock=clock)
     sent_now(n, clock, make_notice())
-    failure = store.failure(store.group_keys()[0])
+    failure = n.store.failure(n.store.group_keys()[0])
     assert failure is not None and failure.permanent and "HTTP 404" in failure.last_error
     assert all("notarealhooksecret" not in t for t in [failure.last_error, *(r.getMessage() for r in caplog.records)])

@@ -10,7 +10,7 @@ import pytest
 from pydantic import SecretStr
 
 from models.notify import GroupPolicy, Matcher
-from respond.sinks.jira_tracker import JiraTracker
+from respond.sinks.jira.tracker import JiraTracker
 from respond.sinks.notifications import ChatNotifier
 from respond.sinks.outbox import OutboxChat
 from respond.sinks.sink_store import SinkStore
@@ -37,7 +37,7 @@ def test_tickets_and_notifications_on_postgres(pg_store: SinkStore, fake_jira: F
     assert [o.action for o in sink.drain()] == ["create"]
     clock.advance(hours=2)
     assert sink.submit(make_notice(count=3)).action == "comment"
-    row = pg_store.ticket(make_notice().incident_id)
+    row = sink.store.ticket(make_notice().incident_id)
     assert row is not None and row.count == 3 and row.last_comment_at == clock.now
     assert row.created_at.tzinfo is not None
 
@@ -49,4 +49,4 @@ def test_tickets_and_notifications_on_postgres(pg_store: SinkStore, fake_jira: F
     assert n.submit(make_notice(node="gpu-node-04", fp="v1:0000000000000004")).action == "suppress"
     assert pg_store.expire_silence(s.id, clock.now) is not None
     assert [x.id for x in pg_store.silences(clock.now, include_expired=True)] == [s.id]
-    assert len(pg_store.notification_log()) == 1
+    assert len(n.store.notification_log()) == 1

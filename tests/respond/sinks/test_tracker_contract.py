@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from models.ticket_policy import TicketFields
 from respond.errors import PermanentError
-from respond.sinks.jira_tracker import JiraTracker
+from respond.sinks.jira.tracker import JiraTracker
 from respond.sinks.outbox import OutboxTracker
 from respond.sinks.ports import TicketBody, TicketTracker
 from tests.fakes.jira.server import FakeJira

@@ -1,9 +1,9 @@
 """The Jira adapter of the `TicketTracker` port, on the `jira` library (3.10.5).
 
 Two flavors (`SinkSettings.jira_flavor`): `server` (Jira Server and Data Center) talks REST API v2
-and writes descriptions and comments in wiki markup; `cloud` talks REST API v3 and writes them as
-ADF documents (v3 takes nothing else). Comment markers are written as plain text in both, so a
-retried comment is recognised.
+and renders descriptions (the `TicketBody` document) and comments in wiki markup; `cloud` talks
+REST API v3 and renders them as ADF documents (v3 takes nothing else). Comment markers are
+written as plain text in both, so a retried comment is recognised.
 
 The library's own retries are off (`max_retries=0`): its ResilientSession sleeps 10·2^n s and
 covers only 429 and 503. Retrying belongs to `tickets.TicketSink`, which re-reads the state
@@ -133,21 +133,24 @@ class JiraTracker:
         return self._info(issue.raw)
 
     def _description(self, body: TicketBody) -> str | dict[str, Any]:
+        """The body in the flavor's format (ADF or wiki markup), cut at `DESCRIPTION_CAP`."""
         cut = "(cut: the full dossier is attached as dossier.md)"
         if self.flavor == "cloud":
-            if len(json.dumps(body.adf)) <= DESCRIPTION_CAP:
-                return body.adf
-            doc = dict(body.adf, content=list(body.adf["content"]))
+            doc = adf.render(body.blocks)
+            if len(json.dumps(doc)) <= DESCRIPTION_CAP:
+                return doc
+            doc["content"] = list(doc["content"])
             while doc["content"] and len(json.dumps(doc)) > DESCRIPTION_CAP:
                 doc["content"].pop()
             doc["content"].append(adf.paragraph((Span(cut),)))
             return doc
-        if len(body.wiki) <= DESCRIPTION_CAP:
-            return body.wiki
+        wiki = jira_wiki.render(body.blocks)
+        if len(wiki) <= DESCRIPTION_CAP:
+            return wiki
         # Cut between lines, outside any {noformat} block, so the markup stays whole.
         kept: list[str] = []
         size, opened = 0, False
-        for ln in body.wiki.splitlines():
+        for ln in wiki.splitlines():
             if size + len(ln) + 1 > DESCRIPTION_CAP - 200:
                 break
             kept.append(ln)

@@ -1,4 +1,5 @@
-"""The Slack adapters of the `ChatTransport` port, on slack-sdk.
+"""The Slack adapters of the `ChatTransport` port, on slack-sdk; each renders the notifier's
+messages as Block Kit (`blocks.render`).
 
 - `SlackWebTransport`: the Web API with a bot token (`WebClient(base_url=...)`):
   `chat.postMessage` (with `thread_ts` for thread replies), `chat.update` of the root message, and
@@ -31,8 +32,10 @@ from slack_sdk.http_retry.builtin_handlers import (
 )
 from slack_sdk.http_retry.handler import RetryHandler
 
+from models.chat_message import ChatMessage, GroupMessage
 from respond.errors import ActionError, AmbiguousError, PermanentError, TemporaryError, scrub
 from respond.sinks.ports import Posted
+from respond.sinks.slack.blocks import render
 
 log = logging.getLogger(__name__)
 # slack-sdk's webhook client logs the request URL at DEBUG, and a webhook URL is a secret: its own
@@ -94,17 +97,19 @@ class SlackWebTransport:
         except (URLError, HTTPException, ConnectionError, SlackRequestError) as exc:
             raise TemporaryError(scrub(f"Slack unreachable during {what}: {type(exc).__name__}", secrets)) from None
 
-    def post(self, channel: str, message: dict[str, Any], key: str, thread_ts: str | None = None) -> Posted:
+    def post(self, channel: str, message: ChatMessage, key: str, thread_ts: str | None = None) -> Posted:
         meta = {"event_type": METADATA_EVENT, "event_payload": {"key": key}}
+        body = render(message)
         resp = self._call(f"chat.postMessage to {channel}", lambda c: c.chat_postMessage(
-            channel=channel, text=message.get("text", ""), blocks=message.get("blocks"), thread_ts=thread_ts,
+            channel=channel, text=body["text"], blocks=body["blocks"], thread_ts=thread_ts,
             metadata=meta, unfurl_links=False))
         return Posted(str(resp["channel"]), str(resp["ts"]))
 
-    def update(self, channel: str, ts: str, message: dict[str, Any], key: str) -> None:
+    def update(self, channel: str, ts: str, message: GroupMessage, key: str) -> None:
         meta = {"event_type": METADATA_EVENT, "event_payload": {"key": key}}
+        body = render(message)
         self._call(f"chat.update in {channel}", lambda c: c.chat_update(
-            channel=channel, ts=ts, text=message.get("text", ""), blocks=message.get("blocks"), metadata=meta))
+            channel=channel, ts=ts, text=body["text"], blocks=body["blocks"], metadata=meta))
 
     def find(self, channel: str, key: str, thread_ts: str | None = None) -> Posted | None:
         if thread_ts is None:
@@ -135,14 +140,15 @@ class SlackWebhookTransport:
     def __repr__(self) -> str:
         return f"SlackWebhookTransport(channels={sorted(self._urls)})"
 
-    def post(self, channel: str, message: dict[str, Any], key: str, thread_ts: str | None = None) -> Posted:
+    def post(self, channel: str, message: ChatMessage, key: str, thread_ts: str | None = None) -> Posted:
         url = self._urls.get(channel) or self._urls.get("*")
         if url is None:
             raise PermanentError(f"no incoming webhook configured for {channel}")
         secret = url.get_secret_value()
         client = WebhookClient(secret, timeout=self._timeout, retry_handlers=self._handlers, logger=_webhook_log)
+        payload = render(message)
         try:
-            resp = client.send(text=message.get("text", ""), blocks=message.get("blocks"))
+            resp = client.send(text=payload["text"], blocks=payload["blocks"])
         except TimeoutError:
             raise AmbiguousError(f"the webhook of {channel} did not answer within {self._timeout} s") from None
         except (URLError, HTTPException, ConnectionError) as exc:
@@ -155,7 +161,7 @@ class SlackWebhookTransport:
             raise TemporaryError(message_text, resp.status_code, _retry_after(resp.headers))
         raise PermanentError(message_text, resp.status_code)
 
-    def update(self, channel: str, ts: str, message: dict[str, Any], key: str) -> None:
+    def update(self, channel: str, ts: str, message: GroupMessage, key: str) -> None:
         raise ActionError("incoming webhooks cannot edit a message")
 
     def find(self, channel: str, key: str, thread_ts: str | None = None) -> Posted | None:

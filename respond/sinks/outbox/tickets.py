@@ -1,53 +1,21 @@
-"""The embedded defaults: with no Jira or Slack configured, tickets and chat messages are written,
-with the same content, as files in a local outbox directory.
-
-    var/outbox/jira/<ticket>/ticket.md      summary, fields and the dossier (the ticket body)
-    var/outbox/jira/<ticket>/ticket.json    fields, labels, status, links (what Jira would hold)
-    var/outbox/jira/<ticket>/description.wiki, description.adf.json   the body as Jira Server / Cloud get it
-    var/outbox/jira/<ticket>/dossier.md, dossier.json, node-*.txt ...   the attachments
-    var/outbox/jira/<ticket>/comments/<n>.md
-    var/outbox/slack/<channel>/<message>.json   {"text", "blocks", "thread_ts", ...} as chat.postMessage takes
-
-`<ticket>` is derived from the incident, so a redelivery overwrites the same files: never a second
-ticket. Writes are atomic (a temporary file renamed into place).
-"""
+"""The outbox's `TicketTracker`: each ticket a folder of files under `<root>/jira/`, with what Jira
+would hold (`ticket.json`), the body as Jira Server and Cloud get it and as Markdown, the
+attachments and the comments. `<ticket>` is derived from the incident, so a redelivery overwrites
+the same files: never a second ticket."""
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import tempfile
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from models.render import adf, jira_wiki, markdown
 from models.ticket_policy import INCIDENT_LABEL_PREFIX, TicketFields
 from respond.errors import PermanentError
-from respond.sinks.ports import Posted, TicketBody, TicketInfo
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def safe_name(text: str) -> str:
-    return _UNSAFE.sub("-", text).strip("-.") or "unnamed"
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _json(data: Any) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+from respond.sinks.outbox.files import json_bytes, safe_name, write_atomic
+from respond.sinks.ports import TicketBody, TicketInfo
 
 
 class OutboxTracker:
@@ -71,7 +39,7 @@ class OutboxTracker:
                           frozenset(meta.get("attachments", [])))
 
     def _save(self, meta: dict[str, Any]) -> None:
-        write_atomic(self._dir(meta["key"]) / "ticket.json", _json(meta))
+        write_atomic(self._dir(meta["key"]) / "ticket.json", json_bytes(meta))
 
     def url(self, key: str) -> str:
         return self._dir(key).resolve().as_uri()
@@ -102,9 +70,10 @@ class OutboxTracker:
         head = [f"# {summary}", "", f"- Project: {fields.project}", f"- Issue type: {fields.issue_type}",
                 f"- Priority: {fields.priority}", f"- Components: {', '.join(fields.components) or 'none'}",
                 f"- Labels: {', '.join(meta['labels'])}", "", "---", ""]
-        write_atomic(self._dir(key) / "ticket.md", ("\n".join(head) + description.markdown).encode())
-        write_atomic(self._dir(key) / "description.wiki", description.wiki.encode())
-        write_atomic(self._dir(key) / "description.adf.json", _json(description.adf))
+        body = markdown.render(description.document(title_heading=True))
+        write_atomic(self._dir(key) / "ticket.md", ("\n".join(head) + body).encode())
+        write_atomic(self._dir(key) / "description.wiki", jira_wiki.render(description.blocks).encode())
+        write_atomic(self._dir(key) / "description.adf.json", json_bytes(adf.render(description.blocks)))
         self._save(meta)
         return self._info(meta)
 
@@ -163,40 +132,3 @@ class OutboxTracker:
         if link not in meta["links"]:
             meta["links"].append(link)
             self._save(meta)
-
-
-class OutboxChat:
-    """`ChatTransport` on files under `<root>/slack/<channel>/`."""
-
-    name = "outbox"
-    threads = True
-
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root) / "slack"
-
-    def _path(self, channel: str, key: str) -> Path:
-        return self.root / safe_name(channel.lstrip("#")) / f"{safe_name(key)}.json"
-
-    def post(self, channel: str, message: dict[str, Any], key: str, thread_ts: str | None = None) -> Posted:
-        ts = safe_name(key)
-        record = {"channel": channel, "ts": ts, "thread_ts": thread_ts, "key": key, "text": message.get("text", ""),
-                  "blocks": message.get("blocks", []), "written_at": datetime.now(UTC).isoformat()}
-        write_atomic(self._path(channel, key), _json(record))
-        return Posted(channel, ts)
-
-    def update(self, channel: str, ts: str, message: dict[str, Any], key: str) -> None:
-        path = self._path(channel, ts)
-        if not path.exists():
-            raise PermanentError(f"no outbox message {ts} in {channel}", 404)
-        record = json.loads(path.read_text())
-        record.update(text=message.get("text", ""), blocks=message.get("blocks", []), edits=record.get("edits", 0) + 1)
-        write_atomic(path, _json(record))
-
-    def find(self, channel: str, key: str, thread_ts: str | None = None) -> Posted | None:
-        return Posted(channel, safe_name(key)) if self._path(channel, key).exists() else None
-
-    def messages(self, channel: str) -> list[dict[str, Any]]:
-        folder = self.root / safe_name(channel.lstrip("#"))
-        if not folder.exists():
-            return []
-        return sorted((json.loads(p.read_text()) for p in folder.glob("*.json")), key=lambda r: r["written_at"])
