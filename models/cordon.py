@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from models.catalog import Catalog, load_catalog
 from models.cordon_policy import CordonPolicy, Match, Rule
-from models.families import FAMILIES
+from models.vocabulary import FAMILIES
 
 # --- what xidpipe writes on a node ------------------------------------------------------------
 

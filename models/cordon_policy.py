@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from models.families import FAMILIES
+from models.vocabulary import FAMILIES
 
 RuleAction = Literal["cordon_now", "cordon_after", "never"]
 CATEGORIES = ("application", "suspected_hardware", "hardware", "driver", "interconnect", "thermal", "unknown")

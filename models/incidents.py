@@ -27,6 +27,7 @@ from models.kernlog.clock import parse_stamp
 from models.kernlog.record import FaultRecord
 from models.node_records import GpuMissing, KernelLine, NvmlEvent
 from models.stream_policy import PipelinePolicy
+from models.vocabulary import ComponentKind
 
 FaultSource = Literal["kernel", "nvml"]
 
@@ -201,7 +202,7 @@ class IncidentChange:
 
 def component_gpu(component: Component) -> str:
     """The `gpu` column of a component's incident: the GPU (or NVSwitch) it is about, else its kind."""
-    return component.id if component.kind in ("gpu", "nvswitch") else component.kind
+    return component.id if component.kind in (ComponentKind.GPU, ComponentKind.NVSWITCH) else component.kind
 
 
 def new_incident_id(fingerprint: str, at: datetime) -> str:
@@ -346,7 +347,7 @@ class ActionRequest:
 
 # Components whose incidents are never offered a cordon: an application fault follows its workload, and a
 # fleet incident is many nodes' (each node's own incident is offered).
-NOT_CORDONED = ("workload", "fleet")
+NOT_CORDONED = (ComponentKind.WORKLOAD, ComponentKind.FLEET)
 
 
 def actions_for(change: IncidentChange, *, version: int) -> list[ActionRequest]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from importlib import resources
 
 from models.catalog import CATEGORIES, load_catalog
-from models.families import FAMILIES, family_of
+from models.families import family_of
 from models.kernlog.record import FaultRecord
+from models.vocabulary import FAMILIES
 
 
 def test_catalog_has_provenance_and_a_version() -> None:

@@ -4,6 +4,7 @@ members are their strings on every wire, and fault codes round-trip."""
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 from importlib import resources
 from typing import get_args
@@ -11,6 +12,7 @@ from typing import get_args
 import pytest
 from pydantic import BaseModel
 
+from models.identity import primary_family
 from models.runbook import CLASS_KEYS, load_runbook
 from models.vocabulary import (
     CATALOG_CATEGORIES,
@@ -58,6 +60,18 @@ def test_the_family_precedence_is_total() -> None:
     assert sorted(FAMILY_PRECEDENCE) == sorted(Family)
     assert [family_rank(f) for f in FAMILY_PRECEDENCE] == list(range(len(Family)))
     assert family_rank("no such family") == len(Family)
+    for a, b in itertools.permutations(Family, 2):  # either order of reports labels the incident alike
+        assert primary_family(a, b) == primary_family(b, a) == (a if family_rank(a) < family_rank(b) else b)
+
+
+@pytest.mark.parametrize(("worse", "milder", "why"), [
+    (Family.GPU_LOST, Family.PCIE, "an AER report followed by Xid 79 is a lost GPU"),
+    (Family.MEMORY, Family.APPLICATION, "ECC errors on a GPU that also crashed jobs are a memory fault"),
+    (Family.GSP, Family.RECOVERY_ACTION, "Xid 119 and the Xid 154 that follows it are a GSP fault"),
+    (Family.OTHER, Family.APPLICATION, "an application fault ranks last"),
+])
+def test_the_precedence_decides_as_documented(worse: Family, milder: Family, why: str) -> None:
+    assert primary_family(milder, worse) == worse, why
 
 
 def test_the_category_subsets() -> None:
