@@ -27,7 +27,7 @@ from models.kernlog.clock import parse_stamp
 from models.kernlog.record import FaultRecord
 from models.node_records import GpuMissing, KernelLine, NvmlEvent
 from models.stream_policy import PipelinePolicy
-from models.vocabulary import ComponentKind
+from models.vocabulary import Category, ComponentKind
 
 FaultSource = Literal["kernel", "nvml"]
 
@@ -320,7 +320,7 @@ def classify_in_context(ctx: ClassifyContext, policy: PipelinePolicy) -> Verdict
         ),
         ClassifyPolicy(repeat_threshold=policy.repeat_threshold, min_distinct_workloads=policy.min_distinct_workloads),
     )
-    if verdict.category == "suspected_hardware":
+    if verdict.category == Category.SUSPECTED_HARDWARE:
         clean = {w: n for w, n in ctx.workload_clean_gpus.items() if n > 0 and w in ctx.workloads}
         if clean:
             ran = ", ".join(f"{w} on {n}" for w, n in sorted(clean.items()))

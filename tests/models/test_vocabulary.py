@@ -12,6 +12,7 @@ from typing import get_args
 import pytest
 from pydantic import BaseModel
 
+from models.catalog import load_catalog
 from models.identity import primary_family
 from models.runbook import CLASS_KEYS, load_runbook
 from models.vocabulary import (
@@ -48,6 +49,13 @@ def catalog_column(name: str) -> set[str]:
 ])
 def test_the_vocabulary_names_exactly_what_the_catalog_uses(column: str, names: tuple[str, ...]) -> None:
     assert catalog_column(column) == set(names)
+
+
+def test_the_loaded_catalog_carries_members() -> None:
+    for info in load_catalog().xids.values():
+        assert info.category in CATALOG_CATEGORIES and isinstance(info.category, Category), info.code
+        assert info.immediate_action is None or isinstance(info.immediate_action, ImmediateAction), info.code
+        assert info.investigatory_action is None or isinstance(info.investigatory_action, InvestigatoryAction)
 
 
 def test_the_runbook_has_one_entry_per_immediate_action_and_orders_only_its_entries() -> None:

@@ -14,6 +14,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from models.vocabulary import Category, Family, ImmediateAction
 from xidpipe.commands.exits import EXIT_OK, EXIT_USAGE, UsageError
 from xidpipe.commands.options import json_parent
 from xidpipe.commands.timeflags import parse_time
@@ -103,20 +104,20 @@ def _parse_labels(items: list[str]) -> dict[str, str]:
     return labels
 
 
-def derive_fault(xids: list[int]) -> tuple[str, str, list[str]]:
+def derive_fault(xids: list[int]) -> tuple[Family, Category, list[ImmediateAction]]:
     """(family, category, NVIDIA immediate actions) of Xids, from the bundled catalog."""
     from models.catalog import load_catalog
     from models.families import family_of
     from models.kernlog.record import FaultRecord
 
     catalog = load_catalog()
-    family, category, actions = "other", "unknown", []
+    family, category, actions = Family.OTHER, Category.UNKNOWN, []
     for code in xids:
         info = catalog.xid(code)
-        cat = info.category if info else "unknown"
+        cat = info.category if info else Category.UNKNOWN
         if info and info.immediate_action:
             actions.append(info.immediate_action)
-        if (family, category) == ("other", "unknown"):
+        if (family, category) == (Family.OTHER, Category.UNKNOWN):
             family = family_of(FaultRecord(line=0, kind="xid", raw="", message="", xid=code, category=cat))
             category = cat
     return family, category, actions
