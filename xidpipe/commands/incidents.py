@@ -14,16 +14,14 @@ import json
 import sys
 from typing import Any
 
-from models.cordon_policy import CATEGORIES as POLICY_CATEGORIES
-from models.fleet import FLEET
 from models.lifecycle import BY_PEOPLE, STATES
-from models.vocabulary import ComponentKind, values
+from models.vocabulary import Category, ComponentKind, values
 from xidpipe.commands import output
 from xidpipe.commands.exits import EXIT_OK, Refused, Unavailable, UsageError
 from xidpipe.commands.options import add_enum, history_parents
 from xidpipe.commands.timeflags import format_time, time_arg
 
-CATEGORIES = (*POLICY_CATEGORIES, FLEET)
+CATEGORIES = values(Category)
 COMPONENTS = values(ComponentKind)
 STATUSES = ("open", "resolved")
 
