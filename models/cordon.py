@@ -9,7 +9,7 @@ unschedulable by anyone else is never touched, and such a cordon is never lifted
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -17,7 +17,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from models.catalog import Catalog, load_catalog
 from models.cordon_policy import CordonPolicy, Match, Rule
-from models.vocabulary import FAMILIES, Category, CordonOutcome, Family, ImmediateAction, ReleaseOutcome
+from models.vocabulary import (
+    FAMILIES,
+    Category,
+    CodeKind,
+    CordonOutcome,
+    Family,
+    FaultCode,
+    ImmediateAction,
+    ReleaseOutcome,
+    code_text,
+)
 
 # --- what xidpipe writes on a node ------------------------------------------------------------
 
@@ -91,7 +101,7 @@ class CordonRequest(BaseModel):
 
     @property
     def codes(self) -> str:
-        return ", ".join(f"Xid {x}" for x in self.xids) or self.family
+        return ", ".join(code_text(FaultCode(CodeKind.XID, x)) for x in self.xids) or self.family
 
 
 class IncidentLike(Protocol):
@@ -117,21 +127,16 @@ class IncidentLike(Protocol):
     def category(self) -> str: ...
     @property
     def reason(self) -> str: ...
-    @property
-    def codes(self) -> tuple[str, ...]: ...
-
-
-_XID_CODE = re.compile(r"^Xid (\d+)$")
 
 
 def cordon_request_for(
-    incident: IncidentLike, *, pods: tuple[PodRef, ...] = (), occurrences: tuple[datetime, ...] = (),
-    catalog: Catalog | None = None,
+    incident: IncidentLike, *, codes: Sequence[FaultCode], pods: tuple[PodRef, ...] = (),
+    occurrences: tuple[datetime, ...] = (), catalog: Catalog | None = None,
 ) -> CordonRequest:
-    """The cordon request for an incident: Xids from its codes ("Xid 79"), NVIDIA's immediate
-    actions for them from the catalog."""
+    """The cordon request for an incident whose faults carried `codes`: their Xids, in order, and
+    NVIDIA's immediate actions for them from the catalog."""
     cat = catalog or load_catalog()
-    xids = tuple(int(m.group(1)) for code in incident.codes if (m := _XID_CODE.match(code)))
+    xids = tuple(code.number for code in codes if code.kind is CodeKind.XID)
     actions = tuple(dict.fromkeys(
         info.immediate_action for x in xids if (info := cat.xid(x)) is not None and info.immediate_action))
     return CordonRequest(

@@ -27,7 +27,7 @@ from models.kernlog.clock import parse_stamp
 from models.kernlog.record import FaultRecord
 from models.node_records import GpuMissing, KernelLine, NvmlEvent
 from models.stream_policy import PipelinePolicy
-from models.vocabulary import Category, ComponentKind
+from models.vocabulary import Category, ComponentKind, report_code
 
 FaultSource = Literal["kernel", "nvml"]
 
@@ -61,12 +61,7 @@ class FaultObservation:
 
     @property
     def code(self) -> str:
-        if self.kind == "xid" and self.xid is not None:
-            return f"Xid {self.xid}"
-        if self.kind == "sxid" and self.sxid is not None:
-            return f"SXid {self.sxid}"
-        return {"gpu_fallen_off_bus": "fallen off the bus", "pcie_aer": "AER", "ecc": "ECC",
-                "gpu_missing": "GPU missing"}.get(self.kind, self.kind)
+        return report_code(self.kind, self.xid, self.sxid)
 
     @property
     def content_hash(self) -> str:

@@ -32,7 +32,7 @@ from models.cordon import (
 )
 from models.cordon_policy import Breaker, CordonPolicy, Match, Scope
 from models.incidents import IncidentState
-from models.vocabulary import Category, CordonOutcome, Family, ImmediateAction
+from models.vocabulary import Category, CodeKind, CordonOutcome, Family, FaultCode, ImmediateAction
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 XID = {  # family, category, NVIDIA immediate action (as the catalog and the stream give them)
@@ -218,18 +218,33 @@ def test_without_our_taint() -> None:
     assert without_our_taint([OTHER]) is None
 
 
-def test_a_request_from_the_streams_incident() -> None:
+def test_a_request_from_the_streams_incident_takes_the_numbers_of_its_xids() -> None:
     opened = IncidentState(incident_id="v2:0123456789abcdef@x", fingerprint="v2:0123456789abcdef", node="n1",
                            gpu="GPU-5d8c", family="gpu_lost", status="open", count=1, first_seen=T0, last_seen=T0,
-                           codes=("Xid 79", "fallen off the bus"))
+                           codes=("Xid 79", "fallen off the bus", "SXid 12028", "Xid 48"))
+    codes = (FaultCode(CodeKind.XID, 79), FaultCode(CodeKind.SXID, 12028), FaultCode(CodeKind.XID, 48))
 
-    request_ = cordon_request_for(opened, pods=(PodRef(namespace="ml", name="trainer-0"),))
+    request_ = cordon_request_for(opened, codes=codes, pods=(PodRef(namespace="ml", name="trainer-0"),))
 
     assert (request_.node, request_.incident_id, request_.fingerprint) == ("n1", opened.incident_id,
                                                                            opened.fingerprint)
-    assert (request_.xids, request_.immediate_actions, request_.family) == ((79,), ("RESTART_BM",), "gpu_lost")
+    assert (request_.xids, request_.immediate_actions, request_.family) == (
+        (79, 48), ("RESTART_BM", "WORKFLOW_XID_48"), "gpu_lost")
+    assert request_.codes == "Xid 79, Xid 48"
     assert request_.pods[0].name == "trainer-0"
     assert decide_cordon(request_, node(), FleetView(pool_nodes=100), BreakerState(), POLICY).outcome == "cordon"
+
+
+def test_a_request_without_xids_shows_its_family() -> None:
+    opened = IncidentState(incident_id="i", fingerprint="f", node="n1", gpu="0000:3b:00.0", family="nvswitch",
+                           status="open", count=1, first_seen=T0, last_seen=T0, category="interconnect",
+                           codes=("SXid 12028",))
+
+    request_ = cordon_request_for(opened, codes=(FaultCode(CodeKind.SXID, 12028),))
+
+    assert (request_.xids, request_.immediate_actions, request_.codes) == ((), (), "nvswitch")
+    assert "no rule matches nvswitch (nvswitch, interconnect)" in decide_cordon(
+        request_, node(), FleetView(pool_nodes=100), BreakerState(), POLICY).reason
 
 
 def test_a_request_names_a_known_family() -> None:
