@@ -1,12 +1,14 @@
-"""The vocabulary: every name the catalog and the runbook use is a member, the precedence is total,
-members are their strings on every wire, and fault codes round-trip."""
+"""The vocabulary: every name the catalog and the runbook use is a member, the precedence is total and
+the documented one, members are their strings on every wire, and fault codes round-trip."""
 
 from __future__ import annotations
 
 import csv
 import itertools
 import json
+import re
 from importlib import resources
+from pathlib import Path
 from typing import get_args
 
 import pytest
@@ -33,6 +35,8 @@ from models.vocabulary import (
     stored_code,
     values,
 )
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def catalog_column(name: str) -> set[str]:
@@ -80,6 +84,13 @@ def test_the_family_precedence_is_total() -> None:
 ])
 def test_the_precedence_decides_as_documented(worse: Family, milder: Family, why: str) -> None:
     assert primary_family(milder, worse) == worse, why
+
+
+def test_the_glossary_lists_the_families_in_their_precedence() -> None:
+    glossary = (DOCS / "architecture.md").read_text().splitlines()
+    row = next(line for line in glossary if line.startswith("| fault family"))
+    listed = re.findall(r"`([a-z_]+)`", row.split("most severe first:", 1)[1].split(";", 1)[0])
+    assert listed == list(FAMILY_PRECEDENCE)
 
 
 def test_the_category_subsets() -> None:
