@@ -6,6 +6,7 @@ responder and for `xidpipe replay`, so both decide on the same facts.
   policy's longest window: an incident resolved after its quiet period and reopened by the next
   fault still counts both ("contained ECC twice in a day").
 - Pods: the incident's `pods` list and its fault events' namespace/pod, for the GPU-scoped drain.
+- Codes: the incident's stored codes ("Xid 79") as the values the decision takes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session
 from history.incident_rows import incident_state
 from history.tables import FaultEvent, Incident
 from models.cordon import CordonRequest, PodRef, cordon_request_for
+from models.vocabulary import FaultCode, stored_code
 
 OCCURRENCES_READ = 1000  # the latest occurrences read per request (a storm's incident may have many more)
 
@@ -25,8 +27,13 @@ OCCURRENCES_READ = 1000  # the latest occurrences read per request (a storm's in
 def cordon_request(s: Session, row: Incident, longest_window_s: float) -> CordonRequest:
     """The cordon request for the incident `row` as it stands now."""
     since = row.last_seen - timedelta(seconds=longest_window_s)
-    return cordon_request_for(incident_state(row), pods=incident_pods(s, row),
+    return cordon_request_for(incident_state(row), codes=incident_codes(row), pods=incident_pods(s, row),
                               occurrences=component_occurrences(s, row.fingerprint, since, row.last_seen))
+
+
+def incident_codes(row: Incident) -> tuple[FaultCode, ...]:
+    """The numbered codes the incident's faults carried, in the order it saw them."""
+    return tuple(code for text in row.codes or () if (code := stored_code(str(text))) is not None)
 
 
 def component_occurrences(s: Session, fingerprint: str, since: datetime, until: datetime) -> tuple[datetime, ...]:

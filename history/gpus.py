@@ -10,8 +10,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.tables import GpuCard, GpuLedgerEvent, GpuPlacement, Incident
+from models.vocabulary import HARDWARE_CATEGORIES
 
-HARDWARE_CATEGORIES = ("hardware", "suspected_hardware", "interconnect")
 CARD_STATES = ("in_service", "missing", "retired")
 
 

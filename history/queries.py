@@ -14,9 +14,10 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from history.gpus import HARDWARE_CATEGORIES, GpuFilter, find_card, gpu_history, list_gpus, models_by_uuid
+from history.gpus import GpuFilter, find_card, gpu_history, list_gpus, models_by_uuid
 from history.tables import FaultEvent, GpuCard, GpuPlacement, Incident, IncidentCode, IncidentNamespace, NodeState
 from history.transitions import TransitionError, apply_transition, incident_transitions
+from models.vocabulary import HARDWARE_CATEGORIES
 
 __all__ = [
     "HARDWARE_CATEGORIES", "AmbiguousIdent", "GpuFilter", "IncidentFilter", "SortKey", "TransitionError", "find_card",

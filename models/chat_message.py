@@ -18,8 +18,11 @@ from pydantic import BaseModel, Field
 
 from models.dossier import Dossier, gpu_name, next_steps, title, workload_lines
 from models.redact import redact
+from models.vocabulary import Category, ComponentKind
 
-INFRA_CATEGORIES = frozenset({"hardware", "suspected_hardware", "interconnect", "driver", "thermal", "fleet"})
+# Every class but an application fault (and an unknown one) goes to the infrastructure channel.
+INFRA_CATEGORIES = frozenset({Category.HARDWARE, Category.SUSPECTED_HARDWARE, Category.INTERCONNECT, Category.DRIVER,
+                              Category.THERMAL, Category.FLEET})
 
 
 class Routing(BaseModel):
@@ -112,11 +115,11 @@ def group_entry(d: Dossier, status: str, page: str | None = None) -> GroupEntry:
 
 
 def _where(d: Dossier) -> str:
-    if d.component == "fleet":  # a fleet incident is the cluster's: its nodes, not a GPU or a workload
+    if d.component == ComponentKind.FLEET:  # a fleet incident is the cluster's: its nodes, not a GPU or a workload
         shown = ", ".join(d.nodes[:10]) + (" …" if len(d.nodes) > 10 else "")
         return f"cluster {d.node} · {len(d.nodes)} nodes" + (f": {shown}" if shown else "")
     parts = [d.node]
-    if d.component == "nvswitch":
+    if d.component == ComponentKind.NVSWITCH:
         parts.append(f"NVSwitch {d.gpu.pci}" if d.gpu.pci else "NVSwitch")
     else:
         if d.gpu.pci:
@@ -131,7 +134,8 @@ def _where(d: Dossier) -> str:
 def message_content(d: Dossier, ticket_url: str | None = None, incident_url: str | None = None,
                     action: str | None = None) -> ChatContent:
     where = _where(d)
-    who = ([f"{len(d.node_incidents)} incidents on those nodes"] if d.component == "fleet" else workload_lines(d))
+    fleet = d.component == ComponentKind.FLEET
+    who = [f"{len(d.node_incidents)} incidents on those nodes"] if fleet else workload_lines(d)
     codes = ", ".join(f"{c.code}×{c.count}" for c in d.codes)
     actions = action or (", ".join(f"{x.action} ({x.outcome})" for x in d.actions) if d.actions else "none yet")
     steps = next_steps(d).steps
@@ -155,6 +159,6 @@ def message_content(d: Dossier, ticket_url: str | None = None, incident_url: str
         fields=tuple((label, redact(text)) for label, text in fields if text),
         links=tuple(links),
         context=redact(f"incident {d.incident_id} · {d.fingerprint} · catalog {d.catalog_version}"
-                       + (f" · GPU {gpu_name(d)}" if gpu_name(d) and d.component != "fleet" else "")),
+                       + (f" · GPU {gpu_name(d)}" if gpu_name(d) and d.component != ComponentKind.FLEET else "")),
         fallback=redact(fallback),
     )

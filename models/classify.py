@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-VERDICTS = ("application", "suspected_hardware", "hardware", "driver", "interconnect", "thermal", "unknown")
+from models.vocabulary import Category, Family
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,41 +50,42 @@ class Verdict:
     rule: str = "catalog"  # the rule that made it (stored with the verdict)
 
 
-_FAMILY_CATEGORY = {
-    "gpu_lost": "hardware",
-    "memory": "hardware",
-    "gpu_hardware": "hardware",
-    "pcie": "hardware",
-    "nvlink": "interconnect",
-    "nvswitch": "interconnect",
-    "gsp": "hardware",
-    "driver": "driver",
-    "thermal": "thermal",
-    "recovery_action": "driver",
+# The category a family decides whatever the catalog says (application and other faults: the catalog's).
+_FAMILY_CATEGORY: dict[str, Category] = {
+    Family.GPU_LOST: Category.HARDWARE,
+    Family.MEMORY: Category.HARDWARE,
+    Family.GPU_HARDWARE: Category.HARDWARE,
+    Family.PCIE: Category.HARDWARE,
+    Family.NVLINK: Category.INTERCONNECT,
+    Family.NVSWITCH: Category.INTERCONNECT,
+    Family.GSP: Category.HARDWARE,
+    Family.DRIVER: Category.DRIVER,
+    Family.THERMAL: Category.THERMAL,
+    Family.RECOVERY_ACTION: Category.DRIVER,
 }
 
 
 def classify(group: FaultGroup, policy: ClassifyPolicy | None = None) -> Verdict:
     p = policy or ClassifyPolicy()
     codes = ", ".join(group.codes)
-    if group.family == "application":
+    if group.family == Family.APPLICATION:
         return _classify_application(group, p, codes)
-    category = _FAMILY_CATEGORY.get(group.family)
+    category: str | None = _FAMILY_CATEGORY.get(group.family)
     rule = f"family:{group.family}"
     if category is None:
-        category = group.categories[0] if group.categories else "unknown"
+        category = group.categories[0] if group.categories else Category.UNKNOWN
         rule = "catalog"
     times = "once" if group.count == 1 else f"{group.count} times"
     reason = f"{codes} seen {times} on {group.gpu}"
-    if group.family == "gpu_lost":
+    if group.family == Family.GPU_LOST:
         reason = f"GPU fell off the bus ({codes}): the device no longer answers; hardware or PCIe path"
-    elif group.family == "memory":
+    elif group.family == Family.MEMORY:
         reason = f"GPU memory error ({codes}) seen {times} on {group.gpu}"
-    elif group.family == "pcie":
+    elif group.family == Family.PCIE:
         reason = f"PCIe AER {group.severity or 'error'} reported {times} for {group.gpu} ({codes})"
-    elif group.family == "recovery_action" and group.recovery_action:
+    elif group.family == Family.RECOVERY_ACTION and group.recovery_action:
         reason = f"the driver's GPU recovery action for {group.gpu} is now '{group.recovery_action}' ({codes})"
-    elif group.family == "gsp":
+    elif group.family == Family.GSP:
         reason = f"GPU System Processor failure ({codes}) {times} on {group.gpu}"
     return Verdict(category, reason, rule)
 
@@ -93,10 +94,10 @@ def classify_workload(codes: str, workload: str, gpus: int, nodes: int, count: i
     """An application fault of one workload (its own incident): the job's, never the hardware's."""
     where = f"{gpus} GPU{'s' if gpus != 1 else ''}" + (f" on {nodes} nodes" if nodes > 1 else "")
     if gpus > 1:
-        return Verdict("application", f"{codes} from workload {workload} on {where} ({count} faults): the fault "
+        return Verdict(Category.APPLICATION, f"{codes} from workload {workload} on {where} ({count} faults): the fault "
                        "follows the workload (a job that crashed or was torn down), not a GPU",
                        "application:follows-workload")
-    return Verdict("application", f"{codes} from workload {workload} on {where} ({count} fault"
+    return Verdict(Category.APPLICATION, f"{codes} from workload {workload} on {where} ({count} fault"
                    f"{'s' if count != 1 else ''}): an application error of that job", "application:workload")
 
 
@@ -106,7 +107,7 @@ def _classify_application(group: FaultGroup, p: ClassifyPolicy, codes: str) -> V
     only_here = [w for w in distinct if w not in followed]
     if group.count >= p.repeat_threshold and len(only_here) >= p.min_distinct_workloads:
         return Verdict(
-            "suspected_hardware",
+            Category.SUSPECTED_HARDWARE,
             f"{codes} repeated {group.count} times on {group.gpu} across {len(only_here)} different workloads "
             f"({', '.join(only_here)}) that faulted on no other GPU: the fault stays with the GPU",
             "application:stays-with-gpu",
@@ -115,14 +116,14 @@ def _classify_application(group: FaultGroup, p: ClassifyPolicy, codes: str) -> V
         spread = ", ".join(f"'{w}' on {n} GPUs" for w, n in sorted(followed.items()))
         others = f"; also {', '.join(only_here)} here" if only_here else ""
         return Verdict(
-            "application",
+            Category.APPLICATION,
             f"{codes} on {group.gpu} from workloads that faulted on several GPUs ({spread}){others}: "
             "the fault follows the workload",
             "application:follows-workload",
         )
     if group.count >= p.repeat_threshold and not distinct:
         return Verdict(
-            "suspected_hardware",
+            Category.SUSPECTED_HARDWARE,
             f"{codes} repeated {group.count} times on {group.gpu} with no process attribution: "
             "check whether different jobs hit it",
             "application:unattributed-repeats",
@@ -131,7 +132,7 @@ def _classify_application(group: FaultGroup, p: ClassifyPolicy, codes: str) -> V
     if len(distinct) > 1:
         who = f"{len(distinct)} workloads ({', '.join(distinct)})"
     return Verdict(
-        "application",
+        Category.APPLICATION,
         f"{codes} {group.count} time(s) on {group.gpu} from {who}, below the repeat threshold "
         f"of {p.repeat_threshold}: an application error",
         "application:below-threshold",

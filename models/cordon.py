@@ -9,7 +9,7 @@ unschedulable by anyone else is never touched, and such a cordon is never lifted
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -17,7 +17,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from models.catalog import Catalog, load_catalog
 from models.cordon_policy import CordonPolicy, Match, Rule
-from models.families import FAMILIES
+from models.vocabulary import (
+    FAMILIES,
+    Category,
+    CodeKind,
+    CordonOutcome,
+    Family,
+    FaultCode,
+    ImmediateAction,
+    ReleaseOutcome,
+    code_text,
+)
 
 # --- what xidpipe writes on a node ------------------------------------------------------------
 
@@ -38,11 +48,12 @@ CONDITION_TYPE = "GPUHealthy"
 ANNOTATION_MAX = 1024  # our own cap on reason annotations (the API allows 256 KiB in total)
 
 # Node Problem Detector style condition reasons per fault family.
-CONDITION_REASONS = {
-    "gpu_lost": "GPUFallenOffBus", "memory": "GPUMemoryError", "nvlink": "NVLinkError", "nvswitch": "NVSwitchError",
-    "pcie": "PCIeError", "gsp": "GSPError", "application": "GPUApplicationFault", "gpu_hardware": "GPUHardwareError",
-    "driver": "GPUDriverError", "thermal": "GPUThermalError", "recovery_action": "GPURecoveryAction",
-    "other": "GPUFault",
+CONDITION_REASONS: dict[str, str] = {
+    Family.GPU_LOST: "GPUFallenOffBus", Family.MEMORY: "GPUMemoryError", Family.NVLINK: "NVLinkError",
+    Family.NVSWITCH: "NVSwitchError", Family.PCIE: "PCIeError", Family.GSP: "GSPError",
+    Family.APPLICATION: "GPUApplicationFault", Family.GPU_HARDWARE: "GPUHardwareError",
+    Family.DRIVER: "GPUDriverError", Family.THERMAL: "GPUThermalError", Family.RECOVERY_ACTION: "GPURecoveryAction",
+    Family.OTHER: "GPUFault",
 }
 
 
@@ -70,10 +81,10 @@ class CordonRequest(BaseModel):
     incident_id: str = Field(min_length=1)
     fingerprint: str = ""
     gpu: str = Field(default="", description="GPU UUID, else PCI address")
-    family: str
+    family: Family
     xids: tuple[int, ...] = ()
-    category: str = "unknown"
-    immediate_actions: tuple[str, ...] = ()
+    category: Category = Category.UNKNOWN
+    immediate_actions: tuple[ImmediateAction, ...] = ()
     count: int = Field(default=1, ge=1)
     first_seen: datetime
     last_seen: datetime
@@ -81,16 +92,16 @@ class CordonRequest(BaseModel):
     reason: str = Field(default="", description="the stream's reason for the request")
     pods: tuple[PodRef, ...] = Field(default=(), description="pods using the faulty GPU (drain candidates)")
 
-    @field_validator("family")
+    @field_validator("family", mode="before")
     @classmethod
-    def _known_family(cls, value: str) -> str:
-        if value not in FAMILIES:  # it becomes the taint's value: only known names
+    def _known_family(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in FAMILIES:  # it becomes the taint's value: only known names
             raise ValueError(f"unknown fault family {value!r}; known: {', '.join(FAMILIES)}")
         return value
 
     @property
     def codes(self) -> str:
-        return ", ".join(f"Xid {x}" for x in self.xids) or self.family
+        return ", ".join(code_text(FaultCode(CodeKind.XID, x)) for x in self.xids) or self.family
 
 
 class IncidentLike(Protocol):
@@ -116,26 +127,21 @@ class IncidentLike(Protocol):
     def category(self) -> str: ...
     @property
     def reason(self) -> str: ...
-    @property
-    def codes(self) -> tuple[str, ...]: ...
-
-
-_XID_CODE = re.compile(r"^Xid (\d+)$")
 
 
 def cordon_request_for(
-    incident: IncidentLike, *, pods: tuple[PodRef, ...] = (), occurrences: tuple[datetime, ...] = (),
-    catalog: Catalog | None = None,
+    incident: IncidentLike, *, codes: Sequence[FaultCode], pods: tuple[PodRef, ...] = (),
+    occurrences: tuple[datetime, ...] = (), catalog: Catalog | None = None,
 ) -> CordonRequest:
-    """The cordon request for an incident: Xids from its codes ("Xid 79"), NVIDIA's immediate
-    actions for them from the catalog."""
+    """The cordon request for an incident whose faults carried `codes`: their Xids, in order, and
+    NVIDIA's immediate actions for them from the catalog."""
     cat = catalog or load_catalog()
-    xids = tuple(int(m.group(1)) for code in incident.codes if (m := _XID_CODE.match(code)))
+    xids = tuple(code.number for code in codes if code.kind is CodeKind.XID)
     actions = tuple(dict.fromkeys(
         info.immediate_action for x in xids if (info := cat.xid(x)) is not None and info.immediate_action))
     return CordonRequest(
         node=incident.node, incident_id=incident.incident_id, fingerprint=incident.fingerprint, gpu=incident.gpu,
-        family=incident.family, xids=xids, category=incident.category, immediate_actions=actions,
+        family=Family(incident.family), xids=xids, category=Category(incident.category), immediate_actions=actions,
         count=incident.count, first_seen=incident.first_seen, last_seen=incident.last_seen,
         occurrences=occurrences, reason=incident.reason, pods=pods,
     )
@@ -186,20 +192,6 @@ class BreakerState(_Frozen):
     reset_reason: str | None = None
 
 
-CordonOutcome = Literal[
-    "cordon",  # cordon, taint, annotate, condition, event
-    "repeat",  # already cordoned by xidpipe for this incident; the incident repeated: update the event series
-    "already_cordoned",  # nothing to do (redelivery, or cordoned by xidpipe for another incident)
-    "not_needed",  # the policy does not ask for a cordon
-    "node_missing",
-    "foreign_cordon",  # cordoned by someone else: never touched
-    "opted_out",
-    "out_of_scope",
-    "breaker_open",  # the breaker is tripped: no automatic cordon
-    "trip_breaker",  # this cordon would pass the breaker's limit: trip it, raise a fleet incident
-]
-
-
 class CordonDecision(_Frozen):
     outcome: CordonOutcome
     reason: str
@@ -208,7 +200,7 @@ class CordonDecision(_Frozen):
 
     @property
     def changes_node(self) -> bool:
-        return self.outcome in ("cordon", "repeat")
+        return self.outcome in (CordonOutcome.CORDON, CordonOutcome.REPEAT)
 
 
 # --- rules ---------------------------------------------------------------------------------------
@@ -269,18 +261,19 @@ def pool_of(policy: CordonPolicy, labels: dict[str, str]) -> str:
 def scope_refusal(policy: CordonPolicy, node: NodeView) -> tuple[CordonOutcome, str] | None:
     scope = policy.scope
     if node.labels.get(scope.opt_out_label, "").lower() == "true":
-        return "opted_out", f"node {node.name} is labelled {scope.opt_out_label}=true"
+        return CordonOutcome.OPTED_OUT, f"node {node.name} is labelled {scope.opt_out_label}=true"
+    outside = CordonOutcome.OUT_OF_SCOPE
     pool = pool_of(policy, node.labels)
     if scope.pools and pool not in scope.pools:
-        return "out_of_scope", f"node {node.name} is in pool '{pool}', not in the policy's pools {list(scope.pools)}"
+        return outside, f"node {node.name} is in pool '{pool}', not in the policy's pools {list(scope.pools)}"
     model = node.labels.get(scope.gpu_model_label)
     if scope.gpu_models and model not in scope.gpu_models:
-        return "out_of_scope", (f"node {node.name} has GPU model '{model or 'unknown'}', not in the policy's "
-                                f"gpu_models {list(scope.gpu_models)}")
+        return outside, (f"node {node.name} has GPU model '{model or 'unknown'}', not in the policy's "
+                         f"gpu_models {list(scope.gpu_models)}")
     missing = {k: v for k, v in scope.node_selector.items() if node.labels.get(k) != v}
     if missing:
         shown = ", ".join(f"{k}={v}" for k, v in sorted(missing.items()))
-        return "out_of_scope", f"node {node.name} does not match the node selector ({shown})"
+        return outside, f"node {node.name} does not match the node selector ({shown})"
     return None
 
 
@@ -323,35 +316,33 @@ def decide_cordon(
     def out(outcome: CordonOutcome, reason: str) -> CordonDecision:
         return CordonDecision(outcome=outcome, reason=reason, rule=rule, dry_run=dry)
 
+    o = CordonOutcome
     if not wanted:
-        return out("not_needed", why)
+        return out(o.NOT_NEEDED, why)
     if not node.exists:
-        return out("node_missing", f"node {node.name} does not exist; {why}")
+        return out(o.NODE_MISSING, f"node {node.name} does not exist; {why}")
     if node.cordoned_by_xidpipe:
         mine = node.xidpipe_incident
         if mine != req.incident_id:
-            return out("already_cordoned", f"node {node.name} is already cordoned by xidpipe for incident {mine}")
+            return out(o.ALREADY_CORDONED, f"node {node.name} is already cordoned by xidpipe for incident {mine}")
         if req.count > node.recorded_occurrences:
-            return out("repeat", f"incident {req.incident_id} repeated ({req.count} occurrences); node already "
+            return out(o.REPEAT, f"incident {req.incident_id} repeated ({req.count} occurrences); node already "
                                  "cordoned by xidpipe")
-        return out("already_cordoned", f"node {node.name} is already cordoned by xidpipe for this incident")
+        return out(o.ALREADY_CORDONED, f"node {node.name} is already cordoned by xidpipe for this incident")
     if node.unschedulable:
-        return out("foreign_cordon", f"node {node.name} was cordoned by someone else (no {ANN_CORDONED_AT} "
+        return out(o.FOREIGN_CORDON, f"node {node.name} was cordoned by someone else (no {ANN_CORDONED_AT} "
                                      "annotation): xidpipe leaves it alone")
     refusal = scope_refusal(policy, node)
     if refusal is not None:
         return out(refusal[0], f"{refusal[1]}; {why}")
     if breaker.tripped:
-        return out("breaker_open", f"cordon circuit breaker tripped at "
+        return out(o.BREAKER_OPEN, f"cordon circuit breaker tripped at "
                                    f"{breaker.tripped_at.isoformat() if breaker.tripped_at else '?'} "
                                    f"({breaker.reason}); an operator must reset it; {why}")
     limit = breaker_limit(policy, fleet)
     if limit is not None:
-        return out("trip_breaker", f"{limit}: breaker trips, no automatic cordon until reset; {why}")
-    return out("cordon", why)
-
-
-ReleaseOutcome = Literal["release", "refuse", "node_missing"]
+        return out(o.TRIP_BREAKER, f"{limit}: breaker trips, no automatic cordon until reset; {why}")
+    return out(o.CORDON, why)
 
 
 class ReleaseDecision(_Frozen):
@@ -361,19 +352,20 @@ class ReleaseDecision(_Frozen):
 
 def decide_release(node: NodeView, incident_id: str | None) -> ReleaseDecision:
     """Lift xidpipe's cordon, only when xidpipe set it (and for the named incident, when one is given)."""
+    o = ReleaseOutcome
     if not node.exists:
-        return ReleaseDecision(outcome="node_missing", reason=f"node {node.name} does not exist")
+        return ReleaseDecision(outcome=o.NODE_MISSING, reason=f"node {node.name} does not exist")
     if not node.cordoned_by_xidpipe:
         if node.unschedulable:
-            return ReleaseDecision(outcome="refuse", reason=(
+            return ReleaseDecision(outcome=o.REFUSE, reason=(
                 f"node {node.name} is cordoned, but not by xidpipe (no {ANN_CORDONED_AT} annotation): "
                 "xidpipe lifts only its own cordons; uncordon it with kubectl if that is intended"))
-        return ReleaseDecision(outcome="refuse", reason=f"node {node.name} carries no cordon by xidpipe")
+        return ReleaseDecision(outcome=o.REFUSE, reason=f"node {node.name} carries no cordon by xidpipe")
     mine = node.xidpipe_incident
     if incident_id is not None and incident_id != mine:
-        return ReleaseDecision(outcome="refuse", reason=(
+        return ReleaseDecision(outcome=o.REFUSE, reason=(
             f"node {node.name} is cordoned by xidpipe for incident {mine}, not {incident_id}"))
-    return ReleaseDecision(outcome="release", reason=f"lift xidpipe's cordon for incident {mine}")
+    return ReleaseDecision(outcome=o.RELEASE, reason=f"lift xidpipe's cordon for incident {mine}")
 
 
 # --- what the node should look like (wire-format dicts, camelCase) -------------------------------

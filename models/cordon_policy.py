@@ -22,15 +22,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from models.families import FAMILIES
+from models.vocabulary import FAMILIES, VERDICTS, Category, Family, ImmediateAction, values
 
 RuleAction = Literal["cordon_now", "cordon_after", "never"]
-CATEGORIES = ("application", "suspected_hardware", "hardware", "driver", "interconnect", "thermal", "unknown")
-NVIDIA_ACTIONS = (
-    "RESTART_APP", "RESET_GPU", "RESTART_BM", "RESTART_VM", "IGNORE", "CONTACT_SUPPORT", "CHECK_MECHANICALS",
-    "CHECK_UVM", "UPDATE_SWFW", "WORKFLOW_NVLINK_ERR", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_XID_45",
-    "WORKFLOW_XID_48", "XID_154",
-)
+# What a rule's match may name, and how a name outside it is called in the error (the categories are
+# the classification's verdicts: a fleet incident is never cordoned).
+_MATCHABLE = (("families", FAMILIES, "fault family"), ("categories", VERDICTS, "category"),
+              ("immediate_actions", values(ImmediateAction), "NVIDIA immediate action"))
+
+
+def _unknown(given: Any, known: tuple[str, ...]) -> list[str]:
+    """The names of a list as given that are not `known` (any other shape is left to the field's type)."""
+    return [v for v in given if isinstance(v, str) and v not in known] if isinstance(given, list | tuple) else []
 
 
 class PolicyError(ValueError):
@@ -45,26 +48,27 @@ class Match(_Strict):
     """What an incident must show for a rule to apply. Every field given must match (AND); within a
     field any listed value matches (OR). An empty match matches every incident."""
 
-    families: tuple[str, ...] = Field(default=(), description=f"fault families, from: {', '.join(FAMILIES)}")
+    families: tuple[Family, ...] = Field(default=(), description=f"fault families, from: {', '.join(FAMILIES)}")
     xids: tuple[int, ...] = Field(default=(), description="Xid codes; matches when the incident carries any of them")
-    categories: tuple[str, ...] = Field(
-        default=(), description=f"the incident's category (after the stream's classification): {', '.join(CATEGORIES)}"
+    categories: tuple[Category, ...] = Field(
+        default=(), description=f"the incident's category (after the stream's classification): {', '.join(VERDICTS)}"
     )
-    immediate_actions: tuple[str, ...] = Field(
+    immediate_actions: tuple[ImmediateAction, ...] = Field(
         default=(), description="NVIDIA's immediate action from the Xid catalog (RESET_GPU, RESTART_BM, ...)"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_names(cls, data: Any) -> Any:
+        """A name outside the vocabulary is refused with the names known."""
+        for key, known, what in _MATCHABLE if isinstance(data, dict) else ():
+            unknown = _unknown(data.get(key), known)
+            if unknown:
+                raise ValueError(f"unknown {what} {unknown}; known: {', '.join(known)}")
+        return data
+
     @model_validator(mode="after")
-    def _known_values(self) -> Match:
-        unknown = [f for f in self.families if f not in FAMILIES]
-        if unknown:
-            raise ValueError(f"unknown fault family {unknown}; known: {', '.join(FAMILIES)}")
-        unknown = [c for c in self.categories if c not in CATEGORIES]
-        if unknown:
-            raise ValueError(f"unknown category {unknown}; known: {', '.join(CATEGORIES)}")
-        unknown = [a for a in self.immediate_actions if a not in NVIDIA_ACTIONS]
-        if unknown:
-            raise ValueError(f"unknown NVIDIA immediate action {unknown}; known: {', '.join(NVIDIA_ACTIONS)}")
+    def _xids_in_range(self) -> Match:
         bad = [x for x in self.xids if not 1 <= x <= 1023]
         if bad:
             raise ValueError(f"Xid codes must be between 1 and 1023, got {bad}")
@@ -93,15 +97,16 @@ class Rule(_Strict):
 def _default_rules() -> tuple[Rule, ...]:
     hour, day = 3600.0, 24 * 3600.0
     return (
-        Rule(name="gpu-lost", match=Match(families=("gpu_lost",)), action="cordon_now"),
+        Rule(name="gpu-lost", match=Match(families=(Family.GPU_LOST,)), action="cordon_now"),
         Rule(name="uncontained-ecc", match=Match(xids=(95,)), action="cordon_now"),
         Rule(name="row-remap-failure", match=Match(xids=(64,)), action="cordon_now"),
-        Rule(name="nvidia-reset-or-reboot", match=Match(immediate_actions=("RESET_GPU", "RESTART_BM")),
+        Rule(name="nvidia-reset-or-reboot",
+             match=Match(immediate_actions=(ImmediateAction.RESET_GPU, ImmediateAction.RESTART_BM)),
              action="cordon_now"),
-        Rule(name="suspected-hardware", match=Match(categories=("suspected_hardware",)), action="cordon_after",
-             occurrences=3, window_s=day),
-        Rule(name="application", match=Match(categories=("application",)), action="never"),
-        Rule(name="nvlink-repeats", match=Match(families=("nvlink",)), action="cordon_after", occurrences=3,
+        Rule(name="suspected-hardware", match=Match(categories=(Category.SUSPECTED_HARDWARE,)),
+             action="cordon_after", occurrences=3, window_s=day),
+        Rule(name="application", match=Match(categories=(Category.APPLICATION,)), action="never"),
+        Rule(name="nvlink-repeats", match=Match(families=(Family.NVLINK,)), action="cordon_after", occurrences=3,
              window_s=hour),
         Rule(name="contained-ecc-repeats", match=Match(xids=(94,)), action="cordon_after", occurrences=2,
              window_s=day),

@@ -20,9 +20,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.lifecycle import BY_PEOPLE
+from models.vocabulary import ActionOutcome, CordonOutcome
 
 FollowupKind = Literal["retry", "breaker", "settled"]
-BREAKER_DECISIONS = ("breaker_open", "trip_breaker")
+BREAKER_DECISIONS = (CordonOutcome.BREAKER_OPEN, CordonOutcome.TRIP_BREAKER)
 
 
 class RetryBackoff(BaseModel):
@@ -72,7 +73,7 @@ def cordon_followup(
     `attempts`: failed attempts before this one."""
     if ended is not None:
         return CordonFollowup(kind="settled", reason=f"{ended}: no cordon pending")
-    if outcome == "failed" and retryable:
+    if outcome == ActionOutcome.FAILED and retryable:
         n = attempts + 1
         wait = backoff.delay_s(n)
         return CordonFollowup(kind="retry", attempts=n, due_at=now + timedelta(seconds=wait),
@@ -80,7 +81,7 @@ def cordon_followup(
     if decision in BREAKER_DECISIONS and not dry_run:
         return CordonFollowup(kind="breaker", due_at=now, reason=f"held by the circuit breaker ({reason}); "
                               "offered again once the breaker is reset")
-    if decision == "not_needed":
+    if decision == CordonOutcome.NOT_NEEDED:
         return CordonFollowup(kind="settled", reason=f"refused by the policy ({reason}); the incident's next "
                               "change is decided again")
     return CordonFollowup(kind="settled", reason=f"{decision or outcome}: {reason}")

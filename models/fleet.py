@@ -27,8 +27,9 @@ from typing import Literal
 from models.identity import incident_fingerprint
 from models.incidents import ActionRequest, IncidentChange, IncidentState, fleet_burst, new_incident_id
 from models.stream_policy import PipelinePolicy
+from models.vocabulary import Category, ComponentKind
 
-FLEET = "fleet"  # the component, the category and the `gpu` column of every fleet incident
+FLEET = ComponentKind.FLEET  # the component and the `gpu` column of every fleet incident; its category is FLEET too
 BREAKER = "breaker"  # the component id of the fleet incident a breaker trip raises
 
 
@@ -42,8 +43,8 @@ def _fresh(cluster: str, component_id: str, family: str, nodes: Sequence[str], c
     fp = fleet_fingerprint(cluster, component_id)
     return IncidentState(
         incident_id=new_incident_id(fp, at), fingerprint=fp, node=cluster, gpu=FLEET, family=family,
-        status="open", count=len(set(nodes)), first_seen=first_seen, last_seen=at, category=FLEET, reason=reason,
-        codes=tuple(dict.fromkeys(codes)), previous_incident_id=previous,
+        status="open", count=len(set(nodes)), first_seen=first_seen, last_seen=at, category=Category.FLEET,
+        reason=reason, codes=tuple(dict.fromkeys(codes)), previous_incident_id=previous,
     )
 
 

@@ -26,40 +26,29 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Literal
 
-ComponentKind = Literal["gpu", "nvswitch", "node", "workload", "fleet"]
-COMPONENTS: tuple[ComponentKind, ...] = ("gpu", "nvswitch", "node", "workload", "fleet")
+from models.vocabulary import ComponentKind, Family, family_rank
 
 FINGERPRINT_VERSION = 2
 FINGERPRINT_FIELDS = ("component", "node", "component_id")
 
-# Fault families, most severe first: an incident that saw several is labelled with the first
-# (an AER report followed by Xid 79 is a lost GPU; ECC errors on a GPU that also crashed jobs are
-# a memory fault). The cordon policy's `families` match this label.
-FAMILY_PRECEDENCE = (
-    "gpu_lost", "gsp", "memory", "nvswitch", "nvlink", "gpu_hardware", "pcie", "thermal", "driver",
-    "recovery_action", "other", "application",
-)
-_RANK = {family: i for i, family in enumerate(FAMILY_PRECEDENCE)}
-
 # Families whose reports are views of one fault when they arrive together.
-_COMPANIONS = {
-    "gpu_lost": "gpu_lost",
-    "pcie": "gpu_lost",  # the AER report on the GPU or its root port comes with the bus loss
-    "gsp": "gsp",
-    "recovery_action": "gsp",  # Xid 154 (and NVML's recovery action) follows the GSP failure
-    "memory": "memory",
-    "application": "application",  # one crash logs Xid 13 then Xid 43
+_COMPANIONS: dict[str, Family] = {
+    Family.GPU_LOST: Family.GPU_LOST,
+    Family.PCIE: Family.GPU_LOST,  # the AER report on the GPU or its root port comes with the bus loss
+    Family.GSP: Family.GSP,
+    Family.RECOVERY_ACTION: Family.GSP,  # Xid 154 (and NVML's recovery action) follows the GSP failure
+    Family.MEMORY: Family.MEMORY,
+    Family.APPLICATION: Family.APPLICATION,  # one crash logs Xid 13 then Xid 43
 }
 
 # Faults that put the GPU in a state it stays in until it is reset (off the bus; GSP down): every
 # report within the window, repeats of one line included, is the one fault.
-ONE_SHOT_GROUPS = frozenset({"gpu_lost", "gsp"})
+ONE_SHOT_GROUPS = frozenset({Family.GPU_LOST, Family.GSP})
 
 # Node-level reports (no PCI address, no UUID) that belong to the GPU fault of their own kind they
 # come with ("GPU lost" assertions with an Xid 79, GSP timeouts with an Xid 119) ...
-NODE_LEVEL_COMPANION_FAMILIES = frozenset({"gpu_lost", "gsp", "recovery_action"})
+NODE_LEVEL_COMPANION_FAMILIES = frozenset({Family.GPU_LOST, Family.GSP, Family.RECOVERY_ACTION})
 # ... and driver reports that follow whatever fatal GPU fault they come with: the crash-dump notice and
 # the "reset required" assertion (RPC-history and libos bodies join their Xid 119/120 record in the parser).
 ATTACHING_DRIVER_ERRORS = frozenset({"crash_dump", "reset_required"})
@@ -109,13 +98,13 @@ def component_of(
     workload's; a report naming a GPU is the GPU's; anything else is the node's driver.
     """
     if kind == "sxid" and pci:
-        return Component("nvswitch", node, pci)
-    if family == "application" and workload:
-        return Component("workload", "", workload)
+        return Component(ComponentKind.NVSWITCH, node, pci)
+    if family == Family.APPLICATION and workload:
+        return Component(ComponentKind.WORKLOAD, "", workload)
     gpu = gpu_uuid or pci
     if gpu:
-        return Component("gpu", node, gpu)
-    return Component("node", node, "driver")
+        return Component(ComponentKind.GPU, node, gpu)
+    return Component(ComponentKind.NODE, node, "driver")
 
 
 def gpu_key(gpu_uuid: str | None, pci: str | None) -> str:
@@ -126,7 +115,7 @@ def gpu_key(gpu_uuid: str | None, pci: str | None) -> str:
 def gpu_component(node: str, gpu_uuid: str | None, pci: str | None) -> Component | None:
     """The GPU component of a report that names one."""
     gpu = gpu_uuid or pci
-    return Component("gpu", node, gpu) if gpu else None
+    return Component(ComponentKind.GPU, node, gpu) if gpu else None
 
 
 def stays_with_gpu(workloads_only_here: int, faults_here: int, *, repeat_threshold: int,
@@ -138,10 +127,11 @@ def stays_with_gpu(workloads_only_here: int, faults_here: int, *, repeat_thresho
 
 
 def primary_family(current: str | None, new: str) -> str:
-    """The family an incident is labelled with after a report of `new`: the more severe."""
+    """The family an incident is labelled with after a report of `new`: the more severe
+    (`models.vocabulary.FAMILY_PRECEDENCE`)."""
     if current is None:
         return new
-    return new if _RANK.get(new, len(_RANK)) < _RANK.get(current, len(_RANK)) else current
+    return new if family_rank(new) < family_rank(current) else current
 
 
 def companion_group(family: str) -> str:

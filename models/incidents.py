@@ -27,6 +27,7 @@ from models.kernlog.clock import parse_stamp
 from models.kernlog.record import FaultRecord
 from models.node_records import KernelLine
 from models.stream_policy import PipelinePolicy
+from models.vocabulary import Category, ComponentKind, report_code
 
 FaultSource = Literal["kernel", "nvml"]
 
@@ -60,12 +61,7 @@ class FaultObservation:
 
     @property
     def code(self) -> str:
-        if self.kind == "xid" and self.xid is not None:
-            return f"Xid {self.xid}"
-        if self.kind == "sxid" and self.sxid is not None:
-            return f"SXid {self.sxid}"
-        return {"gpu_fallen_off_bus": "fallen off the bus", "pcie_aer": "AER", "ecc": "ECC",
-                "gpu_missing": "GPU missing"}.get(self.kind, self.kind)
+        return report_code(self.kind, self.xid, self.sxid)
 
     @property
     def content_hash(self) -> str:
@@ -158,7 +154,7 @@ class IncidentChange:
 
 def component_gpu(component: Component) -> str:
     """The `gpu` column of a component's incident: the GPU (or NVSwitch) it is about, else its kind."""
-    return component.id if component.kind in ("gpu", "nvswitch") else component.kind
+    return component.id if component.kind in (ComponentKind.GPU, ComponentKind.NVSWITCH) else component.kind
 
 
 def new_incident_id(fingerprint: str, at: datetime) -> str:
@@ -276,7 +272,7 @@ def classify_in_context(ctx: ClassifyContext, policy: PipelinePolicy) -> Verdict
         ),
         ClassifyPolicy(repeat_threshold=policy.repeat_threshold, min_distinct_workloads=policy.min_distinct_workloads),
     )
-    if verdict.category == "suspected_hardware":
+    if verdict.category == Category.SUSPECTED_HARDWARE:
         clean = {w: n for w, n in ctx.workload_clean_gpus.items() if n > 0 and w in ctx.workloads}
         if clean:
             ran = ", ".join(f"{w} on {n}" for w, n in sorted(clean.items()))
@@ -303,7 +299,7 @@ class ActionRequest:
 
 # Components whose incidents are never offered a cordon: an application fault follows its workload, and a
 # fleet incident is many nodes' (each node's own incident is offered).
-NOT_CORDONED = ("workload", "fleet")
+NOT_CORDONED = (ComponentKind.WORKLOAD, ComponentKind.FLEET)
 
 
 def actions_for(change: IncidentChange, *, version: int) -> list[ActionRequest]:

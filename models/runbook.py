@@ -15,6 +15,10 @@ from typing import Any
 
 import yaml
 
+from models.vocabulary import Category, ComponentKind, Family, ImmediateAction
+
+# The runbook's entries for incident classes no single Xid decides; every other entry is an
+# `ImmediateAction`, and the runbook's `order` is the actions' precedence (the most drastic first).
 CLASS_KEYS = ("application", "bug_report", "gpu_lost", "nvswitch", "fleet", "no_catalog_action")
 
 
@@ -79,24 +83,25 @@ def what_to_do(*, component: str, category: str, family: str, actions: Sequence[
     chosen: list[str] = []
     if any("nvidia-bug-report" in m for m in messages):
         chosen.append("bug_report")
-    if category == "application":
+    if category == Category.APPLICATION:
         chosen.append("application")
         why = "an application fault: its owners act, not the infrastructure team"
-    elif component == "fleet":
+    elif component == ComponentKind.FLEET:
         chosen.append("fleet")
         why = "a fault family on many nodes at once: look for the common cause"
     else:
         present = set(actions)
-        if family == "gpu_lost":
+        if family == Family.GPU_LOST:
             present.add("gpu_lost")
-        if component == "nvswitch":
+        if component == ComponentKind.NVSWITCH:
             present.add("nvswitch")
-        primary = next((k for k in rb.order if k in present and k not in ("CONTACT_SUPPORT", "IGNORE")), None)
+        support = ImmediateAction.CONTACT_SUPPORT
+        primary = next((k for k in rb.order if k in present and k not in (support, ImmediateAction.IGNORE)), None)
         if primary is None:
             primary = next((k for k in rb.order if k in present), "no_catalog_action")
         chosen.append(primary)
-        if primary != "CONTACT_SUPPORT" and "CONTACT_SUPPORT" in present | set(investigatory):
-            chosen.append("CONTACT_SUPPORT")
+        if primary != support and support in present | set(investigatory):
+            chosen.append(support)
         why = f"the first of the runbook's order among {', '.join(sorted(present)) or 'no catalog action'}"
     values = _Facts(facts or {})
     steps = tuple(dict.fromkeys(s.format_map(values) for key in chosen for s in rb.steps(key)))

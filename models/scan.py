@@ -22,6 +22,7 @@ from models.identity import (
 )
 from models.incidents import parse_time
 from models.kernlog.record import FaultRecord
+from models.vocabulary import ComponentKind
 
 _SEVERITY_ORDER = {"corrected": 0, "non-fatal": 1, "fatal": 2}
 
@@ -160,7 +161,8 @@ def scan(
         if how is not None:
             joined = _companion(incidents.values(), host, family, how == "any", _at(rec), occurrence_window_s)
             if joined is not None:
-                comp, group = Component("gpu", host, joined.gpu), occurrence_group(joined.occurrence_signals)
+                comp = Component(ComponentKind.GPU, host, joined.gpu)
+                group = occurrence_group(joined.occurrence_signals)
         inc = incidents.get(comp.fingerprint)
         if inc is None:
             gpu = comp.id if comp.kind in ("gpu", "nvswitch") else comp.kind

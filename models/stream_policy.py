@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from models.vocabulary import Family
+
 # Keys of earlier versions that are gone, with what replaced them (a clear error instead of "extra inputs").
 REMOVED_KEYS = {
     key: "cordons are decided by the YAML cordon policy alone (XIDPIPE_ACTIONS_POLICY_FILE; "
@@ -111,8 +113,9 @@ class PipelinePolicy(BaseModel):
         ge=2,
         description="distinct nodes with the same fault family in the window that make a fleet incident",
     )
-    fleet_families: tuple[str, ...] = Field(
-        default=("gpu_lost", "memory", "nvlink", "nvswitch", "pcie", "gsp", "gpu_hardware", "driver", "thermal"),
+    fleet_families: tuple[Family, ...] = Field(
+        default=(Family.GPU_LOST, Family.MEMORY, Family.NVLINK, Family.NVSWITCH, Family.PCIE, Family.GSP,
+                 Family.GPU_HARDWARE, Family.DRIVER, Family.THERMAL),
         description="families that count towards fleet incidents (application faults follow workloads, not "
         "the fleet, so they are left out)",
     )

@@ -19,13 +19,17 @@ facts (the incident→ticket map in SQL, the ticket's status in Jira) and carrie
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TICKET_CATEGORIES = frozenset({"hardware", "driver", "interconnect", "suspected_hardware", "fleet"})
+from models.vocabulary import Category, Family
+
+TICKET_CATEGORIES = frozenset({Category.HARDWARE, Category.DRIVER, Category.INTERCONNECT, Category.SUSPECTED_HARDWARE,
+                               Category.FLEET})
 FP_LABEL_PREFIX = "xidpipe-fp-"
 INCIDENT_LABEL_PREFIX = "xidpipe-inc-"
 _LABEL_UNSAFE = re.compile(r"[^a-z0-9._-]+")
@@ -40,23 +44,25 @@ class TicketPolicy(BaseModel):
     project_by_pool: dict[str, str] = Field(
         default_factory=dict, description="node pool → project key, for pools whose hardware another team owns")
     issue_type: str = Field(default="Bug", description="issue type name of every ticket")
-    issue_type_by_category: dict[str, str] = Field(default_factory=dict, description="category → issue type name")
+    issue_type_by_category: dict[Category, str] = Field(default_factory=dict,
+                                                        description="category → issue type name")
     ticket_application: bool = Field(
         default=False, description="also open tickets for application faults (they go to the owning team's chat "
         "instead by default: the workload, not the card, needs fixing)")
-    categories: frozenset[str] = Field(default=TICKET_CATEGORIES, description="classes that get a ticket")
+    categories: frozenset[Category] = Field(default=TICKET_CATEGORIES, description="classes that get a ticket")
     default_priority: str = Field(default="Medium", description="Jira priority name when no rule below applies")
-    priority_by_category: dict[str, str] = Field(
-        default_factory=lambda: {"hardware": "High", "interconnect": "High", "fleet": "Highest",
-                                 "suspected_hardware": "Medium", "driver": "Medium", "application": "Low"},
+    priority_by_category: dict[Category, str] = Field(
+        default_factory=lambda: {Category.HARDWARE: "High", Category.INTERCONNECT: "High", Category.FLEET: "Highest",
+                                 Category.SUSPECTED_HARDWARE: "Medium", Category.DRIVER: "Medium",
+                                 Category.APPLICATION: "Low"},
         description="category → priority name")
-    priority_by_family: dict[str, str] = Field(
-        default_factory=lambda: {"gpu_lost": "Highest", "memory": "High"},
+    priority_by_family: dict[Family, str] = Field(
+        default_factory=lambda: {Family.GPU_LOST: "Highest", Family.MEMORY: "High"},
         description="fault family → priority name; wins over the category (a GPU off the bus is always urgent)")
-    components_by_category: dict[str, list[str]] = Field(
-        default_factory=lambda: {"hardware": ["gpu-hardware"], "suspected_hardware": ["gpu-hardware"],
-                                 "interconnect": ["nvlink-fabric"], "driver": ["gpu-driver"],
-                                 "fleet": ["gpu-fleet"], "application": ["gpu-workloads"]},
+    components_by_category: dict[Category, list[str]] = Field(
+        default_factory=lambda: {Category.HARDWARE: ["gpu-hardware"], Category.SUSPECTED_HARDWARE: ["gpu-hardware"],
+                                 Category.INTERCONNECT: ["nvlink-fabric"], Category.DRIVER: ["gpu-driver"],
+                                 Category.FLEET: ["gpu-fleet"], Category.APPLICATION: ["gpu-workloads"]},
         description="category → Jira component names")
     components_by_pool: dict[str, list[str]] = Field(default_factory=dict, description="node pool → extra components")
     labels: tuple[str, ...] = Field(default=("xidpipe",), description="labels on every ticket")
@@ -144,7 +150,7 @@ def incident_label(incident_id: str) -> str:
 
 
 def wants_ticket(category: str, policy: TicketPolicy) -> tuple[bool, str]:
-    if category == "application":
+    if category == Category.APPLICATION:
         if policy.ticket_application:
             return True, "application tickets are enabled by policy"
         return False, "application faults get no ticket (ticket_application is off): the owning team is notified"
@@ -153,13 +159,22 @@ def wants_ticket(category: str, policy: TicketPolicy) -> tuple[bool, str]:
     return False, f"{category} incidents get no ticket by policy"
 
 
+_V = TypeVar("_V")
+
+
+def _by(mapping: Mapping[Any, _V], name: str, default: _V) -> _V:
+    """A policy table's entry for a name as the incident row holds it (a `Category` or `Family` key
+    equals its string)."""
+    return mapping.get(name, default)
+
+
 def ticket_fields(s: TicketSubject, policy: TicketPolicy) -> TicketFields:
     pool = s.node_pool or ""
     project = policy.project_by_pool.get(pool, policy.project)
-    issue_type = policy.issue_type_by_category.get(s.category, policy.issue_type)
-    priority = policy.priority_by_family.get(
-        s.family, policy.priority_by_category.get(s.category, policy.default_priority))
-    components = tuple(dict.fromkeys([*policy.components_by_category.get(s.category, []),
+    issue_type = _by(policy.issue_type_by_category, s.category, policy.issue_type)
+    priority = _by(policy.priority_by_family, s.family,
+                   _by(policy.priority_by_category, s.category, policy.default_priority))
+    components = tuple(dict.fromkeys([*_by(policy.components_by_category, s.category, []),
                                       *policy.components_by_pool.get(pool, [])]))
     labels = [*policy.labels, fingerprint_label(s.fingerprint), incident_label(s.incident_id),
               f"xidpipe-{label_safe(s.category)}",

@@ -33,6 +33,7 @@ from models.incidents import (
 )
 from models.pci import normalize_pci
 from models.stream_policy import PipelinePolicy
+from models.vocabulary import ComponentKind
 from streams.classification import (
     AppContext,
     application_contexts,
@@ -219,7 +220,7 @@ class BatchTransaction:
         are then checked for faults that stay with them (`_keep_with_gpus`)."""
         if not events:
             return
-        comps = {w: Component("workload", "", w) for w in events}
+        comps = {w: Component(ComponentKind.WORKLOAD, "", w) for w in events}
         for row in lock_open(self.s, [c.fingerprint for c in comps.values()]):
             self.incidents.setdefault(row.fingerprint, row)
         for workload in sorted(events):
@@ -334,7 +335,7 @@ class BatchTransaction:
             keeping = gpus_keeping_faults(gpu_contexts(self.s, set(self.app_gpus), max(self.app_gpus.values()),
                                                        self.p.classify_window_s), self.p)
         for (node, gpu), workloads in sorted(keeping.items()):
-            comp = Component("gpu", node, gpu)
+            comp = Component(ComponentKind.GPU, node, gpu)
             current = self.components.row_for(comp, None)
             row = move_to_gpu(self.s, node, gpu, workloads, row=current, since=window_start(
                 self.app_gpus[(node, gpu)], self.p), now=self.now, policy=self.p, on_merged=self._merged)

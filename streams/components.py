@@ -28,6 +28,7 @@ from models.identity import (
 )
 from models.incidents import FaultObservation, IncidentState
 from models.pci import normalize_pci
+from models.vocabulary import ComponentKind
 
 _CANDIDATES = 8  # open GPU incidents of a node a node-level report is checked against
 
@@ -76,9 +77,9 @@ class ComponentResolver:
             wanted.add(comp.fingerprint)
             gpu = comp.id if comp.kind == "gpu" else (attr.gpu.uuid or pci) if comp.kind == "workload" else None
             if gpu:
-                wanted.add(Component("gpu", obs.node, gpu).fingerprint)
+                wanted.add(Component(ComponentKind.GPU, obs.node, gpu).fingerprint)
             if gpu and pci and pci != gpu:
-                wanted.add(Component("gpu", obs.node, pci).fingerprint)
+                wanted.add(Component(ComponentKind.GPU, obs.node, pci).fingerprint)
         wanted -= self.incidents.keys() | self._absent
         if not wanted:
             return
@@ -97,7 +98,7 @@ class ComponentResolver:
         PCI address (before the UUID was known) too: its reports join it, its recurrence links to it."""
         row = self._latest(comp.fingerprint)
         if row is None and comp.kind == "gpu" and pci and pci != comp.id:
-            by_pci = self._latest(Component("gpu", comp.node, pci).fingerprint)
+            by_pci = self._latest(Component(ComponentKind.GPU, comp.node, pci).fingerprint)
             if by_pci is not None and by_pci.gpu_uuid in (None, comp.id):
                 return by_pci
         return row
@@ -132,7 +133,7 @@ class ComponentResolver:
             return None
         row = best
         joined_group = occurrence_group(self._state(row).occurrence_signals)
-        return Component("gpu", row.node, row.component_id or row.gpu), joined_group if any_group else None
+        return Component(ComponentKind.GPU, row.node, row.component_id or row.gpu), joined_group if any_group else None
 
     def _open_gpu_rows(self, node: str) -> list[Incident]:
         here = {r.incident_id: r for r in self.incidents.values()
@@ -148,10 +149,10 @@ class ComponentResolver:
         """The GPU's component when it has an open suspected-hardware incident."""
         key = (node, gpu)
         if key not in self._suspected:
-            comp = Component("gpu", node, gpu)
+            comp = Component(ComponentKind.GPU, node, gpu)
             row = self.row_for(comp, pci)
             ok = row is not None and row.status == "open" and self._state(row).category == "suspected_hardware"
-            self._suspected[key] = Component("gpu", node, row.component_id or gpu) if ok and row else None
+            self._suspected[key] = Component(ComponentKind.GPU, node, row.component_id or gpu) if ok and row else None
         return self._suspected[key]
 
 

@@ -29,6 +29,7 @@ from models.fleet import (
 )
 from models.incidents import IncidentChange, IncidentState
 from models.stream_policy import PipelinePolicy
+from models.vocabulary import CodeKind, stored_code
 from streams.outbox import action_message, incident_message
 
 log = logging.getLogger(__name__)
@@ -173,5 +174,6 @@ def sweep_fleet(s: Session, policy: PipelinePolicy, now: datetime) -> list[Outbo
 
 
 def _xid(code: str) -> int | None:
-    kind, _, number = code.partition(" ")
-    return int(number) if kind == "Xid" and number.isdigit() else None
+    """The Xid of a stored code (`models.vocabulary.stored_code`), for the history's Xid filter."""
+    value = stored_code(code)
+    return value.number if value is not None and value.kind is CodeKind.XID else None

@@ -29,6 +29,7 @@ from history.tables import FaultEvent, Incident
 from models.identity import Component, joins_occurrence, signal, stays_with_gpu
 from models.incidents import component_gpu, new_incident_id
 from models.stream_policy import PipelinePolicy
+from models.vocabulary import ComponentKind
 from streams.classification import AppContext
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def move_to_gpu(s: Session, node: str, gpu: str, workloads: list[str], *, row: I
     if row is None:
         if not events:
             return None
-        row = _open(s, Component("gpu", node, gpu), events, now)
+        row = _open(s, Component(ComponentKind.GPU, node, gpu), events, now)
     left = {e.incident_id for e in events if e.incident_id}
     s.execute(sa.update(FaultEvent).where(*where).values(incident_id=row.incident_id))
     reason = (f"its faults on {gpu} stay with the GPU (different workloads fault there): merged into "
@@ -81,7 +82,7 @@ def move_to_workload(s: Session, workload: str, events: list[FaultEvent], *, row
     if row is not None and row.status != "open":
         row = None
     if row is None:
-        row = _open(s, Component("workload", "", workload), events, now)
+        row = _open(s, Component(ComponentKind.WORKLOAD, "", workload), events, now)
     left = {e.incident_id for e in events if e.incident_id}
     for e in events:
         e.incident_id = row.incident_id

@@ -41,6 +41,7 @@ from models.kernlog.messages import (
 )
 from models.kernlog.prefix import Prefix, parse_prefix
 from models.kernlog.record import FaultRecord
+from models.vocabulary import Category
 
 # Every line that starts a record carries one of these (NVRM: the driver's messages; SXid: NVSwitch
 # errors; "rror": every line that can open a PCIe AER report, `AER: ... error received`,
@@ -345,20 +346,21 @@ class KernelLogParser:
                 if info.investigatory_action:
                     match.details["investigatory_action"] = info.investigatory_action
             else:
-                match.category = "unknown"
+                match.category = Category.UNKNOWN
         elif kind == "sxid" and match.sxid is not None:
             sinfo = cat.sxids.get(match.sxid)
-            match.category = "interconnect"
+            match.category = Category.INTERCONNECT
             if sinfo:
                 match.mnemonic = sinfo.name
                 match.details.setdefault("fatal", sinfo.fatal)
         elif kind in ("gpu_fallen_off_bus", "ecc", "pcie_aer"):
-            match.category = "hardware"
+            match.category = Category.HARDWARE
             if kind == "gpu_fallen_off_bus":
                 info = cat.xids.get(79)
                 match.immediate_action = info.immediate_action if info else None
         elif kind == "driver_error":
-            match.category = "hardware" if match.details.get("error") in ("gpu_lost", "reset_required") else "driver"
+            hardware = match.details.get("error") in ("gpu_lost", "reset_required")
+            match.category = Category.HARDWARE if hardware else Category.DRIVER
         return match
 
     def _extend(self, opened: _Open, raw: str, n: int, text: str | None) -> None:

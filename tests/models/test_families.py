@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from models.families import FAMILIES, family_of
+from models.families import family_of
 from models.kernlog import ParseOptions, parse_lines
 from models.kernlog.driver_lines import DRIVER_ERRORS
 from models.kernlog.record import FaultRecord
+from models.vocabulary import FAMILIES
 
 
 def driver_error(error: str) -> FaultRecord:

@@ -67,6 +67,11 @@ def test_a_read_only_command_never_creates_a_database(tmp_path: Path) -> None:
     (["incidents", "list", "--lifecycle", "clsoed"], "unknown lifecycle 'clsoed' (did you mean 'closed'"),
     (["incidents", "list", "--since", "the other day"], "not a time: 'the other day' (examples: 24h, 7d"),
     (["gpus", "list", "--state", "retird"], "unknown state 'retird' (did you mean 'retired'"),
+    (["policy", "test", "--node", "n1", "--family", "gpu_lsot"], "unknown family 'gpu_lsot' (did you mean 'gpu_lost'"),
+    (["policy", "test", "--node", "n1", "--category", "hardwar"],
+     "unknown category 'hardwar' (did you mean 'hardware'"),
+    (["policy", "test", "--node", "n1", "--action", "RESET_GPUS"],
+     "unknown action 'RESET_GPUS' (did you mean 'RESET_GPU'"),
 ])
 def test_enum_and_time_flags_are_validated(argv: list[str], message: str) -> None:
     proc = run(*argv)

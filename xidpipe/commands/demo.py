@@ -7,6 +7,7 @@ from importlib import resources
 from typing import Any
 
 from models.scan import scan
+from models.vocabulary import ComponentKind
 from xidpipe.commands.exits import EXIT_OK, Unavailable
 from xidpipe.commands.scan import collect, print_table
 
@@ -74,12 +75,12 @@ def print_incidents(incidents: list[dict[str, Any]]) -> None:
 
 def _component(i: dict[str, Any]) -> str:
     """What the incident is about: the workload, the NVSwitch, the node's driver, or the GPU."""
-    kind = i.get("component") or "gpu"
-    if kind == "workload":
+    kind = i.get("component") or ComponentKind.GPU
+    if kind == ComponentKind.WORKLOAD:
         return f"workload {i.get('component_id')}"
-    if kind == "nvswitch":
+    if kind == ComponentKind.NVSWITCH:
         return f"NVSwitch {i.get('component_id') or i.get('pci')}"
-    if kind in ("node", "fleet"):
+    if kind in (ComponentKind.NODE, ComponentKind.FLEET):
         return f"{kind} {i.get('component_id') or i['node']}"
     facts = [("GPU", i.get("gpu_uuid") or i.get("pci") or i.get("gpu")), ("serial", i.get("serial")),
              ("PCI", i.get("pci"))]

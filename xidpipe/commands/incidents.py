@@ -14,16 +14,15 @@ import json
 import sys
 from typing import Any
 
-from models.cordon_policy import CATEGORIES as POLICY_CATEGORIES
-from models.fleet import FLEET
-from models.identity import COMPONENTS
 from models.lifecycle import BY_PEOPLE, STATES
+from models.vocabulary import Category, ComponentKind, values
 from xidpipe.commands import output
 from xidpipe.commands.exits import EXIT_OK, Refused, Unavailable, UsageError
 from xidpipe.commands.options import add_enum, history_parents
 from xidpipe.commands.timeflags import format_time, time_arg
 
-CATEGORIES = (*POLICY_CATEGORIES, FLEET)
+CATEGORIES = values(Category)
+COMPONENTS = values(ComponentKind)
 STATUSES = ("open", "resolved")
 
 
@@ -133,7 +132,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def _what(d: dict[str, Any]) -> str:
     """The GPU column: the card, or for a fleet incident how many nodes it spans."""
-    if d.get("component") == "fleet":
+    if d.get("component") == ComponentKind.FLEET:
         return f"fleet: {len(d.get('nodes') or [])} nodes"
     return str(d.get("serial") or d.get("gpu_uuid") or d["gpu"])
 

@@ -14,8 +14,10 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from models.vocabulary import Category, Family, ImmediateAction, values
 from xidpipe.commands.exits import EXIT_OK, EXIT_USAGE, UsageError
 from xidpipe.commands.options import json_parent
+from xidpipe.commands.output import enum_arg
 from xidpipe.commands.timeflags import parse_time
 
 EXIT_INVALID = EXIT_USAGE
@@ -43,9 +45,11 @@ def register(sub: Any) -> None:
     test.add_argument("--policy", dest="policy_file", help="policy YAML (default: the documented defaults)")
     fault = test.add_argument_group("the fault")
     fault.add_argument("--xid", type=int, action="append", default=[], help="Xid code (repeatable)")
-    fault.add_argument("--family", help="fault family (default: from the Xid)")
-    fault.add_argument("--category", help="category, e.g. suspected_hardware (default: from the Xid catalog)")
+    fault.add_argument("--family", type=enum_arg("family", values(Family)), help="fault family (default: from the Xid)")
+    fault.add_argument("--category", type=enum_arg("category", values(Category)),
+                       help="category, e.g. suspected_hardware (default: from the Xid catalog)")
     fault.add_argument("--action", dest="actions", action="append", default=[],
+                       type=enum_arg("action", values(ImmediateAction)),
                        help="NVIDIA immediate action (default: from the Xid catalog; repeatable)")
     fault.add_argument("--at", dest="times", action="append", default=[], metavar="TIME",
                        help="when an occurrence of the incident happened: ISO 8601, a date, or 2h for two hours ago "
@@ -103,20 +107,20 @@ def _parse_labels(items: list[str]) -> dict[str, str]:
     return labels
 
 
-def derive_fault(xids: list[int]) -> tuple[str, str, list[str]]:
+def derive_fault(xids: list[int]) -> tuple[Family, Category, list[ImmediateAction]]:
     """(family, category, NVIDIA immediate actions) of Xids, from the bundled catalog."""
     from models.catalog import load_catalog
     from models.families import family_of
     from models.kernlog.record import FaultRecord
 
     catalog = load_catalog()
-    family, category, actions = "other", "unknown", []
+    family, category, actions = Family.OTHER, Category.UNKNOWN, []
     for code in xids:
         info = catalog.xid(code)
-        cat = info.category if info else "unknown"
+        cat = info.category if info else Category.UNKNOWN
         if info and info.immediate_action:
             actions.append(info.immediate_action)
-        if (family, category) == ("other", "unknown"):
+        if (family, category) == (Family.OTHER, Category.UNKNOWN):
             family = family_of(FaultRecord(line=0, kind="xid", raw="", message="", xid=code, category=cat))
             category = cat
     return family, category, actions
@@ -167,8 +171,9 @@ def run_test(args: argparse.Namespace) -> int:
     last = times[-1] if times else now
     first = times[0] if times else last - timedelta(seconds=args.span_s)
     req = CordonRequest(
-        node=args.node, incident_id=args.incident, family=args.family or family, xids=tuple(args.xid),
-        category=args.category or category, immediate_actions=tuple(args.actions or actions),
+        node=args.node, incident_id=args.incident, family=Family(args.family) if args.family else family,
+        xids=tuple(args.xid), category=Category(args.category) if args.category else category,
+        immediate_actions=tuple(ImmediateAction(a) for a in args.actions) or tuple(actions),
         count=len(times) or args.count, first_seen=first, last_seen=last, occurrences=times,
     )
     labels = _parse_labels(args.labels)

@@ -8,11 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from models.vocabulary import ComponentKind
 from xidpipe.commands.exits import EXIT_FINDINGS as EXIT_INCIDENTS
 from xidpipe.commands.exits import EXIT_OK as EXIT_CLEAN
 from xidpipe.commands.exits import EXIT_USAGE as EXIT_INPUT_ERROR
 
-COMPONENT_NAMES = {"gpu": "GPU", "nvswitch": "NVSwitch", "node": "node", "workload": "workload", "fleet": "fleet"}
+COMPONENT_NAMES: dict[str, str] = {ComponentKind.GPU: "GPU", ComponentKind.NVSWITCH: "NVSwitch",
+                                   ComponentKind.NODE: "node", ComponentKind.WORKLOAD: "workload",
+                                   ComponentKind.FLEET: "fleet"}
 
 
 def register(sub: Any) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from history.queries import GpuFilter, IncidentFilter
-from models.identity import COMPONENTS
+from models.vocabulary import ComponentKind, values
 from xidpipe.web import data
 from xidpipe.web.db import Database
 from xidpipe.web.guard import MAX_JSON_DEPTH, json_depth_ok, log_text
@@ -48,7 +48,7 @@ INCIDENT_FILTERS: tuple[Param, ...] = (
     Param("status", "string", "open: faults still arriving; resolved: quiet", enum=("open", "resolved")),
     Param("lifecycle", "string", "the incident's lifecycle state", enum=LIFECYCLE),
     Param("component", "string", "what the incident is about: a GPU, an NVSwitch, a node's driver, a workload, "
-          "or the fleet (one fault family on many nodes, a tripped cordon breaker)", enum=COMPONENTS),
+          "or the fleet (one fault family on many nodes, a tripped cordon breaker)", enum=values(ComponentKind)),
     Param("since", "date-time", "last seen at or after this time (RFC 3339; a date means its midnight UTC)"),
     Param("until", "date-time", "first seen before this time"),
     Param("namespace", "string", "a pod of this namespace was hit"),

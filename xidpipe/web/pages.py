@@ -13,7 +13,7 @@ from aiohttp import web
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from history.queries import GpuFilter
-from models.identity import COMPONENTS
+from models.vocabulary import ComponentKind, values
 from xidpipe.web import api, data, svg
 from xidpipe.web.guard import log_text, safe_next, throttled
 from xidpipe.web.keys import DB_KEY, PROXIES_KEY, SESSIONS_KEY, THROTTLE_KEY, TOKENS_KEY
@@ -130,8 +130,8 @@ async def incidents(request: web.Request) -> web.StreamResponse:
     page = await request.app[DB_KEY].read(data.list_incidents, api.incident_filter(args), args["sort"],
                                           args["limit"], args["offset"])
     form = {p.name: request.query.get(p.name, "") for p in api.INCIDENT_FILTERS}
-    return render(request, "incidents.html", page=page, form=form, lifecycles=LIFECYCLE, components=COMPONENTS,
-                  pager=_pager(request, page["total"], args["limit"], args["offset"]))
+    return render(request, "incidents.html", page=page, form=form, lifecycles=LIFECYCLE,
+                  components=values(ComponentKind), pager=_pager(request, page["total"], args["limit"], args["offset"]))
 
 
 async def incident(request: web.Request) -> web.StreamResponse:

@@ -7,8 +7,8 @@ import copy
 from typing import Any
 
 from models.dossier import Dossier
-from models.identity import COMPONENTS
 from models.lifecycle import BY_PEOPLE, STATES
+from models.vocabulary import ComponentKind, values
 
 LIFECYCLE: tuple[str, ...] = STATES
 PEOPLES_STEPS: tuple[str, ...] = BY_PEOPLE  # what the API and the pages may move an incident to
@@ -79,7 +79,7 @@ def components() -> dict[str, Any]:
         "updated_at": TIME, "resolved_at": NTIME, "previous_incident_id": NSTR, "codes": arr(STR), "pods": arr(STR),
         "processes": arr(STR), "workloads": arr(STR), "immediate_action": NSTR, "investigatory_action": NSTR,
         "cordon_requested": _s("boolean"),
-        "component": _s("string", enum=list(COMPONENTS), description="what the incident is about"),
+        "component": _s("string", enum=list(values(ComponentKind)), description="what the incident is about"),
         "component_id": _n("string", description="which one: a GPU UUID or PCI address, an NVSwitch's PCI address, "
                            "a workload, a fault family (fleet), or `breaker` (a tripped cordon breaker)"),
         "nodes": _s("array", items=STR, description="a fleet incident's nodes (its `node` is the cluster); "

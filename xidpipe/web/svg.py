@@ -11,6 +11,8 @@ from urllib.parse import urlencode
 
 from markupsafe import Markup, escape
 
+from models.vocabulary import HARDWARE_CATEGORIES
+
 HEAT = ("#eef1f4", "#fde0c5", "#f9b384", "#f2794d", "#d93b2b", "#9e1b1b")  # 0, 1, 2, 3-4, 5-9, 10+
 CELL_W, CELL_H, LABEL_W, HEAD_H = 32, 24, 170, 58
 
@@ -131,7 +133,7 @@ def gpu_timeline_svg(placements: Sequence[dict[str, Any]], incidents: Sequence[d
         found = _row_of(bars, t, inc)
         row = found if found is not None else len(rows) - 1
         cx, cy = x(t), top + row * row_h + 12
-        hw = inc.get("category") in ("hardware", "suspected_hardware", "interconnect")
+        hw = inc.get("category") in HARDWARE_CATEGORIES
         colour = "#c62828" if hw else "#f0a202"
         tip = f"{inc.get('first_seen')}: {', '.join(map(str, inc.get('codes') or []))} ({inc.get('category')}) " \
               f"on {inc.get('node')}"

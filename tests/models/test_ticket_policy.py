@@ -6,6 +6,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pydantic import ValidationError
 
 from models.ticket_policy import (
     TicketPolicy,
@@ -146,3 +147,25 @@ def test_labels_are_jira_safe(text: str, label: str) -> None:
 def test_incident_and_fingerprint_labels_differ() -> None:
     assert fingerprint_label("v1:aa") == "xidpipe-fp-v1-aa"
     assert incident_label("v1:aa@20261127T030000.000000Z") == "xidpipe-inc-v1-aa-20261127t030000.000000z"
+
+
+@pytest.mark.parametrize("settings", [
+    {"priority_by_category": {"hardwre": "High"}},
+    {"priority_by_family": {"gpu_gone": "Highest"}},
+    {"components_by_category": {"nvlink": ["fabric"]}},  # a family, not a category
+    {"categories": ["hardware", "everything"]},
+])
+def test_a_policy_naming_a_class_outside_the_vocabulary_is_refused(settings: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        TicketPolicy.model_validate(settings)
+
+
+def test_a_policy_keeps_its_names_as_plain_strings_in_json() -> None:
+    policy = TicketPolicy.model_validate({"categories": ["hardware", "fleet"], "issue_type_by_category": {
+        "fleet": "Incident"}})
+    dumped = policy.model_dump(mode="json")
+    assert sorted(dumped["categories"]) == ["fleet", "hardware"] and dumped["issue_type_by_category"] == {
+        "fleet": "Incident"}
+    assert dumped["priority_by_family"] == {"gpu_lost": "Highest", "memory": "High"}
+    assert ticket_fields(subj(category="fleet"), policy).issue_type == "Incident"
+    assert decide_ticket(subj(category="driver"), None, None, T0, policy).action == "none"
