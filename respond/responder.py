@@ -4,7 +4,8 @@ incident's current state in SQL.
 
 Delivery is at-least-once: a message's offset is committed after it was handled, and every effect
 is idempotent (the executor checks the node, the sinks check their own records). A message that
-cannot be decoded goes to the actions dead-letter topic with the reason, and the loop goes on.
+cannot be handled goes to the actions dead-letter topic (`models.dead_letter`: the reason and the
+original bytes), and the loop goes on.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,6 +29,7 @@ from history.engine import make_engine
 from history.migrate import upgrade
 from history.tables import Incident
 from models.cordon_retry import RetryBackoff
+from models.dead_letter import DeadLetter
 from models.kafka_security import KafkaClientSecurity
 from models.leader_election import LeaseTimings
 from models.node_records import dead_letter_topic
@@ -282,11 +285,12 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
                 raise ValueError(why)
             await responder.handle(body)
         except (ValueError, LookupError, TypeError) as exc:
+            dead = DeadLetter(_dead_reason(body, exc), str(exc), tp.topic, tp.partition, msg.offset, msg.key,
+                              msg.value, datetime.now(UTC))
             responder.metrics.dead_letters.inc()
-            await producer.send_and_wait(dead_letter_topic(tp.topic), msg.value, key=msg.key, headers=[
-                ("reason", str(exc).encode()), ("topic", tp.topic.encode()),
-                ("partition", str(tp.partition).encode()), ("offset", str(msg.offset).encode())])
-            log.error("action request to dead-letter topic: %s", exc,
+            await producer.send_and_wait(dead_letter_topic(tp.topic), dead.to_json(), key=msg.key,
+                                         headers=dead.headers())
+            log.error("action request to dead-letter topic (%s): %s", dead.reason, exc,
                       extra={"topic": tp.topic, "partition": tp.partition, "offset": msg.offset})
 
     async def handle_later(refresh: list[str], items: list[Item], after: asyncio.Task[None] | None) -> None:
@@ -348,6 +352,14 @@ async def _start_clients(settings: RespondSettings) -> tuple[Any, Any]:
     await consumer.start()
     await producer.start()
     return consumer, producer
+
+
+def _dead_reason(body: dict[str, Any] | None, exc: Exception) -> str:
+    """The dead letter's reason: `undecodable` (not a JSON object), `unknown_incident` (the database does
+    not have it), `invalid` (not an action request)."""
+    if body is None:
+        return "undecodable"
+    return "unknown_incident" if isinstance(exc, LookupError) else "invalid"
 
 
 def _sort_batch(batches: dict[Any, list[Any]]) -> tuple[list[Item], list[Item], dict[Any, Any]]:

@@ -27,13 +27,14 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import faust
 import sqlalchemy as sa
 
+from models.dead_letter import DeadLetter
 from models.topics import Topology, topology
-from streams.decode import DeadLetter
 from streams.ingest import IngestBounds, Ref
 from streams.intake import IntakeResult, Message
 from streams.observe import HEARTBEAT_S, WorkerObserver
@@ -224,9 +225,9 @@ class Pipeline:
                 try:
                     result = await self._process(self._batch_id, messages, per_message=True)
                 except _PermanentError as exc:  # not even one by one: keep them all, say why, go on
-                    error = str(exc.__cause__ or exc)
+                    error, now = str(exc.__cause__ or exc), datetime.now(UTC)
                     result = BatchResult(dead_letters=[DeadLetter("processing_error", error, m.topic, m.partition,
-                                                                  m.offset, m.key, m.value) for m in messages])
+                                                                  m.offset, m.key, m.value, now) for m in messages])
             if isinstance(result, IntakeResult):
                 self._acks.note(result.held, result.released)
             ready = self._acks.done(events)
@@ -259,7 +260,7 @@ class Pipeline:
                 if not verdict.accepted:
                     log.warning("node record refused (%s): %s", verdict.reason, verdict.detail)
                     refused.append(DeadLetter(f"node_identity_{verdict.reason}", verdict.detail, m.topic,
-                                              m.partition, m.offset, m.key, m.value))
+                                              m.partition, m.offset, m.key, m.value, datetime.now(UTC)))
                     continue
             messages.append(Message(m.topic, m.partition, m.offset, m.key, m.value))
         return messages, refused

@@ -15,13 +15,15 @@ import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
 
 from history.tables import EvidenceRecord, FaultEvent, NodeState
-from streams.decode import DeadLetter, decode_message
+from models.dead_letter import DeadLetter
+from streams.decode import decode_message
 from streams.ingest import EvidenceItem, FaultItem, Ingest, IngestBounds, Item, Ref
 from streams.outbox import Outgoing
 from streams.store import BatchResult, Store
@@ -196,8 +198,8 @@ class _Prepared:
 
 
 def dead_letter(msg: Message, reason: str, error: str) -> DeadLetter:
-    """The dead letter of `msg`: the reason, the error (cut to 2,000 characters), the original bytes."""
-    return DeadLetter(reason, error[:2000], msg.topic, msg.partition, msg.offset, msg.key, msg.value)
+    """The dead letter of `msg`: the reason, the error, the original bytes, found now."""
+    return DeadLetter(reason, error, msg.topic, msg.partition, msg.offset, msg.key, msg.value, datetime.now(UTC))
 
 
 _INT_BITS = {"SmallInteger": 16, "Integer": 32, "BigInteger": 64}

@@ -34,12 +34,12 @@ from history.tables import (
     metadata,
 )
 from models.correlate import workload_name
+from models.dead_letter import DeadLetter
 from models.incidents import ActionRequest, FaultObservation, actions_for, resolve_if_quiet
 from models.pci import normalize_pci
 from models.stream_policy import PipelinePolicy
 from streams import outbox
 from streams.batch import BatchTransaction, StoreCaches
-from streams.decode import DeadLetter
 from streams.fleet import sweep_fleet
 from streams.ingest import EvidenceItem, FaultItem, Item, StateItem
 from streams.outbox import (

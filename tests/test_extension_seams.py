@@ -23,6 +23,7 @@ from agents.settings import AgentSettings
 from history.engine import make_engine
 from history.migrate import upgrade
 from models import signals as model_signals
+from models.dead_letter import DeadLetter
 from models.incidents import FaultObservation
 from models.node_records import NVML_TOPIC, NodeRecordBase
 from models.topics import topology
@@ -30,7 +31,7 @@ from respond.sinks import registry
 from respond.sinks.build import build_sinks
 from respond.sinks.ports import Destination, Posted
 from respond.sinks.settings import SinkSettings
-from streams.decode import DeadLetter, decode_message
+from streams.decode import decode_message
 from streams.ingest import FaultItem, Ingest
 from streams.store import Store
 from tests.respond.sinks.conftest import Clock, make_notice

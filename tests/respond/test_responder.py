@@ -18,6 +18,7 @@ from pydantic import SecretStr
 from sqlalchemy.orm import Session
 
 from history.tables import Incident
+from models.dead_letter import DeadLetter
 from models.topics import topology
 from respond.cordon.runtime import build_executor
 from respond.cordon.settings import ActionSettings
@@ -114,8 +115,12 @@ def test_actions_are_carried_out_once_and_bad_ones_dead_lettered(
 
     dlq = KafkaConsumer(f"{topic}.dlq", bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest",
                         consumer_timeout_ms=5000)
-    dead = [(m.value, dict(m.headers)) for m in dlq]
+    dead = [(DeadLetter.from_json(m.value), m.key, dict(m.headers)) for m in dlq]
     dlq.close()
-    assert [v for v, _ in dead] == [b"{not json", action("ticket", "inc-missing", "gpu-node-09", "create")]
-    assert all(h["topic"] == topic.encode() and "offset" in h and "partition" in h for _, h in dead)
-    assert b"not in the database" in dead[1][1]["reason"]
+    # The stream's dead-letter format (models.dead_letter): the original bytes, the reason, where it was read.
+    assert [d.value for d, _, _ in dead] == [b"{not json", action("ticket", "inc-missing", "gpu-node-09", "create")]
+    assert [d.reason for d, _, _ in dead] == ["undecodable", "unknown_incident"]
+    assert all(d.topic == topic and d.partition == 0 and key == b"gpu-node-03" for d, key, _ in dead)
+    assert dead[0][0].offset < dead[1][0].offset and "not in the database" in dead[1][0].error
+    assert all(h["xidpipe-dlq-topic"] == topic.encode() and h["xidpipe-dlq-reason"] == d.reason.encode()
+               for d, _, h in dead)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -12,11 +13,11 @@ import pytest
 import sqlalchemy as sa
 
 from history.tables import OutboxMessage
+from models.dead_letter import DeadLetter
 from models.node_records import Evidence, encode_node_record
 from models.stream_policy import PipelinePolicy
 from models.topics import topology
 from streams.app import _Acks, _Batches
-from streams.decode import DeadLetter
 from streams.ingest import FaultItem, StateItem
 from streams.intake import Intake, IntakeResult, Message, bad_field
 from streams.store import Store
@@ -268,7 +269,7 @@ def test_a_dead_letter_publish_that_fails_is_retried_until_kafka_takes_it(monkey
 
     observe = WorkerObserver(None, WorkerSettings())
     pipeline = SimpleNamespace(dead_letters={"k": Topic()}, observe=observe)
-    dl = DeadLetter("bad_field", "pid out of range", "k", 0, 5, b"n1", b"{}")
+    dl = DeadLetter("bad_field", "pid out of range", "k", 0, 5, b"n1", b"{}", datetime.now(UTC))
     asyncio.run(asyncio.wait_for(app_module.Pipeline.dead_letter(pipeline, dl), 10))  # type: ignore[arg-type]
     assert sent == [None, None, b"n1"]
     assert observe.metrics.dead_letters.labels("k", "bad_field")._value.get() == 1  # counted once, when published
