@@ -37,6 +37,7 @@ from streams.intake import Intake, Message
 from streams.runner import WorkerProcess, consumer_lag, produce
 from streams.settings import WorkerSettings
 from streams.store import Store
+from tests.polling import poll
 from tests.streams.records import T0, Kmsg, inventory, pci, pods, s, serial, uuid
 from tests.streams.scaleout_workload import CLOSING, CLOSING_LINES, canonical
 from tests.streams.workers import worker_settings, worker_starter
@@ -306,15 +307,13 @@ def _idle_rss_mb(settings: WorkerSettings, start: Callable[..., WorkerProcess], 
 def _drain(settings: WorkerSettings, worker: WorkerProcess, timeout: float,
            on_lag: Callable[[int], None] | None = None) -> None:
     """Until the group's committed offsets reach the end of every input partition."""
-    deadline = time.monotonic() + timeout
-    while (lag := consumer_lag(settings.bootstrap_servers, settings)) > 0:
-        if on_lag is not None:
+    def caught_up() -> bool:
+        lag = consumer_lag(settings.bootstrap_servers, settings)
+        if lag > 0 and on_lag is not None:
             on_lag(lag)
-        if not worker.alive():
-            raise AssertionError(f"worker died while catching up:\n{worker.log_tail()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still {lag} messages behind after {timeout:.0f} s:\n{worker.log_tail()}")
-        time.sleep(0.5)
+        return lag == 0
+
+    poll("the worker to catch up (lag 0)", caught_up, timeout, worker, interval=0.5)
 
 
 _PARTS = ("fault_events", "incidents", "actions", "changes", "cordon_candidates")
