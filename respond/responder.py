@@ -100,7 +100,7 @@ class RespondSettings(KafkaClientSecurity, ServiceSettings):
 
 @dataclass(slots=True)
 class HandlingResult:
-    """How one action request was handled: its kind, incident, result and detail (for logs and the demo)."""
+    """How one action request was handled: its kind, incident, result and detail (for its log line)."""
 
     kind: str
     incident_id: str | None
@@ -136,7 +136,6 @@ class Responder:
     executor: CordonExecutor
     sinks: Sinks
     cluster: str = "default"
-    handled: list[HandlingResult] = field(default_factory=list)
     # The cluster the dossiers' cluster-side evidence is read from (None: no cluster configured).
     cluster_api: Any = None
     # Executed cluster actions with their outcome, to publish on the actions-completed topic.
@@ -202,7 +201,6 @@ class Responder:
                 chat = await self.sinks.chat.submit_async(notice)
                 outcome = HandlingResult(kind, incident_id, f"{chat.action} {chat.channel or ''}".strip(),
                                   chat.error or chat.reason)
-        self.handled.append(outcome)
         log.info("%s for %s: %s", kind, incident_id, outcome.result,
                  extra={"incident": incident_id, "action": kind, "detail": outcome.detail})
         return outcome

@@ -42,6 +42,7 @@ from respond.cordon.settings import ActionSettings
 from respond.responder import Responder, RespondSettings, build_responder, run_responder
 from respond.sinks.build import build_sinks
 from respond.sinks.settings import SinkSettings
+from service.metrics import counted
 from streams.runner import WorkerProcess, consumer_lag, group_lag, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
@@ -225,7 +226,9 @@ def run_demo(say: Callable[[str], None] = print, timeout: float = 110.0) -> dict
                                          incident_url_base=INCIDENT_PAGES))
         responder = build_responder(respond, executor, sinks)
         asyncio.run(respond_until_idle(respond, responder, max(10.0, timeout - (time.monotonic() - started))))
-        say(f"Responder: {len(responder.handled)} action requests handled")
+        # Handled: every request consumed, less those dead-lettered (the responder's metrics count both).
+        handled = counted(responder.metrics.actions) - counted(responder.metrics.dead_letters)
+        say(f"Responder: {handled:.0f} action requests handled")
         worker.terminate()
     store = Store(db_url)
     try:
@@ -238,5 +241,5 @@ def run_demo(say: Callable[[str], None] = print, timeout: float = 110.0) -> dict
         incidents = [i for i in store.incidents() if not i.get("merged_into")]
     finally:
         store.dispose()
-    return {"incidents": incidents, "handled": responder.handled, "seconds": time.monotonic() - started,
+    return {"incidents": incidents, "seconds": time.monotonic() - started,
             "actions": executor.store.recent(500)}
