@@ -15,13 +15,9 @@ from models.stream_policy import PipelinePolicy
 from streams.ingest import IngestBounds
 from streams.intake import Intake, IntakeResult, Message
 from streams.outbox import Outgoing
-from streams.store import Store
+from streams.store import Store, StoreRetry
 
 log = logging.getLogger(__name__)
-
-
-class StoreUnavailable(Exception):
-    """The store's process died; a new one is started, and the call can be retried."""
 
 
 class AsyncStore:
@@ -31,8 +27,8 @@ class AsyncStore:
     the database work then run on another core than the stream, which CPython's one-thread-at-a-time
     interpreter would otherwise share between them. With `process=False` they run on one thread of
     the calling process. Either way one call runs at a time, in the order made. A store process
-    that dies is replaced; the call it was running raises `StoreUnavailable` and can be retried (its
-    transaction was rolled back).
+    that dies is replaced; the call it was running raises `StoreRetry` (`unavailable`) and can be
+    retried (its transaction was rolled back).
     """
 
     def __init__(self, url: str, policy: PipelinePolicy | None = None, cluster: str = "default", *,
@@ -64,7 +60,7 @@ class AsyncStore:
                 log.error("the store process died; starting another")
                 executor.shutdown(wait=False)
                 self._executor = self._new_executor()
-            raise StoreUnavailable("the store process died") from exc
+            raise StoreRetry("unavailable", "the store process died") from exc
 
     async def start(self) -> None:
         """Start the store process now rather than at the first call."""
