@@ -167,19 +167,24 @@ def pager() -> Iterator[None]:
 
 
 def _settings(tmp_path: Path, **kw: Any) -> SinkSettings:
+    return SinkSettings(outbox_dir=tmp_path / "outbox", group_wait_s=0, **kw)
+
+
+def _database(tmp_path: Path) -> str:
+    """The sinks' database, at the newest schema."""
     url = f"sqlite:///{tmp_path}/sinks.db"
     engine = make_engine(url)
     try:
         upgrade(engine)
     finally:
         engine.dispose()
-    return SinkSettings(database_url=url, outbox_dir=tmp_path / "outbox", group_wait_s=0, **kw)
+    return url
 
 
 def test_a_registered_sink_receives_the_notices(pager: None, tmp_path: Path) -> None:
     settings = _settings(tmp_path, destinations={"pager": {"routing_key": "R0UT1NG-key"}})
     assert "R0UT1NG-key" not in repr(settings)
-    sinks = build_sinks(settings)
+    sinks = build_sinks(settings, _database(tmp_path))
     try:
         transport = sinks.chat.transport
         assert isinstance(transport, PagerSink)
@@ -197,7 +202,7 @@ def test_a_registered_sink_receives_the_notices(pager: None, tmp_path: Path) -> 
 
 
 def test_an_unconfigured_sink_leaves_the_outbox_in_place(pager: None, tmp_path: Path) -> None:
-    sinks = build_sinks(_settings(tmp_path))
+    sinks = build_sinks(_settings(tmp_path), _database(tmp_path))
     try:
         assert sinks.chat.transport.name == "outbox"
     finally:
@@ -206,4 +211,4 @@ def test_an_unconfigured_sink_leaves_the_outbox_in_place(pager: None, tmp_path: 
 
 def test_settings_for_a_destination_nobody_registered_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="pager"):
-        build_sinks(_settings(tmp_path, destinations={"pager": {"routing_key": "x"}}))
+        build_sinks(_settings(tmp_path, destinations={"pager": {"routing_key": "x"}}), _database(tmp_path))

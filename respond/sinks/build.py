@@ -29,8 +29,10 @@ class Sinks:
     owner_keys: tuple[str, ...] = ()  # pod labels or annotations naming the owning team (cluster evidence)
 
 
-def build_sinks(settings: SinkSettings, store: SinkStore | None = None) -> Sinks:
-    store = store or SinkStore(make_engine(settings.database_url))
+def build_sinks(settings: SinkSettings, database_url: str) -> Sinks:
+    """The sinks of these settings, over the store in `database_url` (the ticket map, notification log
+    and silences)."""
+    store = SinkStore(make_engine(database_url))
     tracker = open_port("tickets", settings)
     transport = open_port("chat", settings)
     log.info("sinks: tickets via %s, chat via %s", tracker.name, transport.name)

@@ -14,15 +14,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer
-from pydantic import SecretStr
 from sqlalchemy.orm import Session
 
 from history.tables import Incident
 from models.dead_letter import DeadLetter
 from models.topics import topology
 from respond.cordon.runtime import build_executor
-from respond.cordon.settings import ActionSettings
-from respond.responder import Responder, RespondSettings, build_responder, run_responder
+from respond.responder import Responder, build_responder, run_responder
+from respond.settings import RespondSettings
 from respond.sinks.build import build_sinks
 from respond.sinks.settings import SinkSettings
 from service.metrics import counted
@@ -94,8 +93,8 @@ def test_actions_are_carried_out_once_and_bad_ones_dead_lettered(
     settings = RespondSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, database_url=postgres_database,
                                group_id=f"g-{prefix}")
     outbox = tmp_path / "outbox"
-    executor = build_executor(ActionSettings(database_url=SecretStr(postgres_database)))
-    sinks = build_sinks(SinkSettings(database_url=postgres_database, outbox_dir=outbox, group_wait_s=0))
+    executor = build_executor(settings.actions, database_url=postgres_database)
+    sinks = build_sinks(SinkSettings(outbox_dir=outbox, group_wait_s=0), postgres_database)
     responder = build_responder(settings, executor, sinks)
     asyncio.run(respond(settings, responder, requests=6))
 

@@ -22,13 +22,12 @@ import pytest
 import yaml
 from kafka import KafkaConsumer
 from kubernetes import client
-from pydantic import SecretStr
 
 from models.node_identity import TOKEN_HEADER
 from models.topics import topology
 from respond.cordon.runtime import build_executor
-from respond.cordon.settings import ActionSettings
-from respond.responder import RespondSettings, build_responder, run_responder
+from respond.responder import build_responder, run_responder
+from respond.settings import RespondSettings
 from respond.sinks.build import build_sinks
 from respond.sinks.settings import SinkSettings
 from streams.runner import WorkerProcess, produce, wait_caught_up
@@ -144,8 +143,8 @@ def test_a_record_for_another_node_never_becomes_an_incident(
     respond = RespondSettings(bootstrap_servers=secured_kafka.bootstrap, topic_prefix=prefix,
                               database_url=postgres_database, group_id=f"nid-{run}-responder",
                               **secured_kafka.security("responder").model_dump())
-    executor = build_executor(ActionSettings(database_url=SecretStr(postgres_database)))
-    sinks = build_sinks(SinkSettings(database_url=postgres_database, outbox_dir=tmp_path / "outbox", group_wait_s=0))
+    executor = build_executor(respond.actions, database_url=postgres_database)
+    sinks = build_sinks(SinkSettings(outbox_dir=tmp_path / "outbox", group_wait_s=0), postgres_database)
     responder = build_responder(respond, executor, sinks)
     asyncio.run(_respond_until_cordon(respond, responder, lambda: bool(executor.store.recent(10))))
     completed = [json.loads(m.value) for m in _read_all(secured_kafka, topo.completed.name)]

@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from history.tables import Incident
 from models.topics import topology
-from respond.responder import RespondSettings, build_responder, run_responder
+from respond.responder import build_responder, run_responder
+from respond.settings import RespondSettings
 from respond.sinks.build import build_sinks
 from respond.sinks.settings import SinkSettings
 from service.metrics import counted
@@ -67,8 +68,8 @@ def test_a_slow_jira_never_delays_the_next_cordon(
     jira.inject("*", r"/rest/api/\d/.*", kind="slow", delay=5.0, times=1000)  # every Jira call takes 5 s
     settings = RespondSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, database_url=postgres_database,
                                group_id=f"g-{prefix}")
-    sinks = build_sinks(SinkSettings(database_url=postgres_database, jira_url=jira.url, jira_user=jira.user,
-                                     jira_api_token=SecretStr(TOKEN), jira_timeout_s=30, group_wait_s=0))
+    sinks = build_sinks(SinkSettings(jira_url=jira.url, jira_user=jira.user, jira_api_token=SecretStr(TOKEN),
+                                     jira_timeout_s=30, group_wait_s=0), postgres_database)
     responder = build_responder(settings, make_executor(), sinks)
     topic = topology(prefix, 1).actions.name
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
