@@ -132,6 +132,7 @@ class Pipeline:
         self.kinds = {t.name: t_kinds for t in topo.inputs if (t_kinds := topo.kinds_for(t.name))}
         self.store = AsyncStore(settings.database_url, settings.policy, settings.cluster, kinds=self.kinds,
                                 process=settings.store_process, log_level=logging.getLogger().level,
+                                log_format=settings.log_format,
                                 bounds=IngestBounds(settings.parser_max_nodes, settings.parser_node_idle_s,
                                                     settings.parser_remembered_nodes))
         self._batch_id = 0

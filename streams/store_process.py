@@ -33,9 +33,9 @@ class AsyncStore:
 
     def __init__(self, url: str, policy: PipelinePolicy | None = None, cluster: str = "default", *,
                  kinds: dict[str, frozenset[str]] | None = None, process: bool = True,
-                 log_level: int = logging.INFO, bounds: IngestBounds | None = None) -> None:
+                 log_level: int = logging.INFO, log_format: str = "auto", bounds: IngestBounds | None = None) -> None:
         self._args = (url, (policy or PipelinePolicy()).model_dump(mode="json"), cluster, dict(kinds or {}),
-                      log_level, bounds)
+                      log_level, log_format, bounds)
         self._process = process
         self.intake: Intake | None = None if process else Intake(Store(url, policy, cluster), dict(kinds or {}),
                                                                  bounds)
@@ -107,7 +107,7 @@ _PROCESS_INTAKE: Intake | None = None  # in the store process: the one Intake
 
 
 def _start_store_process(url: str, policy: dict[str, Any], cluster: str, kinds: dict[str, frozenset[str]],
-                         log_level: int, bounds: IngestBounds | None, worker_pid: int) -> None:
+                         log_level: int, log_format: str, bounds: IngestBounds | None, worker_pid: int) -> None:
     """In the store process: die with the worker, leave signals to it, log like it, open the store."""
     import signal
     import sys
@@ -126,7 +126,7 @@ def _start_store_process(url: str, policy: dict[str, Any], cluster: str, kinds: 
             os._exit(1)
     from service.logs import configure_logging
 
-    configure_logging(log_level, os.environ.get("XIDPIPE_LOG_FORMAT") or "auto")
+    configure_logging(log_level, log_format)
     _PROCESS_INTAKE = Intake(Store(url, PipelinePolicy.model_validate(policy), cluster), kinds, bounds)
 
 
