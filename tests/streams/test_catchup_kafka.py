@@ -347,7 +347,7 @@ def test_the_catch_up_stays_in_bounded_memory(catchup: CatchUp) -> None:
     batch = WorkerSettings.model_fields["batch_max"].default  # 2,000
     event_mib = 3 / 1024
     intake = 6.2  # 20.8 MiB per 1,000 active nodes (worker_memory_bench.py at 2,000 nodes), for these 300
-    committer = 3 * batch * event_mib  # batch_max in a transaction, 2 x batch_max waiting (`_Batches`): 17.6
+    committer = 3 * batch * event_mib  # batch_max in a transaction, 2 x batch_max waiting (`committer.Batches`): 17.6
     stream_buffer = batch * event_mib  # Faust's buffer, stream_buffer_max (None: batch_max): 5.9
     poll = batch // 4 * event_mib  # the records of one poll, poll_max_records (None: batch_max / 4): 1.5
     fetched = 16 * 1.0  # undecoded fetched bytes, up to 1 MiB per partition (`consumer_max_fetch_size`) of
