@@ -38,7 +38,8 @@ from models.topics import topology
 from respond.cordon.action_log import JsonlActionStore
 from respond.cordon.executor import CordonExecutor
 from respond.cordon.kube_nodes import KubeNodes, NodeRead
-from respond.responder import Responder, RespondSettings, build_responder, run_responder
+from respond.responder import Responder, build_responder, run_responder
+from respond.settings import RespondSettings
 from respond.sinks.build import build_sinks
 from respond.sinks.settings import SinkSettings
 from streams.runner import WorkerProcess
@@ -150,7 +151,7 @@ def main() -> int:
                 nodes = TimedNodes(as_worker, reporting_instance="cordon-pipeline-bench")
                 executor = CordonExecutor(CordonPolicy(breaker=Breaker(max_pool_share=1.0, max_per_hour=100_000)),
                                           JsonlActionStore(Path(tmp) / "actions.jsonl"), nodes)
-                sinks = build_sinks(SinkSettings(database_url=db, outbox_dir=Path(tmp) / "outbox", group_wait_s=0))
+                sinks = build_sinks(SinkSettings(outbox_dir=Path(tmp) / "outbox", group_wait_s=0), db)
                 respond = RespondSettings(bootstrap_servers=kafka.bootstrap, topic_prefix=settings.topic_prefix,
                                           database_url=db, group_id=f"bench-responder-{run}")
                 responder = build_responder(respond, executor, sinks)

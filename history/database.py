@@ -1,5 +1,6 @@
-"""Where the incident history is and whether this xidpipe can read it: one answer for the CLI
-(`xidpipe incidents|gpus|stats|db`) and the server (`xidpipe serve`)."""
+"""Whether this xidpipe can read the incident history at a database URL: one answer for the CLI
+(`xidpipe incidents|gpus|stats|db`) and the server (`xidpipe serve`). Which URL is the settings'
+(`database_url`, `XIDPIPE_DATABASE_URL`; the CLI's `xidpipe.commands.cli_settings`)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,12 @@ if TYPE_CHECKING:  # the CLI imports this module at start: SQLAlchemy is loaded 
     import sqlalchemy as sa
 
 DEFAULT_DB = "sqlite:///var/xidpipe.db"  # what `make demo` writes
-DATABASE_ENV = "XIDPIPE_DATABASE_URL"
+DATABASE_ENV = "XIDPIPE_DATABASE_URL"  # the setting's name, for messages that say what to set
 
 
 class HistoryUnavailable(RuntimeError):
     """The database is missing, is not the worker's, or is at an older schema; the message says
     which and what to do."""
-
-
-def database_url(explicit: str | None) -> str:
-    """`explicit`, else $XIDPIPE_DATABASE_URL, else the demo's SQLite file."""
-    return explicit or os.environ.get(DATABASE_ENV) or DEFAULT_DB
 
 
 def shown(url: str | sa.URL) -> str:

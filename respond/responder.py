@@ -4,7 +4,8 @@ incident's current state in SQL.
 
 Delivery is at-least-once: a message's offset is committed after it was handled, and every effect
 is idempotent (the executor checks the node, the sinks check their own records). A message that
-cannot be decoded goes to the actions dead-letter topic with the reason, and the loop goes on.
+cannot be handled goes to the actions dead-letter topic (`models.dead_letter`: the reason and the
+original bytes), and the loop goes on.
 """
 
 from __future__ import annotations
@@ -13,22 +14,18 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import socket
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
 from sqlalchemy.orm import Session
 
 from history.engine import make_engine
 from history.migrate import upgrade
 from history.tables import Incident
 from models.cordon_retry import RetryBackoff
-from models.kafka_security import KafkaClientSecurity
-from models.leader_election import LeaseTimings
+from models.dead_letter import DeadLetter
 from models.node_records import dead_letter_topic
 from models.topics import topology
 from respond.cordon.executor import CordonExecutor
@@ -36,68 +33,17 @@ from respond.cordon_lane import CordonLane, CordonOffer
 from respond.dossier_builder import action_items, build_dossier
 from respond.lifecycle import cordoned, record_lifecycle_step
 from respond.observe import ResponderEndpoint, observe_request
+from respond.settings import RespondSettings
 from respond.sinks.build import Sinks
 from respond.sinks.model import IncidentNotice
-from service.config import ServiceSettings, shared
 from service.metrics import ResponderMetrics
 
 log = logging.getLogger(__name__)
 
 
-class RespondSettings(KafkaClientSecurity, ServiceSettings):
-    """The responder's settings (`service.config`: its own as `XIDPIPE_RESPOND_<NAME>`, the shared ones
-    as `XIDPIPE_<NAME>`). The responder is a Kafka principal of its own: its credentials are
-    `XIDPIPE_RESPOND_SASL_PASSWORD`, ... The executor and the sinks read `XIDPIPE_ACTIONS_*` and
-    `XIDPIPE_SINKS_*`."""
-
-    model_config = SettingsConfigDict(env_prefix="XIDPIPE_RESPOND_")
-    service = "respond"
-
-    bootstrap_servers: str = shared("bootstrap_servers", "127.0.0.1:9092",
-                                    description="Kafka bootstrap servers, comma-separated")
-    topic_prefix: str = shared("topic_prefix", "", description="prepended to every topic name (the worker's)")
-    database_url: str = shared("database_url", "sqlite:///var/xidpipe.db",
-                               description="SQLAlchemy URL of the stream worker's database")
-    group_id: str = Field(default="xidpipe-responder", description="Kafka consumer group")
-    cluster: str = shared("cluster", "default", description="the cluster's name: the key of its fleet incidents, "
-                          "shown in dossiers")
-    partitions: int = shared("partitions", 8, ge=1, description="partitions of the pipeline's topics it creates "
-                             "when missing: the stream worker's count")
-    replication_factor: int = shared("replication_factor", 1, ge=1, description="for the topics it creates")
-    cordon_retry_initial_s: float = Field(
-        default=2.0, gt=0, description="a cordon that failed as retryable (API 429/5xx or unreachable past its "
-        "own call deadline) is tried again after this, then after twice as long each time")
-    cordon_retry_max_s: float = Field(default=300.0, gt=0, description="longest wait between cordon retries")
-    cordon_pending_interval_s: float = Field(
-        default=1.0, gt=0, description="how often due cordon retries are run and the breaker is checked for a "
-        "reset (held cordons are offered again within this long of `xidpipe breaker reset`)")
-    metrics_host: str = Field(default="127.0.0.1", description="address of /metrics, /healthz and /readyz "
-                              "(the chart binds the pod's IP)")
-    metrics_port: int | None = Field(default=9466, description="port of /metrics, /healthz and /readyz; None: off")
-    election: bool = Field(
-        default=False, description="elect one acting replica through a coordination.k8s.io Lease (needs a "
-        "cluster: XIDPIPE_KUBE_CONFIG); off for one machine and the demo, on in the Helm chart")
-    lease_name: str = Field(default="xidpipe-respond", description="the election's Lease")
-    lease_namespace: str = Field(
-        default_factory=lambda: os.environ.get("POD_NAMESPACE") or "default",
-        description="the Lease's namespace (default: the pod's, from POD_NAMESPACE)")
-    identity: str = Field(
-        default_factory=lambda: os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
-        description="this replica's name in the Lease (default: the pod's, from POD_NAME)")
-    lease_duration_s: float = Field(default=15.0, ge=1, description="a standby takes over this long after the "
-                                    "last renewal it saw (the longest gap after a leader dies)")
-    renew_deadline_s: float = Field(default=10.0, gt=0, description="a leader that could not renew for this long "
-                                    "stops acting (fencing); shorter than lease_duration_s")
-    retry_period_s: float = Field(default=2.0, gt=0, description="how often the Lease is renewed or read")
-
-    def lease_timings(self) -> LeaseTimings:
-        return LeaseTimings(lease_duration_s=self.lease_duration_s, renew_deadline_s=self.renew_deadline_s,
-                            retry_period_s=self.retry_period_s)
-
-
 @dataclass(slots=True)
 class HandlingResult:
-    """How one action request was handled: its kind, incident, result and detail (for logs and the demo)."""
+    """How one action request was handled: its kind, incident, result and detail (for its log line)."""
 
     kind: str
     incident_id: str | None
@@ -133,7 +79,6 @@ class Responder:
     executor: CordonExecutor
     sinks: Sinks
     cluster: str = "default"
-    handled: list[HandlingResult] = field(default_factory=list)
     # The cluster the dossiers' cluster-side evidence is read from (None: no cluster configured).
     cluster_api: Any = None
     # Executed cluster actions with their outcome, to publish on the actions-completed topic.
@@ -200,7 +145,6 @@ class Responder:
                 chats = await self.sinks.chat.submit_async(notice)
                 outcome = HandlingResult(kind, incident_id, *_told(
                     [(c.sink, f"{c.action} {c.channel or ''}".strip(), c.error or c.reason) for c in chats]))
-        self.handled.append(outcome)
         log.info("%s for %s: %s", kind, incident_id, outcome.result,
                  extra={"incident": incident_id, "action": kind, "detail": outcome.detail})
         return outcome
@@ -291,11 +235,12 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
                 raise ValueError(why)
             await responder.handle(body)
         except (ValueError, LookupError, TypeError) as exc:
+            dead = DeadLetter(_dead_reason(body, exc), str(exc), tp.topic, tp.partition, msg.offset, msg.key,
+                              msg.value, datetime.now(UTC))
             responder.metrics.dead_letters.inc()
-            await producer.send_and_wait(dead_letter_topic(tp.topic), msg.value, key=msg.key, headers=[
-                ("reason", str(exc).encode()), ("topic", tp.topic.encode()),
-                ("partition", str(tp.partition).encode()), ("offset", str(msg.offset).encode())])
-            log.error("action request to dead-letter topic: %s", exc,
+            await producer.send_and_wait(dead_letter_topic(tp.topic), dead.to_json(), key=msg.key,
+                                         headers=dead.headers())
+            log.error("action request to dead-letter topic (%s): %s", dead.reason, exc,
                       extra={"topic": tp.topic, "partition": tp.partition, "offset": msg.offset})
 
     async def handle_later(refresh: list[str], items: list[Item], after: asyncio.Task[None] | None) -> None:
@@ -359,6 +304,14 @@ async def _start_clients(settings: RespondSettings) -> tuple[Any, Any]:
     return consumer, producer
 
 
+def _dead_reason(body: dict[str, Any] | None, exc: Exception) -> str:
+    """The dead letter's reason: `undecodable` (not a JSON object), `unknown_incident` (the database does
+    not have it), `invalid` (not an action request)."""
+    if body is None:
+        return "undecodable"
+    return "unknown_incident" if isinstance(exc, LookupError) else "invalid"
+
+
 def _sort_batch(batches: dict[Any, list[Any]]) -> tuple[list[Item], list[Item], dict[Any, Any]]:
     """The fetched messages as cordon requests (handled at once) and the rest (in order, in the
     background), and the offsets to commit once all of them were handled. Of several cordon offers
@@ -399,7 +352,7 @@ def build_responder(settings: RespondSettings, executor: CordonExecutor, sinks: 
     """The responder over `settings.database_url`; that database, and the sinks' when it is another,
     are migrated to head first (the schema of every table comes from `history.migrate`), and the sink
     rows written before sinks had names go to the sink of their kind that wrote them (`Sinks.adopt`)."""
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database)
     upgrade(engine)
     if sinks.store.engine.url != engine.url:
         upgrade(sinks.store.engine)

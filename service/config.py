@@ -12,6 +12,12 @@ the agent, the worker and the responder are different Kafka principals (`agent_s
 Precedence: command-line flags, then the environment, then the file, then the defaults. A key in
 the file that no service knows is an error naming the key; so is a setting under a name that was
 removed (`XIDPIPE_RESPOND_DATABASE_URL`): the error names the one that replaced it.
+
+Each deployable has one settings object. Where a deployable's settings come in parts that other
+commands use alone (the responder's cordon executor and sinks), the parts are *sections*: fields of
+the deployable's class whose type is a settings class of its own (`RespondSettings.actions` is an
+`ActionSettings`), read under that class's prefix (`XIDPIPE_ACTIONS_*`), never under the
+deployable's. `settings_fields` and `sections` tell them apart.
 """
 
 from __future__ import annotations
@@ -119,6 +125,22 @@ def _alias_key(info: FieldInfo) -> str | None:
     return None
 
 
+def sections(cls: type[BaseSettings]) -> dict[str, type[XidpipeSettings]]:
+    """The fields of `cls` that are settings classes of their own, each read under its own prefix."""
+    out: dict[str, type[XidpipeSettings]] = {}
+    for name, info in cls.model_fields.items():
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, XidpipeSettings):
+            out[name] = kind
+    return out
+
+
+def settings_fields(cls: type[BaseSettings]) -> list[str]:
+    """The fields of `cls` that are settings of its own (its sections left out)."""
+    own = sections(cls)
+    return [name for name in cls.model_fields if name not in own]
+
+
 def setting_key(cls: type[BaseSettings], name: str) -> str:
     """The key of field `name` of `cls` in the file (its environment name is `XIDPIPE_` + KEY)."""
     key = _alias_key(cls.model_fields[name])
@@ -133,8 +155,8 @@ def env_name(cls: type[BaseSettings], name: str) -> str:
 
 
 def keys_of(cls: type[BaseSettings]) -> dict[str, str]:
-    """Key in the file → field name, for every field of `cls`."""
-    return {setting_key(cls, name): name for name in cls.model_fields}
+    """Key in the file → field name, for every setting of `cls` (its sections have their own keys)."""
+    return {setting_key(cls, name): name for name in settings_fields(cls)}
 
 
 def _foreign(key: str, cls: type[BaseSettings]) -> bool:
@@ -190,12 +212,30 @@ class XidpipeSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         check_renamed()
+        own = sections(settings_cls)
+        if own:  # a section is read by its own class, under its own prefix
+            env_settings = _Without(settings_cls, env_settings, set(own))
         path = config_file()
         if path is None:
             return init_settings, env_settings
         if not path.is_file():
             raise ConfigError(f"no config file at {path} (--config or {CONFIG_ENV})")
         return init_settings, env_settings, XidpipeYamlSource(settings_cls, path)
+
+
+class _Without(PydanticBaseSettingsSource):
+    """A source with some fields left out (a deployable's sections: each is read by its own class)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], source: PydanticBaseSettingsSource, left_out: set[str]):
+        super().__init__(settings_cls)
+        self._source = source
+        self._left_out = left_out
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return {k: v for k, v in self._source().items() if k not in self._left_out}
 
 
 def file_values(path: Path | None) -> dict[str, Any]:

@@ -113,6 +113,12 @@ class WebMetrics(ServiceMetrics):
                                               ("route",))
 
 
+def counted(counter: Counter, **labels: str) -> float:
+    """The sum of `counter`'s series whose labels include `labels` (every series when none are given)."""
+    return sum(sample.value for family in counter.collect() for sample in family.samples
+               if sample.name.endswith("_total") and all(sample.labels.get(k) == v for k, v in labels.items()))
+
+
 def _sample_names(family: Metric) -> Iterable[str]:
     if family.type == "counter":
         return (f"{family.name}_total",)

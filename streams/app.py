@@ -6,16 +6,22 @@ decode → parse and map to items (pure) → one store transaction → the outbo
 wrote come back and are published. A message that cannot be decoded goes to its topic's
 dead-letter twin with the reason and the original bytes; the stream keeps going.
 
-Delivery is at least once. A batch is acknowledged only after its transaction committed, and the
-transaction drops records already handled, so a redelivered batch changes nothing. A kernel line
-whose multi-line record is still open in its node's parser is *held*: it, and every later message
-of its partition, is acknowledged only once that record is stored (`_Acks`), so the committed
-offset never passes it, nor stands inside a stored record (`streams.ingest`). A worker that dies,
-stops or loses the partition leaves the record's lines to whoever reads the partition next, who
-parses the whole record again; what a worker kept of a partition it lost is dropped, and events
-of it that were fetched before the rebalance are left alone. Messages to publish are
-rows of the outbox, written in the same transaction and marked sent after Kafka acknowledged
-them; a sweep resends any left unsent by a crash.
+Delivery is at least once. A batch is acknowledged (`stream.noack()`, then `stream.ack`) only after
+its transaction committed, and the transaction drops records already handled, so a redelivered
+batch changes nothing. A kernel line whose multi-line record is still open in its node's parser is
+*held*: it, and every later message of its partition, is acknowledged only once that record is
+stored (`streams.committer.Acks`), so the committed offset never passes it, nor stands inside a
+stored record (`streams.ingest`). A worker that dies, stops or loses the partition leaves the
+record's lines to whoever reads the partition next, who parses the whole record again; what a
+worker kept of a partition it lost is dropped, and events of it that were fetched before the
+rebalance are left alone. Faust's own wait for unacknowledged events at a rebalance or shutdown is
+off (`stream_wait_empty=False`, as Faust documents for idempotent streams): held lines would hold it
+for ever. The pipeline waits instead for what it was handed (`_settle`), then lets go. Messages to
+publish are rows of the outbox, written in the same transaction and marked sent after Kafka
+acknowledged them; a sweep resends any left unsent by a crash.
+
+Retries live in one layer, here: the store says whether a failed transaction may be run again
+(`streams.store.StoreRetry`), the worker retries it (`_process_marking`).
 """
 
 from __future__ import annotations
@@ -24,23 +30,25 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import time
-from collections import deque
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import faust
-import sqlalchemy as sa
 
+from models.dead_letter import DeadLetter
 from models.topics import Topology, topology
-from streams.decode import DeadLetter
-from streams.ingest import IngestBounds, Ref
+from streams.committer import Acks, Batches, current_events
+from streams.faust_transport import use_fetch_wait
+from streams.ingest import IngestBounds
 from streams.intake import IntakeResult, Message
 from streams.observe import HEARTBEAT_S, WorkerObserver
 from streams.outbox import Outgoing
 from streams.settings import WorkerSettings
-from streams.store import BatchResult
-from streams.store_process import AsyncStore, StoreUnavailable
+from streams.store import BatchResult, StoreRetry
+from streams.store_process import AsyncStore
 from streams.topics import ssl_context
 
 log = logging.getLogger(__name__)
@@ -49,28 +57,6 @@ log = logging.getLogger(__name__)
 
 def broker_urls(bootstrap: str) -> list[str]:
     return [f"kafka://{h.strip()}" for h in bootstrap.split(",") if h.strip()]
-
-
-def _limit_fetch_wait(max_wait_ms: int) -> None:
-    """Make Faust's consumer use `max_wait_ms` as the fetch wait instead of its fixed 1500 ms.
-
-    aiokafka sends one fetch per broker for the partitions that have nothing buffered. While the
-    agent works through a batch from busy partitions, that fetch holds only idle ones, and the
-    broker keeps it for the full wait: the busy partitions are not fetched again for up to 1.5 s.
-    A short wait bounds that stall.
-    """
-    from faust.transport.drivers import aiokafka as driver
-
-    thread_cls: Any = driver.AIOKafkaConsumerThread
-    original = getattr(thread_cls, "_xidpipe_original_create", None) or thread_cls._create_worker_consumer
-
-    def create(self: Any, transport: Any) -> Any:
-        consumer = original(self, transport)
-        consumer._fetch_max_wait_ms = max_wait_ms
-        return consumer
-
-    thread_cls._xidpipe_original_create = original
-    thread_cls._create_worker_consumer = create
 
 
 def broker_credentials(settings: WorkerSettings) -> Any:
@@ -87,9 +73,8 @@ def broker_credentials(settings: WorkerSettings) -> Any:
 
 
 def create_app(settings: WorkerSettings) -> faust.App:
-    """A Faust app with the pipeline's agent and timers; nothing connects until a worker starts it."""
+    """A Faust app with the pipeline's agent, timers and tasks; nothing connects until a worker starts it."""
     settings.datadir.mkdir(parents=True, exist_ok=True)
-    _limit_fetch_wait(settings.fetch_max_wait_ms)
     app = faust.App(
         settings.app_id,
         broker=broker_urls(settings.bootstrap_servers),
@@ -108,17 +93,35 @@ def create_app(settings: WorkerSettings) -> faust.App:
         stream_buffer_maxsize=settings.stream_buffer_max or settings.batch_max,
         consumer_auto_offset_reset="earliest",
         processing_guarantee="at_least_once",
+        stream_wait_empty=False,  # the pipeline settles what it was handed itself (`Pipeline._settle`)
         web_enabled=settings.web_enabled,
         web_port=settings.web_port,
         web_bind="127.0.0.1",
         worker_redirect_stdouts=False,
         broker_credentials=broker_credentials(settings),
     )
-    Pipeline(app, settings, topology(settings.topic_prefix, settings.partitions))
+    use_fetch_wait(app, settings.fetch_max_wait_ms)  # before the first topic: Faust has no setting for it
+    wire(app, Pipeline(app, settings, topology(settings.topic_prefix, settings.partitions)))
     return app
 
 
+def wire(app: faust.App, pipeline: Pipeline) -> None:
+    """Register the pipeline with the app: its agent, timers, tasks and signal receivers."""
+    app_id = pipeline.settings.app_id
+    app.agent(pipeline.source, name=f"{app_id}.pipeline")(pipeline.consume)
+    app.timer(HEARTBEAT_S, name=f"{app_id}.heartbeat")(pipeline.observe.heartbeat)
+    app.timer(pipeline.settings.parser_idle_flush_s, name=f"{app_id}.flush_parsers")(pipeline.flush_parsers)
+    app.timer(pipeline.settings.sweep_interval_s, on_leader=True, name=f"{app_id}.sweep")(pipeline.sweep)
+    app.task(pipeline.observe.serve)
+    app.task(pipeline.publisher)
+    app.task(pipeline.store.start)
+    app.on_partitions_revoked.connect(pipeline.on_partitions_revoked)
+    app.on_before_shutdown.connect(pipeline.on_shutdown)
+
+
 class Pipeline:
+    """The agent's body (`consume`), its committer, and the timers' and signals' work, over one store."""
+
     def __init__(self, app: faust.App, settings: WorkerSettings, topo: Topology) -> None:
         self.app = app
         self.settings = settings
@@ -129,26 +132,20 @@ class Pipeline:
         self.kinds = {t.name: t_kinds for t in topo.inputs if (t_kinds := topo.kinds_for(t.name))}
         self.store = AsyncStore(settings.database_url, settings.policy, settings.cluster, kinds=self.kinds,
                                 process=settings.store_process, log_level=logging.getLogger().level,
+                                log_format=settings.log_format,
                                 bounds=IngestBounds(settings.parser_max_nodes, settings.parser_node_idle_s,
                                                     settings.parser_remembered_nodes))
         self._batch_id = 0
-        self._acks = _Acks()
+        self._acks = Acks()
         self._stream: Any = None  # the agent's stream, once it runs: acknowledgements go through it
+        self._batches: Batches | None = None  # what the agent handed the committer, once it runs
+        self._committer: asyncio.Task[None] | None = None
         self._store_lock = asyncio.Lock()  # a store call and the noting of its holds, as one step
         self.identity = _identity_gate(settings)
         self.dead_letters = {t.name: self._topic(t.dead_letter) for t in topo.inputs}
         self.outputs = {"incidents": self._topic(topo.incidents.name), "actions": self._topic(topo.actions.name)}
+        self.source = self._topic(*(t.name for t in topo.inputs))
         self.observe = WorkerObserver(app, settings)
-        app.timer(HEARTBEAT_S, name=f"{settings.app_id}.heartbeat")(self.observe.heartbeat)
-        app.task(self.observe.serve)
-        source = self._topic(*(t.name for t in topo.inputs))
-        app.agent(source, name=f"{settings.app_id}.pipeline")(self.consume)
-        app.timer(settings.parser_idle_flush_s, name=f"{settings.app_id}.flush_parsers")(self.flush_parsers)
-        app.timer(settings.sweep_interval_s, on_leader=True, name=f"{settings.app_id}.sweep")(self.sweep)
-        app.on_before_shutdown.connect(self.on_shutdown)
-        app.on_partitions_revoked.connect(self.on_partitions_revoked)
-        app.task(self.publisher)
-        app.task(self.store.start)
 
     def _topic(self, *names: str) -> Any:
         """Raw bytes in and out: decoding is ours, so a bad message can be dead-lettered as it came."""
@@ -162,25 +159,23 @@ class Pipeline:
 
         Batches adapt to the load: when the store is idle a message is committed at once, and while
         a transaction runs the next messages queue up, so the next batch holds whatever arrived, up
-        to `batch_max` (`_committer` paces the transactions). Messages are acknowledged (in Faust)
-        only after the transaction that stored them committed.
+        to `batch_max` (`_commit_loop` paces the transactions). Messages are acknowledged (in Faust)
+        only after the transaction that stored them committed: the stream is Faust's manual-ack stream.
         """
-        stream.enable_acks = False  # acknowledged by the committer, after the commit
-        self._stream = stream
-        batches = _Batches(self.settings.batch_max, self.settings.batch_max * _PENDING_BATCHES)
-        committer = asyncio.create_task(self._committer(stream, batches), name="xidpipe-committer")
+        stream = self._stream = stream.noack()
+        batches = self._batches = Batches(self.settings.batch_max, self.settings.batch_max * _PENDING_BATCHES)
+        committer = self._committer = asyncio.create_task(self._commit_loop(stream, batches),
+                                                          name="xidpipe-committer")
         try:
-            async for _ in stream:
-                event = stream.current_event
-                if event is not None:
-                    self.observe.consumed(event.message.topic)
-                    await batches.put(event, committer)
+            async for event in stream.events():
+                self.observe.consumed(event.message.topic)
+                await batches.put(event, committer)
         finally:
             committer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await committer
 
-    async def _committer(self, stream: Any, batches: _Batches) -> None:
+    async def _commit_loop(self, stream: Any, batches: Batches) -> None:
         """Commit what has arrived, acknowledge it, repeat.
 
         After a transaction that took T, the next one starts no sooner than T later (at most
@@ -199,6 +194,7 @@ class Pipeline:
             started = loop.time()
             for event in await self._commit(events):
                 await stream.ack(event)
+            batches.settle(len(events))
             ended = loop.time()
             next_start = ended + min(ended - started, self.settings.batch_within_s)
             if log.isEnabledFor(logging.DEBUG):
@@ -206,27 +202,29 @@ class Pipeline:
 
     async def _commit(self, events: Sequence[Any]) -> list[Any]:
         """Decode, parse and store the events' messages in one transaction; dead-letter what cannot be
-        handled. Returns the events to acknowledge now (see `_Acks`).
+        handled. Returns the events to acknowledge now (see `Acks`).
 
         If the transaction fails for another reason than an unavailable database, the messages are
         stored one by one, and the ones that still fail go to the dead-letter topic.
         """
         self._batch_id += 1
         started = time.monotonic()
-        events = self._current(events)
+        events, stale = current_events(events, getattr(self.app, "consumer_generation_id", None))
+        if stale:  # Faust's stream skips such events too, unless they already reached the committer
+            log.info("%d messages fetched before a rebalance left to their partitions' next reader", stale)
         messages, refused = await self._verified(events)
         async with self._store_lock:
             result: BatchResult
             try:
                 result = await self._process(self._batch_id, messages) if messages else IntakeResult(marked=False)
-            except _PermanentError:
+            except PermanentError:
                 log.warning("a batch of %d messages could not be stored; storing them one by one", len(messages))
                 try:
                     result = await self._process(self._batch_id, messages, per_message=True)
-                except _PermanentError as exc:  # not even one by one: keep them all, say why, go on
-                    error = str(exc.__cause__ or exc)
+                except PermanentError as exc:  # not even one by one: keep them all, say why, go on
+                    error, now = str(exc.__cause__ or exc), datetime.now(UTC)
                     result = BatchResult(dead_letters=[DeadLetter("processing_error", error, m.topic, m.partition,
-                                                                  m.offset, m.key, m.value) for m in messages])
+                                                                  m.offset, m.key, m.value, now) for m in messages])
             if isinstance(result, IntakeResult):
                 self._acks.note(result.held, result.released)
             ready = self._acks.done(events)
@@ -235,18 +233,6 @@ class Pipeline:
             await self.dead_letter(dl)
         await self._publish(result.outgoing)
         return ready
-
-    def _current(self, events: Sequence[Any]) -> Sequence[Any]:
-        """The events fetched in the consumer group's current generation. An event fetched before a
-        rebalance is not handled nor acknowledged: its partition was revoked, and whoever reads it now
-        starts at its committed offset (Faust's stream skips such events too, unless they already
-        reached the committer)."""
-        generation = getattr(self.app, "consumer_generation_id", None)
-        stale = [e for e in events if getattr(e.message, "generation_id", None) not in (None, generation)]
-        if not stale:
-            return events
-        log.info("%d messages fetched before a rebalance left to their partitions' next reader", len(stale))
-        return [e for e in events if e not in stale]
 
     async def _verified(self, events: Sequence[Any]) -> tuple[list[Message], list[DeadLetter]]:
         """The events' messages that may speak for the node they name, and dead letters for the rest
@@ -259,7 +245,7 @@ class Pipeline:
                 if not verdict.accepted:
                     log.warning("node record refused (%s): %s", verdict.reason, verdict.detail)
                     refused.append(DeadLetter(f"node_identity_{verdict.reason}", verdict.detail, m.topic,
-                                              m.partition, m.offset, m.key, m.value))
+                                              m.partition, m.offset, m.key, m.value, datetime.now(UTC)))
                     continue
             messages.append(Message(m.topic, m.partition, m.offset, m.key, m.value))
         return messages, refused
@@ -281,27 +267,23 @@ class Pipeline:
 
     async def _process_marking(self, batch_id: int, messages: Sequence[Message], sent: list[int],
                                per_message: bool) -> IntakeResult:
-        delay = 0.2
-        conflicts = 0
+        """The store call, run again while the store says it may pass (`StoreRetry`): an unavailable
+        database until it is back (backoff doubling from 0.2 s to `db_retry_max_s`), a lock conflict
+        at once a few times (then as unavailable), a write conflict a few times (then it is the records')."""
+        retry = StoreRetries(self.settings.db_retry_max_s)
         while True:
             try:
                 return await self.store.handle(batch_id, messages, sent, per_message)
-            except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError, StoreUnavailable) as exc:
-                log.warning("database unavailable (%s); retrying in %.1f s", type(exc).__name__, delay)
-                self.observe.store_failed("unavailable", f"database unavailable: {type(exc).__name__}")
+            except StoreRetry as exc:
+                delay, counted = retry.after(exc)
+                if counted == "unavailable":
+                    self.observe.store_failed(counted, f"database unavailable: {exc.error}")
+                elif counted is not None:
+                    self.observe.store_failed(counted, "")
+                log.warning("transaction not committed (%s); running it again in %.2f s", exc, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, self.settings.db_retry_max_s)
-            except sa.exc.IntegrityError as exc:
-                # A concurrent writer (another worker after a rebalance) got there first: the retry sees it.
-                conflicts += 1
-                self.observe.store_failed("conflict", "")
-                if conflicts > _MAX_CONFLICT_RETRIES:
-                    raise _PermanentError(f"IntegrityError: {exc.orig}") from exc
-                log.warning("conflicting write (%s); retrying", exc.orig)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.settings.db_retry_max_s)
             except Exception as exc:
-                raise _PermanentError(f"{type(exc).__name__}: {exc}") from exc
+                raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
 
     # -- output -----------------------------------------------------------------------------------
 
@@ -312,20 +294,8 @@ class Pipeline:
         if topic is None:
             return
         # The message is acknowledged only once its dead letter is published: retry until Kafka takes it.
-        delay = _DEAD_LETTER_RETRY_S
-        while True:
-            try:
-                fut = await topic.send(key=dl.key, value=dl.to_json(), headers=dl.headers(), force=True)
-                await fut
-                self.observe.dead_letter(dl)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("dead letter from %s[%d]@%d not published (%s: %s); retrying in %.1f s", dl.topic,
-                            dl.partition, dl.offset, type(exc).__name__, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _DEAD_LETTER_RETRY_MAX_S)
+        await send_until_taken(topic, dl)
+        self.observe.dead_letter(dl)
 
     async def _publish(self, outgoing: Sequence[Outgoing]) -> None:
         """Hand committed outbox rows to the publisher task: the stream does not wait for Kafka."""
@@ -394,6 +364,9 @@ class Pipeline:
                 await self._stream.ack(event)
         except asyncio.CancelledError:
             raise
+        except StoreRetry as exc:
+            log.warning("flushing kernel records or marking published outbox rows failed (%s); the next run "
+                        "retries", exc)
         except Exception:
             log.exception("flushing kernel records or marking published outbox rows failed; the next run retries")
 
@@ -403,6 +376,8 @@ class Pipeline:
         held line, and parses them again."""
         revoked: Iterable[Any] = args[0] if args else ()
         partitions = sorted({(tp.topic, tp.partition) for tp in revoked})
+        await self._settle()
+        await self.app.consumer.commit()  # what the settled batches acknowledged, while the partitions are ours
         async with self._store_lock:
             dropped = self._acks.drop(partitions)
             parsers = await self.store.forget(partitions)
@@ -411,13 +386,26 @@ class Pipeline:
                      "dropped (their open records left to the next reader)", dropped, parsers)
 
     async def on_shutdown(self, sender: Any, /, *_: Any, signal: Any = None, **__: Any) -> None:
-        """Mark the published outbox rows sent. Open kernel records are left as they are: their lines
-        are not acknowledged, and the next worker parses them again."""
+        """Settle what the agent handed over (Faust commits the offsets when its consumer stops), then mark
+        the published outbox rows sent. Open kernel records are left as they are: their lines are not
+        acknowledged, and the next worker parses them again."""
+        await self._settle()
         self.observe.stop()
         try:
             await self.mark_published()
         except Exception:
             log.exception("published outbox rows could not be marked sent at shutdown; the sweep resends them")
+
+    async def _settle(self) -> None:
+        """Until the committer stored and acknowledged every event the agent handed it (or stopped): what
+        Faust's `stream_wait_empty` would wait for, less the held lines it would wait for for ever."""
+        if self._batches is None or self._committer is None:
+            return
+        settled = asyncio.ensure_future(self._batches.wait_settled())
+        try:
+            await asyncio.wait([settled, self._committer], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            settled.cancel()
 
     async def sweep(self) -> None:
         try:
@@ -432,14 +420,58 @@ class Pipeline:
 
 
 _PENDING_BATCHES = 2  # messages waiting for the committer, in batches, before the stream waits
-_MAX_CONFLICT_RETRIES = 5  # a conflict that outlives this many retries is not a race but a bad record
-_DEAD_LETTER_RETRY_S = 0.2  # first wait before publishing a dead letter again; it doubles up to the most below
+_FIRST_RETRY_S = 0.2  # first wait before a store call or a dead letter is tried again; it doubles up to a most
+_LOCK_RETRIES = 5  # a lock conflict is run again at once this many times, then waited for as the database's
+_LOCK_JITTER_S = 0.02  # per lock retry: apart from the other transaction's retry
+_MAX_CONFLICT_RETRIES = 5  # a write conflict that outlives this many retries is not a race but a bad record
 _DEAD_LETTER_RETRY_MAX_S = 30.0
 _PUBLISH_QUEUE_BATCHES = 1000  # committed batches waiting to be published before the stream waits
 
 
-class _PermanentError(Exception):
-    pass
+class PermanentError(Exception):
+    """A store call that no retry will make pass: the batch is stored message by message, and what still
+    fails is dead-lettered."""
+
+
+class StoreRetries:
+    """How long to wait before a store call that raised `StoreRetry` is run again, by kind and count."""
+
+    def __init__(self, max_delay_s: float) -> None:
+        self.max_delay_s = max_delay_s
+        self._delay = _FIRST_RETRY_S
+        self._locks = 0
+        self._conflicts = 0
+
+    def after(self, exc: StoreRetry) -> tuple[float, str | None]:
+        """Seconds to wait, and the database error it counts as (`unavailable`, `conflict`; None: none);
+        `PermanentError` when a write conflict outlived its retries."""
+        if exc.kind == "lock_conflict" and self._locks < _LOCK_RETRIES:
+            self._locks += 1
+            return random.uniform(0.0, _LOCK_JITTER_S * self._locks), None
+        counted = "unavailable"
+        if exc.kind == "write_conflict":
+            counted = "conflict"
+            self._conflicts += 1
+            if self._conflicts > _MAX_CONFLICT_RETRIES:
+                raise PermanentError(f"{exc.error}: {exc.detail}") from exc
+        delay, self._delay = self._delay, min(self._delay * 2, self.max_delay_s)
+        return delay, counted
+
+
+async def send_until_taken(topic: Any, dl: DeadLetter) -> None:
+    """Publish `dl` to `topic` (a Faust topic), retrying with backoff until Kafka acknowledges it."""
+    delay = _FIRST_RETRY_S
+    while True:
+        try:
+            await (await topic.send(key=dl.key, value=dl.to_json(), headers=dl.headers(), force=True))
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("dead letter from %s[%d]@%d not published (%s: %s); retrying in %.1f s", dl.topic,
+                        dl.partition, dl.offset, type(exc).__name__, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _DEAD_LETTER_RETRY_MAX_S)
 
 
 def _identity_gate(settings: WorkerSettings) -> Any:
@@ -450,117 +482,3 @@ def _identity_gate(settings: WorkerSettings) -> Any:
     from streams.node_identity import build_gate
 
     return build_gate(settings)
-
-
-class _Acks:
-    """Which stored events may be acknowledged: per partition in offset order, none from a held one on.
-
-    Faust commits acknowledged offsets up to the first gap, but not reliably so at the start of
-    the list (just after its committed offset or a rebalance it commits past an unacknowledged
-    message), so the order is kept here. An event waiting behind a held one is *parked*: marked
-    acknowledged on its Faust message, which keeps Faust from waiting for it at a rebalance or at
-    shutdown without adding its offset to those Faust commits. It is unparked before it is acknowledged.
-    """
-
-    def __init__(self) -> None:
-        self._held: set[Ref] = set()
-        self._waiting: dict[tuple[str, int], deque[Any]] = {}  # per partition, in offset order
-        self._touched: set[tuple[str, int]] = set()  # partitions with a released message since `drain`
-
-    def __len__(self) -> int:
-        return sum(len(q) for q in self._waiting.values())
-
-    def note(self, held: Iterable[Ref], released: Iterable[Ref]) -> None:
-        self._held.update(held)
-        for ref in released:
-            self._held.discard(ref)
-            self._touched.add(ref[:2])
-
-    def done(self, events: Iterable[Any]) -> list[Any]:
-        """The stored `events` (in arrival order) and the waiting ones that may be acknowledged now."""
-        ready: list[Any] = []
-        for event in events:
-            m = event.message
-            queue = self._waiting.get((m.topic, m.partition))
-            if queue is None:
-                if (m.topic, m.partition, m.offset) not in self._held:
-                    ready.append(event)
-                    continue
-                queue = self._waiting[(m.topic, m.partition)] = deque()
-            m.acked = True  # parked
-            queue.append(event)
-        return ready + self.drain()
-
-    def drain(self) -> list[Any]:
-        """The waiting events that may be acknowledged now, unparked."""
-        ready: list[Any] = []
-        for tp in self._touched:
-            queue = self._waiting.get(tp)
-            while queue:
-                m = queue[0].message
-                if (m.topic, m.partition, m.offset) in self._held:
-                    break
-                m.acked = False
-                ready.append(queue.popleft())
-            if queue is not None and not queue:
-                del self._waiting[tp]
-        self._touched.clear()
-        return ready
-
-    def drop(self, partitions: Iterable[tuple[str, int]]) -> int:
-        """Forget the events of `partitions` (they stay parked, never acknowledged); returns how many."""
-        gone = set(partitions)
-        n = sum(len(self._waiting.pop(tp, ())) for tp in gone)
-        self._held = {r for r in self._held if r[:2] not in gone}
-        self._touched -= gone
-        return n
-
-
-class _Batches:
-    """Events waiting for the committer, in arrival order, with backpressure."""
-
-    def __init__(self, max_batch: int, max_pending: int) -> None:
-        self.max_batch = max_batch
-        self.max_pending = max(max_pending, max_batch)
-        self._pending: deque[Any] = deque()
-        self._ready = asyncio.Event()
-        self._full = asyncio.Event()
-        self._space = asyncio.Event()
-        self._space.set()
-
-    def __len__(self) -> int:
-        return len(self._pending)
-
-    async def put(self, event: Any, committer: asyncio.Task[None]) -> None:
-        while len(self._pending) >= self.max_pending:
-            self._space.clear()
-            space = asyncio.ensure_future(self._space.wait())
-            try:
-                await asyncio.wait([committer, space], return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                space.cancel()
-            if committer.done():
-                committer.result()  # the committer failed: its error stops the agent
-                raise RuntimeError("the committer stopped")
-        self._pending.append(event)
-        self._ready.set()
-        if len(self._pending) >= self.max_batch:
-            self._full.set()
-
-    async def wait_ready(self) -> None:
-        while not self._pending:
-            self._ready.clear()
-            await self._ready.wait()
-
-    async def wait_full(self, timeout: float) -> None:
-        """Until a full batch is waiting or `timeout` seconds passed."""
-        self._full.clear()
-        if len(self._pending) < self.max_batch:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._full.wait(), timeout)
-
-    def take(self) -> list[Any]:
-        n = min(len(self._pending), self.max_batch)
-        out = [self._pending.popleft() for _ in range(n)]
-        self._space.set()
-        return out

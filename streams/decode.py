@@ -1,55 +1,19 @@
 """Decode the node records arriving on the input topics, or say why a message is a dead letter.
 
 Every registered record kind decodes (`models.wire`: the agent's own kinds of `models.node_records` and
-the health signals' of `models.signals`); a kind nobody registered is an invalid record."""
+the health signals' of `models.signals`); a kind nobody registered is an invalid record. A message that
+is no record of its topic is a dead letter (`models.dead_letter`), with the reason."""
 
 from __future__ import annotations
 
-import base64
-import json
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from pydantic import ValidationError
 
+from models.dead_letter import DeadLetter
 from models.node_records import NodeRecord
 from models.topics import key_names_record
 from models.wire import decode_node_record
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """An input message that cannot be handled, with what is needed to inspect or replay it."""
-
-    reason: str
-    error: str
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-    def to_json(self) -> bytes:
-        body: dict[str, Any] = {
-            "reason": self.reason,
-            "error": self.error,
-            "topic": self.topic,
-            "partition": self.partition,
-            "offset": self.offset,
-            "dead_lettered_at": datetime.now(UTC).isoformat(),
-            "key_b64": base64.b64encode(self.key).decode() if self.key is not None else None,
-            "value_b64": base64.b64encode(self.value).decode() if self.value is not None else None,
-        }
-        return json.dumps(body).encode()
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        return [
-            ("xidpipe-dlq-reason", self.reason.encode()),
-            ("xidpipe-dlq-topic", self.topic.encode()),
-            ("xidpipe-dlq-partition", str(self.partition).encode()),
-            ("xidpipe-dlq-offset", str(self.offset).encode()),
-        ]
 
 
 def decode_message(
@@ -63,7 +27,7 @@ def decode_message(
     """
 
     def dead(reason: str, error: str) -> DeadLetter:
-        return DeadLetter(reason, error[:2000], topic, partition, offset, key, value)
+        return DeadLetter(reason, error, topic, partition, offset, key, value, datetime.now(UTC))
 
     if value is None:
         return dead("empty", "the message has no value (a tombstone)")

@@ -166,7 +166,7 @@ class _Span:
 class _PartitionHolds:
     """One partition's kernel lines that its committed offset must not pass yet.
 
-    The committed offset stops at the first held line (`streams.app._Acks`), and whoever reads the
+    The committed offset stops at the first held line (`streams.committer.Acks`), and whoever reads the
     partition next parses every line from there, so it must never stand between a record's first and
     last line. The lines of open records are held (`heads`: per node, the offset of its open record's
     first line). A stored record stays tracked (`spans`) until the committed offset may pass it, and

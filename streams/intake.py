@@ -15,16 +15,18 @@ import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
 
 from history.tables import EvidenceRecord, FaultEvent, NodeState
-from streams.decode import DeadLetter, decode_message
+from models.dead_letter import DeadLetter
+from streams.decode import decode_message
 from streams.ingest import EvidenceItem, FaultItem, Ingest, IngestBounds, Item, Ref
 from streams.outbox import Outgoing
-from streams.store import BatchResult, Store
+from streams.store import BatchResult, Store, StoreRetry
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,7 @@ class Intake:
     def handle(self, batch_id: int, messages: Sequence[Message], sent: Sequence[int],
                per_message: bool = False) -> IntakeResult:
         """Store the batch in one transaction (or, `per_message`, one per message, dead-lettering the
-        messages that fail); database errors of the one transaction are raised for the caller to retry."""
+        messages that fail); `StoreRetry` is raised for the caller to retry."""
         if self._prepared is None or self._prepared.batch_id != batch_id:
             prepared_, dead_ = self._prepare(messages)
             self._prepared = _Prepared(batch_id, prepared_, dead_, *self.ingest.holds())
@@ -104,16 +106,16 @@ class Intake:
         return res
 
     def _store_each(self, items: list[Item], res: IntakeResult, *, split: bool) -> list[str]:
-        """Store `items` in one transaction; if that fails (not for an unavailable database) and
-        `split`, one transaction per item. The errors of the items that could not be stored."""
+        """Store `items` in one transaction; if that fails for the records (`StoreRetry.transient`: not)
+        and `split`, one transaction per item. The errors of the items that could not be stored."""
         try:
             stored = self.store.process(items)
             res.outgoing.extend(stored.outgoing)
             res.fault_times.extend(stored.fault_times)
             return []
-        except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError):
-            raise
         except Exception as exc:
+            if isinstance(exc, StoreRetry) and exc.transient:  # the database's state: the worker retries
+                raise
             if not split or len(items) == 1:
                 log.warning("records could not be stored: %s", exc, exc_info=True)
                 return [f"{type(exc).__name__}: {exc}"]
@@ -196,8 +198,8 @@ class _Prepared:
 
 
 def dead_letter(msg: Message, reason: str, error: str) -> DeadLetter:
-    """The dead letter of `msg`: the reason, the error (cut to 2,000 characters), the original bytes."""
-    return DeadLetter(reason, error[:2000], msg.topic, msg.partition, msg.offset, msg.key, msg.value)
+    """The dead letter of `msg`: the reason, the error, the original bytes, found now."""
+    return DeadLetter(reason, error, msg.topic, msg.partition, msg.offset, msg.key, msg.value, datetime.now(UTC))
 
 
 _INT_BITS = {"SmallInteger": 16, "Integer": 32, "BigInteger": 64}

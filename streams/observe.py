@@ -14,9 +14,9 @@ import logging
 import time
 from typing import Any
 
+from models.dead_letter import DeadLetter
 from service.http import EndpointServer, checks_report, run_checks
 from service.metrics import WorkerMetrics
-from streams.decode import DeadLetter
 from streams.settings import WorkerSettings
 from streams.store import BatchResult
 

@@ -10,12 +10,10 @@ thread or process, so the event loop never waits on SQL.
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -34,12 +32,12 @@ from history.tables import (
     metadata,
 )
 from models.correlate import workload_name
+from models.dead_letter import DeadLetter
 from models.incidents import ActionRequest, FaultObservation, actions_for, resolve_if_quiet
 from models.pci import normalize_pci
 from models.stream_policy import PipelinePolicy
 from streams import outbox
 from streams.batch import BatchTransaction, StoreCaches
-from streams.decode import DeadLetter
 from streams.fleet import sweep_fleet
 from streams.ingest import EvidenceItem, FaultItem, Item, StateItem
 from streams.outbox import (
@@ -54,7 +52,44 @@ from streams.outbox import (
 log = logging.getLogger(__name__)
 
 _EVIDENCE_WAITS_S = 3600.0  # how long evidence waits for the fault that triggered it to be stored
-_LOCK_RETRIES = 5  # a transaction that ended in a deadlock is run again this many times before the error stands
+
+RetryKind = Literal["unavailable", "lock_conflict", "write_conflict"]
+
+
+class StoreRetry(Exception):
+    """A transaction that failed and was rolled back, and that running again may commit: the store's one
+    answer to "may this be retried?", picklable, so it crosses from the store process as it is.
+
+    `unavailable`: the database cannot be reached or dropped the connection; it passes when the
+    database is back. `lock_conflict`: a deadlock or a serialization failure with another transaction
+    (another worker after a rebalance); running it again succeeds. `write_conflict`: a row another writer
+    stored first (a unique key); a race retries clean, one that outlives a few retries is a bad record.
+    """
+
+    def __init__(self, kind: RetryKind, error: str, detail: str = "") -> None:
+        super().__init__(kind, error, detail)
+        self.kind: RetryKind = kind
+        self.error = error  # what failed, without the database's words (the exception's type, ...)
+        self.detail = detail  # the database's words
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.error}" + (f": {self.detail}" if self.detail else "")
+
+    @property
+    def transient(self) -> bool:
+        """The database's state, not the records: it passes for any records."""
+        return self.kind != "write_conflict"
+
+
+def retry_kind(exc: BaseException) -> RetryKind | None:
+    """Which `StoreRetry` a database error is, or None when running the transaction again cannot help."""
+    if lock_conflict(exc):
+        return "lock_conflict"
+    if isinstance(exc, sa.exc.IntegrityError):
+        return "write_conflict"
+    if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError | sa.exc.TimeoutError):
+        return "unavailable"
+    return None
 
 
 def utcnow() -> datetime:
@@ -99,21 +134,17 @@ class Store:
     def process(self, items: Sequence[Item], now: datetime | None = None, sent: Sequence[int] = ()) -> BatchResult:
         """Handle a batch in one transaction; `sent`: outbox ids published meanwhile, marked sent in it too.
 
-        A transaction that ended in a deadlock with another worker's (`lock_conflict`) is run again.
+        The transaction runs once. A failure that running it again may cure is raised as `StoreRetry`
+        (the caller retries: the worker, `streams.app`); any other error is raised as it is.
         """
-        now = now or utcnow()
-        attempt = 0
-        while True:
-            try:
-                return self._process(items, now, BatchResult(), sent)
-            except BaseException as exc:
-                self.caches.forget_uncommitted()  # they may hold rows of the transaction that was rolled back
-                attempt += 1
-                if attempt > _LOCK_RETRIES or not lock_conflict(exc):
-                    raise
-                log.warning("transaction ended in a lock conflict (%s); running it again",
-                            type(getattr(exc, "orig", exc)).__name__)
-                time.sleep(random.uniform(0.0, 0.02 * attempt))  # apart from the other transaction's retry
+        try:
+            return self._process(items, now or utcnow(), BatchResult(), sent)
+        except BaseException as exc:
+            self.caches.forget_uncommitted()  # they may hold rows of the transaction that was rolled back
+            kind = retry_kind(exc)
+            if kind is None:
+                raise
+            raise StoreRetry(kind, type(exc).__name__, str(getattr(exc, "orig", None) or exc)) from exc
 
     def _process(self, items: Sequence[Item], now: datetime, res: BatchResult, sent: Sequence[int]) -> BatchResult:
         with Session(self.engine, expire_on_commit=False) as s, s.begin():

@@ -15,13 +15,9 @@ from models.stream_policy import PipelinePolicy
 from streams.ingest import IngestBounds
 from streams.intake import Intake, IntakeResult, Message
 from streams.outbox import Outgoing
-from streams.store import Store
+from streams.store import Store, StoreRetry
 
 log = logging.getLogger(__name__)
-
-
-class StoreUnavailable(Exception):
-    """The store's process died; a new one is started, and the call can be retried."""
 
 
 class AsyncStore:
@@ -31,15 +27,15 @@ class AsyncStore:
     the database work then run on another core than the stream, which CPython's one-thread-at-a-time
     interpreter would otherwise share between them. With `process=False` they run on one thread of
     the calling process. Either way one call runs at a time, in the order made. A store process
-    that dies is replaced; the call it was running raises `StoreUnavailable` and can be retried (its
-    transaction was rolled back).
+    that dies is replaced; the call it was running raises `StoreRetry` (`unavailable`) and can be
+    retried (its transaction was rolled back).
     """
 
     def __init__(self, url: str, policy: PipelinePolicy | None = None, cluster: str = "default", *,
                  kinds: dict[str, frozenset[str]] | None = None, process: bool = True,
-                 log_level: int = logging.INFO, bounds: IngestBounds | None = None) -> None:
+                 log_level: int = logging.INFO, log_format: str = "auto", bounds: IngestBounds | None = None) -> None:
         self._args = (url, (policy or PipelinePolicy()).model_dump(mode="json"), cluster, dict(kinds or {}),
-                      log_level, bounds)
+                      log_level, log_format, bounds)
         self._process = process
         self.intake: Intake | None = None if process else Intake(Store(url, policy, cluster), dict(kinds or {}),
                                                                  bounds)
@@ -64,7 +60,7 @@ class AsyncStore:
                 log.error("the store process died; starting another")
                 executor.shutdown(wait=False)
                 self._executor = self._new_executor()
-            raise StoreUnavailable("the store process died") from exc
+            raise StoreRetry("unavailable", "the store process died") from exc
 
     async def start(self) -> None:
         """Start the store process now rather than at the first call."""
@@ -111,7 +107,7 @@ _PROCESS_INTAKE: Intake | None = None  # in the store process: the one Intake
 
 
 def _start_store_process(url: str, policy: dict[str, Any], cluster: str, kinds: dict[str, frozenset[str]],
-                         log_level: int, bounds: IngestBounds | None, worker_pid: int) -> None:
+                         log_level: int, log_format: str, bounds: IngestBounds | None, worker_pid: int) -> None:
     """In the store process: die with the worker, leave signals to it, log like it, open the store."""
     import signal
     import sys
@@ -130,7 +126,7 @@ def _start_store_process(url: str, policy: dict[str, Any], cluster: str, kinds: 
             os._exit(1)
     from service.logs import configure_logging
 
-    configure_logging(log_level, os.environ.get("XIDPIPE_LOG_FORMAT") or "auto")
+    configure_logging(log_level, log_format)
     _PROCESS_INTAKE = Intake(Store(url, PipelinePolicy.model_validate(policy), cluster), kinds, bounds)
 
 

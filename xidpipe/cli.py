@@ -155,20 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _use_config_file(args: argparse.Namespace) -> None:
-    """Every settings object reads the file; the commands that take `--database-url` and read
-    $XIDPIPE_DATABASE_URL themselves get the file's `database_url` here (flag, environment, file)."""
-    from service.config import CONFIG_ENV, ConfigError, config_file, file_values, use_config_file
+    """Every settings object reads the file (the commands' own settings too: `cli_settings`); a file
+    that is named and missing is refused before the command runs."""
+    from service.config import CONFIG_ENV, ConfigError, config_file, use_config_file
 
     use_config_file(args.config)
     path = config_file()
-    if path is None:
-        return
-    if not path.is_file():
+    if path is not None and not path.is_file():
         raise ConfigError(f"no config file at {path} (--config or {CONFIG_ENV})")
-    url = file_values(path).get("database_url")
-    if url and not getattr(args, "database_url", None) and not os.environ.get("XIDPIPE_DATABASE_URL"):
-        args.database_url = str(url)
-        args.database_url_from_file = True
 
 
 if __name__ == "__main__":

@@ -39,10 +39,11 @@ from models.node_records import Evidence, EvidenceItem, NodeRecord
 from models.topics import topology
 from models.wire import decode_node_record
 from respond.cordon.runtime import build_executor
-from respond.cordon.settings import ActionSettings
-from respond.responder import Responder, RespondSettings, build_responder, run_responder
+from respond.responder import Responder, build_responder, run_responder
+from respond.settings import RespondSettings
 from respond.sinks.build import build_sinks
 from respond.sinks.settings import SinkSettings
+from service.metrics import counted
 from streams.runner import WorkerProcess, consumer_lag, group_lag, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
@@ -219,14 +220,17 @@ def run_demo(say: Callable[[str], None] = print, timeout: float = 110.0) -> dict
         wait_caught_up(worker_settings, max(10.0, timeout - (time.monotonic() - started)), worker)
         lag_left = consumer_lag(bootstrap, worker_settings)
         say(f"Stream: every node record processed (lag {lag_left})")
-        respond = RespondSettings(bootstrap_servers=bootstrap, database_url=db_url, cluster="demo",
-                                  group_id=f"xidpipe-responder-{run}")
-        executor = build_executor(ActionSettings(database_url=SecretStr(db_url)))  # no cluster: dry-run decisions
-        sinks = build_sinks(SinkSettings(database_url=db_url, outbox_dir=OUTBOX, group_wait_s=0,
-                                         incident_url_base=INCIDENT_PAGES))
+        respond = RespondSettings(
+            bootstrap_servers=bootstrap, database_url=SecretStr(db_url), cluster="demo",
+            group_id=f"xidpipe-responder-{run}",
+            sinks=SinkSettings(outbox_dir=OUTBOX, group_wait_s=0, incident_url_base=INCIDENT_PAGES))
+        executor = build_executor(respond.actions, database_url=respond.database)  # no cluster: dry-run decisions
+        sinks = build_sinks(respond.sinks, respond.database)
         responder = build_responder(respond, executor, sinks)
         asyncio.run(respond_until_idle(respond, responder, max(10.0, timeout - (time.monotonic() - started))))
-        say(f"Responder: {len(responder.handled)} action requests handled")
+        # Handled: every request consumed, less those dead-lettered (the responder's metrics count both).
+        handled = counted(responder.metrics.actions) - counted(responder.metrics.dead_letters)
+        say(f"Responder: {handled:.0f} action requests handled")
         worker.terminate()
     store = Store(db_url)
     try:
@@ -239,5 +243,5 @@ def run_demo(say: Callable[[str], None] = print, timeout: float = 110.0) -> dict
         incidents = [i for i in store.incidents() if not i.get("merged_into")]
     finally:
         store.dispose()
-    return {"incidents": incidents, "handled": responder.handled, "seconds": time.monotonic() - started,
+    return {"incidents": incidents, "seconds": time.monotonic() - started,
             "actions": executor.store.recent(500)}

@@ -17,19 +17,20 @@ from respond.cordon.settings import ActionSettings
 __all__ = ["api_client", "build_executor", "store_from"]
 
 
-def store_from(settings: ActionSettings) -> ActionStore:
-    """The SQL action record when a database URL is configured (the database migrated to head first),
-    else the JSON Lines log."""
-    url = settings.database_url.get_secret_value() if settings.database_url else None
-    if not url:
+def store_from(settings: ActionSettings, database_url: str | None = None) -> ActionStore:
+    """The SQL action record in `database_url` (the database migrated to head first), else the JSON
+    Lines log of the settings."""
+    if not database_url:
         return JsonlActionStore(settings.action_log)
-    engine = make_engine(url)
+    engine = make_engine(database_url)
     upgrade(engine)
     return SqlActionStore(engine)
 
 
-def build_executor(settings: ActionSettings, policy: CordonPolicy | None = None, api: Any = None) -> CordonExecutor:
-    """The executor for these settings; the policy file is loaded and validated here (PolicyError if bad).
+def build_executor(settings: ActionSettings, policy: CordonPolicy | None = None, api: Any = None,
+                   database_url: str | None = None) -> CordonExecutor:
+    """The executor for these settings, recording in `database_url` (None: the JSON Lines log); the
+    policy file is loaded and validated here (PolicyError if bad).
 
     `api`: the Kubernetes API client to act through; `api_client(settings)` when not given (None:
     no cluster, every decision is recorded as a dry run)."""
@@ -39,5 +40,5 @@ def build_executor(settings: ActionSettings, policy: CordonPolicy | None = None,
     if api is not None:
         nodes = KubeNodes(api, reporting_instance=settings.reporting_instance,
                           backoff=Backoff(deadline_s=settings.api_deadline_s))
-    return CordonExecutor(policy, store_from(settings), nodes, dry_run=settings.dry_run,
+    return CordonExecutor(policy, store_from(settings, database_url), nodes, dry_run=settings.dry_run,
                           conflict_retries=settings.conflict_retries)

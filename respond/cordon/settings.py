@@ -1,6 +1,10 @@
-"""Settings of the cluster actions: one object, loaded once at start (`service.config`: its own as
-`XIDPIPE_ACTIONS_<NAME>`, the shared database and Kubernetes connection as `XIDPIPE_DATABASE_URL`,
-`XIDPIPE_KUBE_CONFIG` and `XIDPIPE_KUBE_CONTEXT`)."""
+"""Settings of the cluster actions (`service.config`: its own as `XIDPIPE_ACTIONS_<NAME>`, the shared
+Kubernetes connection as `XIDPIPE_KUBE_CONFIG` and `XIDPIPE_KUBE_CONTEXT`): the responder's `actions`
+section (`respond.settings.RespondSettings`), and what `xidpipe node` and `xidpipe breaker` read.
+
+Where actions are recorded is not among them: the responder records them in its database, the
+commands in the database they are given (`--database-url`, `XIDPIPE_DATABASE_URL`), else in the JSON
+Lines log `action_log` (`respond.cordon.runtime.store_from`)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from service.config import XidpipeSettings, shared
@@ -28,10 +32,9 @@ class ActionSettings(XidpipeSettings):
     )
     kube_context: str | None = shared("kube_context", None, description="the kubeconfig's context (None: current)")
     dry_run: bool = Field(default=False, description="decide and record, change nothing (also a policy key)")
-    database_url: SecretStr | None = shared(
-        "database_url", None, description="SQLAlchemy URL for the `actions` table; None: the JSON Lines action log"
-    )
-    action_log: Path = Field(default=Path("xidpipe-actions.jsonl"), description="JSON Lines action log")
+    action_log: Path = Field(default=Path("xidpipe-actions.jsonl"),
+                             description="JSON Lines action log of `xidpipe node` and `xidpipe breaker` when they "
+                             "are given no database")
     reporting_instance: str = Field(
         default_factory=socket.gethostname, description="Event reportingInstance (the pod name in a cluster)"
     )

@@ -44,8 +44,10 @@ class Sinks:
                 log.warning("%d %s rows written before sinks had names now belong to sink %s", adopted, kind, first)
 
 
-def build_sinks(settings: SinkSettings, store: SinkStore | None = None) -> Sinks:
-    store = store or SinkStore(make_engine(settings.database_url))
+def build_sinks(settings: SinkSettings, database_url: str) -> Sinks:
+    """The sinks of these settings, over the store in `database_url` (the ticket maps, queues,
+    notification logs and silences)."""
+    store = SinkStore(make_engine(database_url))
     trackers = open_sinks("tickets", settings)
     transports = open_sinks("chat", settings)
     log.info("sinks: tickets via %s, chat via %s", ", ".join(n for n, _ in trackers),

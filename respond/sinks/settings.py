@@ -1,6 +1,7 @@
-"""Settings of the sinks: one object, loaded once at the composition root (`service.config`: its own
-as `XIDPIPE_SINKS_<NAME>`, nested with `__`: `XIDPIPE_SINKS_TICKET_POLICY__PROJECT=OPS`; the database
-as the shared `XIDPIPE_DATABASE_URL`).
+"""Settings of the sinks (`service.config`: `XIDPIPE_SINKS_<NAME>`, nested with `__`:
+`XIDPIPE_SINKS_TICKET_POLICY__PROJECT=OPS`): the responder's `sinks` section
+(`respond.settings.RespondSettings`, whose database holds the ticket map, notification log and
+silences), and what `xidpipe replay` reads.
 
 Every configured destination is a sink; with no tracker configured, tickets go to the file outbox,
 with no chat destination, messages do. The fields `<destination>_<param>` (`jira_url`,
@@ -21,7 +22,7 @@ from pydantic_settings import SettingsConfigDict
 from models.chat_message import Routing
 from models.dossier import JiraFlavor
 from models.ticket_policy import TicketPolicy
-from service.config import XidpipeSettings, shared
+from service.config import XidpipeSettings
 
 DEFAULT_OWNER_KEYS = ("team", "owner", "app.kubernetes.io/part-of")
 
@@ -30,8 +31,6 @@ class SinkSettings(XidpipeSettings):
     model_config = SettingsConfigDict(env_prefix="XIDPIPE_SINKS_")
     service = "sinks"
 
-    database_url: str = shared("database_url", "sqlite:///var/xidpipe.db",
-                               description="SQLAlchemy URL of the ticket map, notification log and silences")
     outbox_dir: Path = Field(default=Path("var/outbox"), description="where tickets and messages go when no Jira "
                              "or Slack is configured")
 

@@ -8,9 +8,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
+
+from tests.polling import poll
 
 
 def free_port() -> int:
@@ -40,18 +41,17 @@ class AgentProcess:
         return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\w+) ([0-9.e+-]+)$", text, re.M)}
 
     def wait_metric(self, name: str, ok: object, timeout_s: float = 60.0) -> float:
-        deadline = time.monotonic() + timeout_s
-        last = None
-        while time.monotonic() < deadline:
-            assert self.proc is not None and self.proc.poll() is None, self.log_tail()
+        def value() -> tuple[float] | None:
             try:
                 last = self.metrics().get(name)
             except OSError:
-                last = None
-            if last is not None and ok(last):  # type: ignore[operator]
-                return last
-            time.sleep(0.1)
-        raise AssertionError(f"{name} stayed at {last}\n{self.log_tail()}")
+                return None
+            return (last,) if last is not None and ok(last) else None  # type: ignore[operator]
+
+        return poll(f"{name} to pass its check", value, timeout_s, self)[0]
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def log_tail(self) -> str:
         try:

@@ -10,6 +10,7 @@ from agents.evidence import EvidenceCollector, FaultContext, parse_fault_line, r
 from agents.metrics import Metrics
 from agents.signals.nvml.cgroup import parse_cgroup
 from models.node_records import Evidence, NodeRecord
+from tests.polling import poll
 
 CID = "3f1b9c0d2e4a5b6c7d8e9f00112233445566778899aabbccddeeff0011223344"
 
@@ -77,10 +78,7 @@ def test_at_most_one_dossier_per_gpu_per_window(tmp_path: Path) -> None:
     c.on_kernel_fault("r1", line)
     c.on_kernel_fault("r2", line)
     c.on_kernel_fault("r3", line.replace("3b:00", "5e:00"))
-    deadline = time.monotonic() + 10
-    while len(sink) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    poll("two captures", lambda: len(sink) >= 2, 10, interval=0.02)
     time.sleep(0.1)
     assert sorted(e.pci_bus_id for e in sink if isinstance(e, Evidence)) == ["0000:3b:00.0", "0000:5e:00.0"]
     assert c._metrics.get("xidpipe_agent_evidence_suppressed_total") == 1

@@ -5,7 +5,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from agents.metrics import Metrics
 from agents.runtime import Agent
 from agents.settings import AgentSettings
 from service.logs import JsonFormatter
+from tests.polling import poll
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -45,7 +45,8 @@ def test_healthz_and_metrics(tmp_path: Path) -> None:
         assert "# TYPE xidpipe_agent_prefilter_kept_total counter" in text
         lines = dict(ln.rsplit(" ", 1) for ln in text.splitlines() if not ln.startswith("#"))
         assert float(lines["xidpipe_agent_kafka_connected"]) == 0  # nothing listens on port 1
-        _wait_for(lambda: agent.metrics.get("xidpipe_agent_spool_pending") >= 1)  # the Xid line waits there
+        poll("the Xid line to wait in the spool", lambda: agent.metrics.get("xidpipe_agent_spool_pending") >= 1, 10,
+             interval=0.02)
         code, body = _get(f"{base}/readyz")  # live, but not ready
         assert code == 503 and "kafka not connected" in json.loads(body)["reason"]
         assert _get(f"{base}/nope")[0] == 404
@@ -80,13 +81,6 @@ def _agent(tmp_path: Path, **kw: object) -> Agent:
     return Agent(settings)
 
 
-def _wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-
-
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_healthz_is_503_when_the_publisher_thread_dies(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
@@ -99,7 +93,7 @@ def test_healthz_is_503_when_the_publisher_thread_dies(tmp_path: Path) -> None:
     try:
         assert agent.health_server is not None
         url = f"http://127.0.0.1:{agent.health_server.port}/healthz"
-        _wait_for(lambda: _get(url)[0] == 503)
+        poll("/healthz to answer 503", lambda: _get(url)[0] == 503, 10, interval=0.02)
         state = json.loads(_get(url)[1])
         assert not state["ok"] and "publisher bug" in state["dead_threads"]["publisher"]
         assert state["kernel_path_alive"]  # the kernel path alone no longer makes the agent healthy
@@ -126,7 +120,7 @@ def test_healthz_is_503_when_a_sensor_thread_dies(tmp_path: Path) -> None:
     try:
         assert agent.health_server is not None
         url = f"http://127.0.0.1:{agent.health_server.port}/healthz"
-        _wait_for(lambda: _get(url)[0] == 503)
+        poll("/healthz to answer 503", lambda: _get(url)[0] == 503, 10, interval=0.02)
         assert "socket gone" in json.loads(_get(url)[1])["dead_threads"]["crashing-sensor"]
     finally:
         agent.stop()

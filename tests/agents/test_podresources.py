@@ -1,5 +1,4 @@
 import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -11,6 +10,7 @@ from agents.signals.podresources.mapping import split_device_id
 from agents.signals.podresources.watcher import PodResourcesClient, PodResourcesSettings, PodResourcesWatcher
 from models.node_records import NodeRecord, PodAssignments
 from tests.fakes.kubelet.server import FakeContainer, FakeKubelet, FakePod
+from tests.polling import poll
 
 GPU0 = "GPU-0b6d3bf1-6a53-4b34-9e1f-6b1a7f5a0c01"
 GPU1 = "GPU-1c7e4c02-7b64-4c45-af20-7c2b806b1d12"
@@ -83,15 +83,11 @@ def test_watcher_thread_publishes_and_survives_kubelet_errors(kubelet: FakeKubel
     stop = threading.Event()
     w.start(stop)
     try:
-        deadline = time.monotonic() + 10
-        while w._metrics.get("xidpipe_agent_podresources_errors_total") < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        poll("two failed calls", lambda: w._metrics.get("xidpipe_agent_podresources_errors_total") >= 2, 10,
+             interval=0.02)
         assert not sink
         kubelet.fail_with = None
-        while not sink:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        poll("the assignments", lambda: sink, 10, interval=0.02)
         assert len(sink[0].assignments) == 4  # type: ignore[union-attr]
     finally:
         w.close()

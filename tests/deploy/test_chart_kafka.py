@@ -41,7 +41,7 @@ def container_env(docs: list[dict[str, Any]], workload: str) -> dict[str, str]:
 def test_each_protocol_renders_kafka_settings_the_services_load(helm: str, protocol: str,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from agents.settings import AgentSettings
-    from respond.responder import RespondSettings
+    from respond.settings import RespondSettings
     from streams.settings import WorkerSettings
 
     docs = render(helm, CHART, [], [f"kafka.securityProtocol={protocol}"], release="xidpipe", namespace="xidpipe")

@@ -159,7 +159,7 @@ def test_every_service_is_probed_and_scraped_on_its_metrics_endpoint(helm: str) 
         assert container["livenessProbe"]["httpGet"]["port"] in ports
         if name != "agent":  # the agent's readiness would only say Kafka is away: it spools meanwhile
             assert container["readinessProbe"]["httpGet"]["path"] == "/readyz", name
-    from respond.responder import RespondSettings
+    from respond.settings import RespondSettings
     from streams.settings import WorkerSettings
 
     for name, settings in (("worker", WorkerSettings), ("respond", RespondSettings)):

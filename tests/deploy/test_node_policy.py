@@ -5,7 +5,6 @@ opens container logs one namespace at a time."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -14,6 +13,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.utils import create_from_dict
 
 from tests.kube import PodFactory, chart_rbac
+from tests.polling import poll
 
 POLICY = "xidpipe-worker-node-changes"
 
@@ -32,11 +32,13 @@ def refusal(call: Callable[[], object]) -> str | None:
 def policed(worker_core: client.CoreV1Api, node: client.V1Node) -> client.CoreV1Api:
     """The worker's client once the policy is in force (policies load asynchronously)."""
     name = node.metadata.name
-    deadline = time.monotonic() + 30
-    while refusal(lambda: worker_core.patch_node(name, {"metadata": {"labels": {"probe": "x"}}})) is None:
+    def in_force() -> bool:
+        if refusal(lambda: worker_core.patch_node(name, {"metadata": {"labels": {"probe": "x"}}})) is not None:
+            return True
         worker_core.patch_node(name, {"metadata": {"labels": {"probe": None}}})
-        assert time.monotonic() < deadline, "the admission policy never took effect"
-        time.sleep(0.2)
+        return False
+
+    poll("the admission policy to take effect", in_force, 30, interval=0.2)
     return worker_core
 
 

@@ -24,11 +24,11 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -37,6 +37,7 @@ from kubernetes import client
 from models.ticket_policy import incident_label
 from tests.deploy.podrun import Cluster, Kubelet, Podman, PodNotReady, PodRefused, Prepared, render
 from tests.kube import helm_binary, unique
+from tests.polling import poll
 from tests.services import SecuredKafka, service_unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +51,6 @@ CA_CONFIGMAP = "kafka-ca"
 READY_S = float(os.environ.get("XIDPIPE_TEST_POD_READY_S", "240"))
 THROUGH_S = 240.0
 
-T = TypeVar("T")
 
 
 @pytest.fixture(scope="session")
@@ -199,17 +199,6 @@ def stack(helm: str, image: str, control_plane: Any, admin_client: client.ApiCli
         assert problems == [], problems
 
 
-def poll(what: str, probe: Callable[[], T | None], timeout_s: float, logs: Callable[[], str]) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = probe()
-        if found:
-            return found
-        if time.monotonic() >= deadline:
-            pytest.fail(f"{what} not seen in {timeout_s:.0f} s\n{logs()}")
-        time.sleep(1.0)
-
-
 def all_logs(stack: Stack) -> str:
     return "\n".join(stack.podman.logs(p) for p in stack.pods.values())
 
@@ -241,9 +230,9 @@ def test_the_charts_pods_run_from_the_image_and_a_recorded_fault_goes_through(st
         return None
 
     try:
-        found = poll("the Xid 79 incident in PostgreSQL", incident, THROUGH_S, logs)
-        decision = poll("the cordon decision in the action log", cordon, THROUGH_S, logs)
-        opened = poll("the outbox ticket", ticket, THROUGH_S, logs)
+        found = poll("the Xid 79 incident in PostgreSQL", incident, THROUGH_S, interval=1.0, context=logs)
+        decision = poll("the cordon decision in the action log", cordon, THROUGH_S, interval=1.0, context=logs)
+        opened = poll("the outbox ticket", ticket, THROUGH_S, interval=1.0, context=logs)
     finally:
         engine.dispose()
     assert found["pci"].startswith("0000:63:00"), found

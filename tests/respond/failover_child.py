@@ -23,7 +23,8 @@ from respond.cordon.settings import ActionSettings
 from respond.fleet_alerts import wire_breaker_trips
 from respond.leader import LeaderElector, run_elected
 from respond.lease_kube import KubeLease
-from respond.responder import RespondSettings, build_responder, run_responder
+from respond.responder import build_responder, run_responder
+from respond.settings import RespondSettings
 from respond.sinks.build import build_sinks
 from respond.sinks.settings import SinkSettings
 
@@ -39,12 +40,12 @@ def main(cfg: dict[str, Any]) -> None:
     kube = client.Configuration(host=cfg["server"], api_key={"BearerToken": cfg["token"]},
                                 api_key_prefix={"BearerToken": "Bearer"}, ssl_ca_cert=cfg["ca"])
     api = client.ApiClient(kube)
-    executor = build_executor(ActionSettings(database_url=SecretStr(db), policy_file=Path(cfg["policy"]),
-                                             reporting_instance=cfg["identity"]), api=api)
-    sinks = build_sinks(SinkSettings(database_url=db, jira_url=cfg["jira_url"], jira_user=cfg["jira_user"],
+    executor = build_executor(ActionSettings(policy_file=Path(cfg["policy"]), reporting_instance=cfg["identity"]),
+                              api=api, database_url=db)
+    sinks = build_sinks(SinkSettings(jira_url=cfg["jira_url"], jira_user=cfg["jira_user"],
                                      jira_api_token=SecretStr(cfg["jira_token"]), jira_flavor="server",
                                      slack_bot_token=SecretStr(cfg["slack_token"]),
-                                     slack_base_url=cfg["slack_url"], group_wait_s=0, slack_channel_interval_s=0))
+                                     slack_base_url=cfg["slack_url"], group_wait_s=0, slack_channel_interval_s=0), db)
     responder = build_responder(settings, executor, sinks, cluster_api=api)
     wire_breaker_trips(responder)
     elector = LeaderElector(KubeLease(api, cfg["lease"], "default"), cfg["identity"], settings.lease_timings())

@@ -18,7 +18,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from streams.worker import prepare
 from tests.fakes.jira.server import FakeJira
 from tests.fakes.slack.server import FakeSlack
 from tests.kube import unique
+from tests.polling import poll
 from tests.respond.test_responder import action, incident
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,16 +47,6 @@ TIMINGS = {"lease_duration_s": 6.0, "renew_deadline_s": 4.0, "retry_period_s": 0
 JIRA_TOKEN, SLACK_TOKEN = "jira-api-token-Failover0001", "xoxb-3333-4444-FailoverToken"
 CAP = 6  # the breaker's max_per_hour
 INCIDENTS = 16
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 class Replicas:
@@ -167,19 +158,19 @@ def test_the_standby_takes_over_a_killed_leader_and_every_action_happens_once(
     replicas: Replicas = setup["replicas"]
     nodes, lease = setup["nodes"], setup["lease"]
     leader = replicas.start("responder-a")
-    wait_for("responder-a to lead", lambda: holder(admin_client, lease) == "responder-a", 90)
+    poll("responder-a to lead", lambda: holder(admin_client, lease) == "responder-a", 90)
     replicas.start("responder-b")
-    wait_for("responder-b to stand by", lambda: "responder-b is a standby" in replicas.log("responder-b"), 90)
+    poll("responder-b to stand by", lambda: "responder-b is a standby" in replicas.log("responder-b"), 90)
     assert holder(admin_client, lease) == "responder-a"
 
     burst(kafka_bootstrap, setup["prefix"], nodes)
-    wait_for("the leader's first cordon", lambda: cordoned(admin_core, nodes), 90, 0.05)
+    poll("the leader's first cordon", lambda: cordoned(admin_core, nodes), 90, interval=0.05)
     leader.send_signal(signal.SIGKILL)
     killed = time.monotonic()
     leader.wait(10)
     at_kill = (len(cordoned(admin_core, nodes)), len(setup["jira"].issues))
 
-    wait_for("responder-b to take over", lambda: holder(admin_client, lease) == "responder-b",
+    poll("responder-b to take over", lambda: holder(admin_client, lease) == "responder-b",
              TIMINGS["lease_duration_s"] * 3)
     takeover = time.monotonic() - killed
     print(f"\nfailover: lease taken over {takeover:.2f} s after SIGKILL (lease {TIMINGS['lease_duration_s']:g} s, "
@@ -196,7 +187,7 @@ def test_the_standby_takes_over_a_killed_leader_and_every_action_happens_once(
                 tickets = conn.execute(sa.text("select count(*) from tickets")).scalar_one()
             # every incident's ticket and the breaker's fleet incident's
             return tickets >= INCIDENTS + 1 and len(slack.roots("gpu-infra")) >= INCIDENTS
-        wait_for("every ticket and message", settled, 120, 0.5)
+        poll("every ticket and message", settled, 120, interval=0.5)
         time.sleep(3)  # anything doubled would arrive now
         with engine.connect() as conn:
             rows = conn.execute(sa.select(actions_table.c.action, actions_table.c.outcome, actions_table.c.node,
@@ -233,12 +224,12 @@ def test_a_clean_stop_releases_the_lease_and_the_standby_takes_over_at_once(
     replicas: Replicas = setup["replicas"]
     lease = setup["lease"]
     leader = replicas.start("responder-a")
-    wait_for("responder-a to lead", lambda: holder(admin_client, lease) == "responder-a", 90)
+    poll("responder-a to lead", lambda: holder(admin_client, lease) == "responder-a", 90)
     replicas.start("responder-b")
-    wait_for("responder-b to stand by", lambda: "responder-b is a standby" in replicas.log("responder-b"), 90)
+    poll("responder-b to stand by", lambda: "responder-b is a standby" in replicas.log("responder-b"), 90)
     leader.send_signal(signal.SIGTERM)
     stopped = time.monotonic()
-    wait_for("responder-b to take over", lambda: holder(admin_client, lease) == "responder-b", 30, 0.05)
+    poll("responder-b to take over", lambda: holder(admin_client, lease) == "responder-b", 30, interval=0.05)
     takeover = time.monotonic() - stopped
     assert leader.wait(30) == 0, replicas.log("responder-a")
     print(f"\nfailover: lease taken over {takeover:.2f} s after SIGTERM (released)")

@@ -55,7 +55,7 @@ def setup(tmp_path: Path) -> tuple[str, Any]:
     with Session(store.engine) as s:
         s.add_all([incident("inc-1"), incident("inc-2")])
         s.commit()
-    sinks = build_sinks(SinkSettings(database_url=url, outbox_dir=tmp_path / "outbox", group_wait_s=0))
+    sinks = build_sinks(SinkSettings(outbox_dir=tmp_path / "outbox", group_wait_s=0), url)
     return url, sinks
 
 

@@ -14,19 +14,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer
-from pydantic import SecretStr
 from sqlalchemy.orm import Session
 
 from history.tables import Incident
+from models.dead_letter import DeadLetter
 from models.topics import topology
 from respond.cordon.runtime import build_executor
-from respond.cordon.settings import ActionSettings
-from respond.responder import RespondSettings, build_responder, run_responder
+from respond.responder import Responder, build_responder, run_responder
+from respond.settings import RespondSettings
 from respond.sinks.build import build_sinks
 from respond.sinks.settings import SinkSettings
+from service.metrics import counted
 from streams.settings import WorkerSettings
 from streams.store import Store
 from streams.worker import prepare
+from tests.polling import poll_async
 
 T = datetime(2026, 11, 25, 15, 26, 51, tzinfo=UTC)
 
@@ -48,16 +50,17 @@ def action(kind: str, incident_id: str, node: str, operation: str) -> bytes:
                        }).encode()
 
 
-async def respond(settings: RespondSettings, responder, expected: int, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+async def respond(settings: RespondSettings, responder: Responder, requests: int, timeout: float = 60.0) -> None:
+    """Run the responder until it consumed `requests` action requests (its metrics count each as it is
+    taken up); stopping then still finishes the handling in hand."""
     stop = asyncio.Event()
     task = asyncio.create_task(run_responder(settings, responder, stop))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while len(responder.handled) < expected and loop.time() < deadline and not task.done():
-        await asyncio.sleep(0.1)
-    await asyncio.sleep(0.5)  # let a duplicate or a dead letter arrive too
-    stop.set()
-    await task
+    try:
+        await poll_async(f"{requests} action requests consumed",
+                         lambda: task.done() or counted(responder.metrics.actions) >= requests, timeout)
+    finally:
+        stop.set()
+        await task
 
 
 def test_actions_are_carried_out_once_and_bad_ones_dead_lettered(
@@ -90,14 +93,18 @@ def test_actions_are_carried_out_once_and_bad_ones_dead_lettered(
     settings = RespondSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, database_url=postgres_database,
                                group_id=f"g-{prefix}")
     outbox = tmp_path / "outbox"
-    executor = build_executor(ActionSettings(database_url=SecretStr(postgres_database)))
-    sinks = build_sinks(SinkSettings(database_url=postgres_database, outbox_dir=outbox, group_wait_s=0))
+    executor = build_executor(settings.actions, database_url=postgres_database)
+    sinks = build_sinks(SinkSettings(outbox_dir=outbox, group_wait_s=0), postgres_database)
     responder = build_responder(settings, executor, sinks)
-    asyncio.run(respond(settings, responder, expected=4))
+    asyncio.run(respond(settings, responder, requests=6))
 
-    kinds = [(o.kind, o.incident_id) for o in responder.handled]
-    assert kinds.count(("cordon_candidate", "inc-lost")) == 1
-    assert ("ticket", "inc-lost") in kinds and ("notification", "inc-lost") in kinds
+    # Observed through what the responder records: its metrics, the action log, the outboxes, the topics.
+    consumed = {k: counted(responder.metrics.actions, kind=k) for k in ("cordon_candidate", "ticket", "notification",
+                                                                         "undecodable")}
+    assert consumed == {"cordon_candidate": 1, "ticket": 3, "notification": 1, "undecodable": 1}
+    assert counted(responder.metrics.dead_letters) == 2
+    messages = list((outbox / "slack").glob("*/*.json"))
+    assert len(messages) == 1 and "gpu-node-03" in messages[0].read_text()
     cordons = [a for a in executor.store.recent(50) if a.action == "cordon" and a.incident_id == "inc-lost"]
     assert len(cordons) == 1 and cordons[0].dry_run
     tickets = list((outbox / "jira").glob("*/ticket.json"))
@@ -114,8 +121,12 @@ def test_actions_are_carried_out_once_and_bad_ones_dead_lettered(
 
     dlq = KafkaConsumer(f"{topic}.dlq", bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest",
                         consumer_timeout_ms=5000)
-    dead = [(m.value, dict(m.headers)) for m in dlq]
+    dead = [(DeadLetter.from_json(m.value), m.key, dict(m.headers)) for m in dlq]
     dlq.close()
-    assert [v for v, _ in dead] == [b"{not json", action("ticket", "inc-missing", "gpu-node-09", "create")]
-    assert all(h["topic"] == topic.encode() and "offset" in h and "partition" in h for _, h in dead)
-    assert b"not in the database" in dead[1][1]["reason"]
+    # The stream's dead-letter format (models.dead_letter): the original bytes, the reason, where it was read.
+    assert [d.value for d, _, _ in dead] == [b"{not json", action("ticket", "inc-missing", "gpu-node-09", "create")]
+    assert [d.reason for d, _, _ in dead] == ["undecodable", "unknown_incident"]
+    assert all(d.topic == topic and d.partition == 0 and key == b"gpu-node-03" for d, key, _ in dead)
+    assert dead[0][0].offset < dead[1][0].offset and "not in the database" in dead[1][0].error
+    assert all(h["xidpipe-dlq-topic"] == topic.encode() and h["xidpipe-dlq-reason"] == d.reason.encode()
+               for d, _, h in dead)

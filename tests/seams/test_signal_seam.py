@@ -26,10 +26,11 @@ from agents.nvml_calls import NvmlCaller
 from agents.runtime import Agent
 from agents.settings import AgentSettings
 from models import signals as model_signals
+from models.dead_letter import DeadLetter
 from models.incidents import FaultObservation
 from models.node_records import NVML_TOPIC, NodeRecordBase
 from models.topics import topology
-from streams.decode import DeadLetter, decode_message
+from streams.decode import decode_message
 from streams.ingest import FaultItem, Ingest
 from streams.store import Store
 

@@ -110,14 +110,18 @@ def fake_slack() -> Iterator[FakeSlack]:
 
 
 def _settings(tmp_path: Path, **kw: Any) -> SinkSettings:
+    return SinkSettings(outbox_dir=tmp_path / "outbox", group_wait_s=0, slack_channel_interval_s=0, **kw)
+
+
+def _build(settings: SinkSettings, tmp_path: Path) -> Sinks:
+    """The sinks of `settings` over a database at the newest schema."""
     url = f"sqlite:///{tmp_path}/sinks.db"
     engine = make_engine(url)
     try:
         upgrade(engine)
     finally:
         engine.dispose()
-    return SinkSettings(database_url=url, outbox_dir=tmp_path / "outbox", group_wait_s=0, slack_channel_interval_s=0,
-                        **kw)
+    return build_sinks(settings, url)
 
 
 @contextmanager
@@ -125,7 +129,7 @@ def slack_and_hook(tmp_path: Path, fake: FakeSlack) -> Iterator[tuple[Sinks, Clo
     settings = _settings(tmp_path, slack_bot_token=SLACK_TOKEN, slack_base_url=fake.url + "/api/",
                          destinations={"hook": {"url": fake.add_webhook("gpu-alerts"), "timeout_s": 2}})
     assert "hooksecret" not in repr(settings)
-    sinks = build_sinks(settings)
+    sinks = _build(settings, tmp_path)
     clock = Clock()
     for sink in sinks.chat:
         sink.clock = clock
@@ -196,7 +200,7 @@ def test_two_trackers_each_keep_their_own_ticket_and_queue(second_sinks: None, t
                              jira_timeout_s=1.0, ticket_attempts=1,
                              destinations={"jira_dr": {"url": dr.url, "user": dr.user, "api_token": JIRA_TOKEN,
                                                        "timeout_s": 1.0}})
-        sinks = build_sinks(settings)
+        sinks = _build(settings, tmp_path)
         clock = Clock()
         for sink in sinks.tickets:
             sink.clock = clock
@@ -222,12 +226,12 @@ def test_two_trackers_each_keep_their_own_ticket_and_queue(second_sinks: None, t
 
 
 def test_an_unconfigured_sink_leaves_slack_or_the_outbox_in_place(second_sinks: None, tmp_path: Path) -> None:
-    sinks = build_sinks(_settings(tmp_path))
+    sinks = _build(_settings(tmp_path), tmp_path)
     try:
         assert (sinks.chat.names, sinks.tickets.names) == (("outbox",), ("outbox",))
     finally:
         sinks.store.engine.dispose()
-    sinks = build_sinks(_settings(tmp_path, slack_bot_token="xoxb-1"))
+    sinks = _build(_settings(tmp_path, slack_bot_token="xoxb-1"), tmp_path)
     try:
         assert sinks.chat.names == ("slack",)
     finally:
@@ -236,4 +240,4 @@ def test_an_unconfigured_sink_leaves_slack_or_the_outbox_in_place(second_sinks: 
 
 def test_settings_for_a_destination_nobody_registered_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="hook"):
-        build_sinks(_settings(tmp_path, destinations={"hook": {"url": "http://127.0.0.1:9/"}}))
+        _build(_settings(tmp_path, destinations={"hook": {"url": "http://127.0.0.1:9/"}}), tmp_path)

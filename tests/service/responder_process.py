@@ -11,13 +11,11 @@ import signal
 import sys
 from pathlib import Path
 
-from pydantic import SecretStr
-
 
 def main(config: dict[str, str | int]) -> None:
     from respond.cordon.runtime import build_executor
-    from respond.cordon.settings import ActionSettings
-    from respond.responder import RespondSettings, build_responder, run_responder
+    from respond.responder import build_responder, run_responder
+    from respond.settings import RespondSettings
     from respond.sinks.build import build_sinks
     from respond.sinks.settings import SinkSettings
 
@@ -26,9 +24,9 @@ def main(config: dict[str, str | int]) -> None:
     settings = RespondSettings(bootstrap_servers=str(config["bootstrap_servers"]), database_url=db,
                                topic_prefix=str(config["topic_prefix"]), group_id=str(config["group_id"]),
                                metrics_port=int(config["metrics_port"]))
-    executor = build_executor(ActionSettings(database_url=SecretStr(db)))
-    sinks = build_sinks(SinkSettings(database_url=db, outbox_dir=Path(str(config["outbox"])), group_wait_s=0,
-                                     chat_flush_interval_s=0.5))
+    executor = build_executor(settings.actions, database_url=db)
+    sinks = build_sinks(SinkSettings(outbox_dir=Path(str(config["outbox"])), group_wait_s=0,
+                                     chat_flush_interval_s=0.5), db)
     responder = build_responder(settings, executor, sinks)
 
     async def run() -> None:

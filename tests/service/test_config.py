@@ -10,10 +10,11 @@ import pytest
 
 from agents.settings import AgentSettings
 from respond.cordon.settings import ActionSettings
-from respond.responder import RespondSettings
+from respond.settings import RespondSettings
 from respond.sinks.settings import SinkSettings
-from service.config import SHARED_KEYS, ConfigError, env_name, keys_of, setting_key, use_config_file
+from service.config import SHARED_KEYS, ConfigError, env_name, keys_of, setting_key, settings_fields, use_config_file
 from streams.settings import WorkerSettings
+from xidpipe.commands.cli_settings import CliSettings
 from xidpipe.commands.config import classes
 from xidpipe.commands.serve_settings import ServeSettings
 
@@ -49,10 +50,11 @@ def test_one_name_per_shared_setting_across_services(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("XIDPIPE_DATABASE_URL", "postgresql+psycopg://db/x")
     monkeypatch.setenv("XIDPIPE_BOOTSTRAP_SERVERS", "k1:9092")
     monkeypatch.setenv("XIDPIPE_CLUSTER", "prod-east")
-    worker, respond, sinks, actions = WorkerSettings(), RespondSettings(), SinkSettings(), ActionSettings()
-    assert {worker.database_url, respond.database_url, sinks.database_url} == {"postgresql+psycopg://db/x"}
-    assert actions.database_url is not None and actions.database_url.get_secret_value() == "postgresql+psycopg://db/x"
+    worker, respond = WorkerSettings(), RespondSettings()
+    assert worker.database_url == respond.database_url.get_secret_value() == "postgresql+psycopg://db/x"
     assert ServeSettings().database_url == "postgresql+psycopg://db/x"
+    cli = CliSettings().database_url
+    assert cli is not None and cli.get_secret_value() == "postgresql+psycopg://db/x"
     assert {worker.bootstrap_servers, respond.bootstrap_servers, AgentSettings().bootstrap_servers} == {"k1:9092"}
     assert worker.cluster == respond.cluster == "prod-east"
 
@@ -60,7 +62,7 @@ def test_one_name_per_shared_setting_across_services(monkeypatch: pytest.MonkeyP
 def test_every_setting_has_one_key_and_one_environment_name() -> None:
     owner: dict[str, str] = {}
     for cls in classes():
-        for name in cls.model_fields:
+        for name in settings_fields(cls):
             key = setting_key(cls, name)
             assert env_name(cls, name) == f"XIDPIPE_{key.upper()}"
             if key in SHARED_KEYS:
@@ -160,3 +162,49 @@ def test_a_flag_that_turns_a_setting_off_wins_over_the_environment(monkeypatch: 
     assert settings_from_args(build_parser().parse_args(["agent", "--source", "file"])).metrics_port == 9999
     st = settings_from_args(build_parser().parse_args(["agent", "--no-metrics", "--source", "file"]))
     assert st.metrics_port is None and st.source == "file"
+
+
+def test_the_responder_is_one_settings_object_with_one_database(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    config(tmp_path, "actions_dry_run: true\nsinks_group_wait_s: 5\nrespond_group_id: g\n")
+    monkeypatch.setenv("XIDPIPE_DATABASE_URL", "postgresql+psycopg://xidpipe:pw-db-42@db/x")
+    monkeypatch.setenv("XIDPIPE_ACTIONS_API_DEADLINE_S", "7")
+    monkeypatch.setenv("XIDPIPE_SINKS_OUTBOX_DIR", "/srv/outbox")
+    st = RespondSettings()
+    # Its sections, read under their own names, from the file and the environment alike.
+    assert (st.group_id, st.actions.dry_run, st.actions.api_deadline_s) == ("g", True, 7.0)
+    assert (st.sinks.group_wait_s, st.sinks.outbox_dir) == (5.0, Path("/srv/outbox"))
+    # One database, kept secret: no section has a URL of its own.
+    assert st.database == "postgresql+psycopg://xidpipe:pw-db-42@db/x" and "pw-db-42" not in repr(st)
+    assert "database_url" not in ActionSettings.model_fields and "database_url" not in SinkSettings.model_fields
+    # A section is never read under the responder's prefix: that is not a name of it.
+    monkeypatch.setenv("XIDPIPE_RESPOND_ACTIONS__DRY_RUN", "false")
+    assert RespondSettings().actions.dry_run is True
+    config(tmp_path, "respond_actions: {dry_run: false}\n")
+    with pytest.raises(ConfigError, match="unknown setting 'respond_actions'"):
+        RespondSettings()
+
+
+def test_a_bad_section_value_is_named_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from xidpipe.commands.exits import UsageError
+    from xidpipe.commands.startup import load
+
+    monkeypatch.setenv("XIDPIPE_SINKS_GROUP_WAIT_S", "-1")
+    with pytest.raises(UsageError, match=r"^bad configuration \(SinkSettings\): group_wait_s: ") as err:
+        load(RespondSettings)
+    assert "\n" not in str(err.value)
+
+
+def test_the_command_line_reads_its_database_from_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from history.database import DEFAULT_DB
+    from xidpipe.commands.cli_settings import configured_database, history_database
+
+    none = argparse.Namespace(database_url=None)
+    assert configured_database(none) is None and history_database(none) == DEFAULT_DB
+    config(tmp_path, "database_url: sqlite:///from-file.db\n")
+    assert history_database(none) == "sqlite:///from-file.db"
+    monkeypatch.setenv("XIDPIPE_DATABASE_URL", "sqlite:///from-env.db")
+    assert history_database(none) == "sqlite:///from-env.db"
+    assert history_database(argparse.Namespace(database_url="sqlite:///flag.db")) == "sqlite:///flag.db"

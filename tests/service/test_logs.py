@@ -88,7 +88,7 @@ def test_a_bad_level_is_refused() -> None:
 def test_secrets_are_never_written(fmt: str) -> None:
     from pydantic import SecretStr
 
-    from respond.responder import RespondSettings
+    from respond.settings import RespondSettings
 
     out = io.StringIO()
     configure_logging("debug", fmt, out)

@@ -11,14 +11,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -31,6 +29,7 @@ from models.topics import topology
 from streams.runner import WorkerProcess, group_lag, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.worker import prepare
+from tests.polling import poll
 from xidpipe.demo import sample_dir, sample_state
 from xidpipe.localinfra.kafka import LocalKafka, cache_dir, jars_complete
 
@@ -78,17 +77,6 @@ def series(samples: Samples, name: str, label: str) -> dict[str, float]:
             key = dict(ls)[label]
             out[key] = out.get(key, 0.0) + v
     return out
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def spawn(stack: ExitStack, args: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -144,7 +132,7 @@ def check_agents(agents: dict[str, tuple[str, subprocess.Popen[bytes]]]) -> floa
             return code == 200 and "xidpipe_agent_kernel_lines_read_total" in text and \
                 total(scrape(base), "xidpipe_agent_spool_pending") == 0 and \
                 total(scrape(base), "xidpipe_agent_records_acked_total") > 0
-        wait_for(f"agent {node} to publish its log", published, TIMEOUT_S)
+        poll(f"agent {node} to publish its log", published, TIMEOUT_S, interval=0.3)
     acked = 0.0
     for node, (base, _) in agents.items():
         m = scrape(base)
@@ -159,9 +147,9 @@ def check_agents(agents: dict[str, tuple[str, subprocess.Popen[bytes]]]) -> floa
 
 
 def check_worker(base: str, engine: sa.Engine, kernel_topic: str, acked: float) -> None:
-    wait_for("the worker's lag to read 0 on every partition", lambda: (
+    poll("the worker's lag to read 0 on every partition", lambda: (
         (lag := series(scrape(base), "xidpipe_worker_consumer_lag", "topic"))
-        and kernel_topic in lag and sum(lag.values()) == 0), 30)
+        and kernel_topic in lag and sum(lag.values()) == 0), 30, interval=0.3)
     with engine.connect() as conn:
         by_class = {c or "unknown": n for c, n in conn.execute(sa.text(
             "SELECT catalog_category, count(*) FROM fault_events GROUP BY catalog_category"))}
@@ -186,10 +174,10 @@ def check_worker(base: str, engine: sa.Engine, kernel_topic: str, acked: float) 
 def check_responder(base: str, broker: str, group: str, responder: subprocess.Popen[bytes]) -> None:
     """Every action request handled: dry-run cordons, outbox tickets and messages."""
     actions = topology("", 1).actions.name
-    wait_for("the responder to commit every action request", lambda: asyncio.run(
-        group_lag(broker, group, [actions])) == 0 and responder.poll() is None, TIMEOUT_S)
-    r = wait_for("a chat message sent", lambda: (m := scrape(base)) and total(
-        m, "xidpipe_responder_chat_deliveries_total", sink="outbox", action="send") > 0 and m, 30)
+    poll("the responder to commit every action request", lambda: asyncio.run(
+        group_lag(broker, group, [actions])) == 0 and responder.poll() is None, TIMEOUT_S, interval=0.3)
+    r = poll("a chat message sent", lambda: (m := scrape(base)) and total(
+        m, "xidpipe_responder_chat_deliveries_total", sink="outbox", action="send") > 0 and m, 30, interval=0.3)
     consumed = total(r, "xidpipe_responder_actions_consumed_total")
     assert total(r, "xidpipe_responder_actions_consumed_total", kind="cordon_candidate") > 0
     assert total(r, "xidpipe_responder_action_lag_seconds_count") == consumed > 0
@@ -208,7 +196,7 @@ def check_web(stack: ExitStack, db_url: str, port: int, tmp_path: Path) -> str:
     web = spawn(stack, [sys.executable, "-m", "xidpipe.cli", "serve", "--database-url", db_url, "--port",
                         str(port), "--tokens-file", str(tokens)], tmp_path / "serve.log")
     base = f"http://127.0.0.1:{port}"
-    wait_for("xidpipe serve", lambda: call(f"{base}/healthz")[0] == 200 or web.poll() is not None, 60)
+    poll("xidpipe serve", lambda: call(f"{base}/healthz")[0] == 200 or web.poll() is not None, 60, interval=0.3)
     code, body = call(f"{base}/api/v1/incidents?limit=100", READ_TOKEN)
     assert code == 200 and json.loads(body)["total"] > 0
     assert call(f"{base}/api/v1/incidents")[0] == 401

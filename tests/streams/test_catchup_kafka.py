@@ -38,6 +38,7 @@ from streams.intake import Intake, Message
 from streams.runner import WorkerProcess, consumer_lag, produce
 from streams.settings import WorkerSettings
 from streams.store import Store
+from tests.polling import poll
 from tests.streams.records import T0, Kmsg, inventory, pci, pods, s, serial, uuid
 from tests.streams.scaleout_workload import CLOSING, CLOSING_LINES, canonical
 from tests.streams.workers import worker_settings, worker_starter
@@ -307,15 +308,13 @@ def _idle_rss_mb(settings: WorkerSettings, start: Callable[..., WorkerProcess], 
 def _drain(settings: WorkerSettings, worker: WorkerProcess, timeout: float,
            on_lag: Callable[[int], None] | None = None) -> None:
     """Until the group's committed offsets reach the end of every input partition."""
-    deadline = time.monotonic() + timeout
-    while (lag := consumer_lag(settings.bootstrap_servers, settings)) > 0:
-        if on_lag is not None:
+    def caught_up() -> bool:
+        lag = consumer_lag(settings.bootstrap_servers, settings)
+        if lag > 0 and on_lag is not None:
             on_lag(lag)
-        if not worker.alive():
-            raise AssertionError(f"worker died while catching up:\n{worker.log_tail()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still {lag} messages behind after {timeout:.0f} s:\n{worker.log_tail()}")
-        time.sleep(0.5)
+        return lag == 0
+
+    poll("the worker to catch up (lag 0)", caught_up, timeout, worker, interval=0.5)
 
 
 _PARTS = ("fault_events", "incidents", "actions", "changes", "cordon_candidates")
@@ -349,7 +348,7 @@ def test_the_catch_up_stays_in_bounded_memory(catchup: CatchUp) -> None:
     batch = WorkerSettings.model_fields["batch_max"].default  # 2,000
     event_mib = 3 / 1024
     intake = 6.2  # 20.8 MiB per 1,000 active nodes (worker_memory_bench.py at 2,000 nodes), for these 300
-    committer = 3 * batch * event_mib  # batch_max in a transaction, 2 x batch_max waiting (`_Batches`): 17.6
+    committer = 3 * batch * event_mib  # batch_max in a transaction, 2 x batch_max waiting (`committer.Batches`): 17.6
     stream_buffer = batch * event_mib  # Faust's buffer, stream_buffer_max (None: batch_max): 5.9
     poll = batch // 4 * event_mib  # the records of one poll, poll_max_records (None: batch_max / 4): 1.5
     fetched = 16 * 1.0  # undecoded fetched bytes, up to 1 MiB per partition (`consumer_max_fetch_size`) of

@@ -10,7 +10,6 @@ before the first one committed.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
 from streams.ingest import Ingest, Item
 from streams.store import Store
+from tests.polling import poll
 from tests.streams.records import T0, Kmsg, inventory, pods, processes, s
 
 WAIT_S = 60.0  # generous on a loaded machine; the test waits on events, never sleeps its way through
@@ -75,10 +75,9 @@ def _race(held: Store, other: Store, held_items: list[Item], other_items: list[I
         assert at_commit.wait(WAIT_S), "the first transaction reached its commit"
         second = threading.Thread(target=run, args=(other, other_items))
         second.start()
-        deadline = time.monotonic() + WAIT_S
-        while not _waiting_on_a_lock(url):
-            assert time.monotonic() < deadline and second.is_alive(), "the second transaction waits for the first"
-            time.sleep(0.05)
+        poll("the second transaction to wait for the first",
+             lambda: _waiting_on_a_lock(url) or (not second.is_alive() and "ended"), WAIT_S, interval=0.05)
+        assert second.is_alive(), "the second transaction waits for the first"
     finally:
         release.set()
         first.join(WAIT_S)

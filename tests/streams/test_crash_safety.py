@@ -21,8 +21,9 @@ from models.topics import topology
 from streams.runner import WorkerProcess, consumer_lag, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
+from tests.polling import poll
 from tests.streams.records import T0, Kmsg, inventory, pci, s, uuid
-from tests.streams.workers import poll, worker_settings, worker_starter
+from tests.streams.workers import worker_settings, worker_starter
 
 NOTICE = (f"NVRM: The NVIDIA GPU {pci(1)}", "NVRM: (PCI ID: 10de:2330) installed in this system has",
           "NVRM: fallen off the bus and is not responding to commands.")

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
+from models.dead_letter import DeadLetter
 from models.node_records import KERNEL_TOPIC, STATE_TOPIC, encode_node_record
 from models.topics import topology
-from streams.decode import DeadLetter, decode_message
+from streams.decode import decode_message
 from tests.streams.records import T0, Kmsg, inventory
 
 

@@ -99,8 +99,7 @@ def test_fleet_incident_gets_one_ticket_and_one_infra_message(store: Store, tmp_
     results = burst(store, ["rack-0", "rack-1", "rack-2"], T0)
     burst(store, ["rack-3"], T0 + s(30))  # a fourth node joins: no second ticket or message
     actions = [m for m in fleet_messages(results) if m.get("kind")]
-    sinks = build_sinks(SinkSettings(database_url=f"sqlite:///{tmp_path / 'sinks.db'}", outbox_dir=tmp_path / "out",
-                                     group_wait_s=0), store=None)
+    sinks = build_sinks(SinkSettings(outbox_dir=tmp_path / "out", group_wait_s=0), f"sqlite:///{tmp_path / 'sinks.db'}")
     from history.migrate import upgrade
 
     upgrade(sinks.store.engine)

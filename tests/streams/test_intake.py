@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,8 +14,6 @@ from history.tables import OutboxMessage
 from models.node_records import Evidence, encode_node_record
 from models.stream_policy import PipelinePolicy
 from models.topics import topology
-from streams.app import _Acks, _Batches
-from streams.decode import DeadLetter
 from streams.ingest import FaultItem, StateItem
 from streams.intake import Intake, IntakeResult, Message, bad_field
 from streams.store import Store
@@ -90,24 +87,6 @@ def test_thread_store_marks_published_rows_in_the_next_transaction(tmp_path: Pat
     asyncio.run(run())
 
 
-def test_batches_take_what_arrived_up_to_the_most_and_wait_when_full() -> None:
-    async def run() -> None:
-        b = _Batches(max_batch=3, max_pending=4)
-        committer = asyncio.create_task(asyncio.sleep(3600))
-        for i in range(4):
-            await b.put(i, committer)
-        blocked = asyncio.create_task(b.put(4, committer))
-        await asyncio.sleep(0.01)
-        assert not blocked.done()  # 4 pending: the stream waits
-        assert b.take() == [0, 1, 2]  # a batch is at most max_batch
-        await asyncio.wait_for(blocked, 1)
-        assert b.take() == [3, 4]
-        await asyncio.wait_for(b.wait_full(0.01), 1)  # nothing waiting: returns after the timeout
-        committer.cancel()
-
-    asyncio.run(run())
-
-
 NOTICE = (f"NVRM: The NVIDIA GPU {pci(1)}", "NVRM: (PCI ID: 10de:2330) installed in this system has",
           "NVRM: fallen off the bus and is not responding to commands.")
 
@@ -149,33 +128,6 @@ def test_a_revoked_partition_takes_its_open_records_along(tmp_path: Path) -> Non
     assert flushed.faults == 0 and flushed.released == []  # nothing stored: the next reader parses it
     assert [e["node"] for e in it.store.fault_events()] == ["n6"]
     it.dispose()
-
-
-def _event(partition: int, offset: int) -> Any:
-    return SimpleNamespace(message=SimpleNamespace(topic="k", partition=partition, offset=offset, acked=False))
-
-
-def test_acknowledgements_keep_offset_order_and_stop_at_a_held_message() -> None:
-    acks = _Acks()
-    p0 = [_event(0, o) for o in range(4)]
-    p1 = [_event(1, 0)]
-    acks.note(held=[("k", 0, 1)], released=[])
-    assert acks.done([p0[0], p0[1], p1[0], p0[2]]) == [p0[0], p1[0]]
-    assert [e.message.acked for e in p0[1:3]] == [True, True]  # parked: Faust does not wait for them
-    assert acks.done([p0[3]]) == [] and len(acks) == 3
-    acks.note(held=[], released=[("k", 0, 1)])
-    assert acks.drain() == p0[1:] and len(acks) == 0
-    assert not any(e.message.acked for e in p0)  # unparked, for Faust to acknowledge
-
-
-def test_dropped_partitions_are_never_acknowledged() -> None:
-    acks = _Acks()
-    held, later = _event(0, 5), _event(0, 6)
-    acks.note(held=[("k", 0, 5)], released=[])
-    assert acks.done([held, later]) == []
-    assert acks.drop([("k", 0)]) == 2
-    acks.note(held=[], released=[("k", 0, 5)])  # a stale release after the revocation
-    assert acks.drain() == [] and held.message.acked and later.message.acked
 
 
 def evidence(node: str, n: int, **fields: Any) -> Message:
@@ -245,30 +197,3 @@ def test_a_message_whose_records_fail_together_is_stored_record_by_record(tmp_pa
     it.dispose()
 
 
-def test_a_dead_letter_publish_that_fails_is_retried_until_kafka_takes_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kafka.errors import KafkaTimeoutError
-
-    import streams.app as app_module
-
-    monkeypatch.setattr(app_module, "_DEAD_LETTER_RETRY_S", 0.01)
-    sent: list[bytes | None] = []
-
-    class Topic:  # the broker is away for the first two sends
-        async def send(self, **kw: Any) -> Any:
-            if len(sent) < 2:
-                sent.append(None)
-                raise KafkaTimeoutError("no broker")
-            sent.append(kw["key"])
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
-
-    from streams.observe import WorkerObserver
-    from streams.settings import WorkerSettings
-
-    observe = WorkerObserver(None, WorkerSettings())
-    pipeline = SimpleNamespace(dead_letters={"k": Topic()}, observe=observe)
-    dl = DeadLetter("bad_field", "pid out of range", "k", 0, 5, b"n1", b"{}")
-    asyncio.run(asyncio.wait_for(app_module.Pipeline.dead_letter(pipeline, dl), 10))  # type: ignore[arg-type]
-    assert sent == [None, None, b"n1"]
-    assert observe.metrics.dead_letters.labels("k", "bad_field")._value.get() == 1  # counted once, when published

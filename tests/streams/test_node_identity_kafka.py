@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,19 +22,19 @@ import pytest
 import yaml
 from kafka import KafkaConsumer
 from kubernetes import client
-from pydantic import SecretStr
 
 from models.node_identity import TOKEN_HEADER
 from models.topics import topology
 from respond.cordon.runtime import build_executor
-from respond.cordon.settings import ActionSettings
-from respond.responder import RespondSettings, build_responder, run_responder
+from respond.responder import build_responder, run_responder
+from respond.settings import RespondSettings
 from respond.sinks.build import build_sinks
 from respond.sinks.settings import SinkSettings
 from streams.runner import WorkerProcess, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
 from streams.worker import prepare
+from tests.polling import poll_async
 from tests.services import SecuredKafka
 from tests.streams.records import Kmsg
 
@@ -142,26 +143,25 @@ def test_a_record_for_another_node_never_becomes_an_incident(
     respond = RespondSettings(bootstrap_servers=secured_kafka.bootstrap, topic_prefix=prefix,
                               database_url=postgres_database, group_id=f"nid-{run}-responder",
                               **secured_kafka.security("responder").model_dump())
-    executor = build_executor(ActionSettings(database_url=SecretStr(postgres_database)))
-    sinks = build_sinks(SinkSettings(database_url=postgres_database, outbox_dir=tmp_path / "outbox", group_wait_s=0))
+    executor = build_executor(respond.actions, database_url=postgres_database)
+    sinks = build_sinks(SinkSettings(outbox_dir=tmp_path / "outbox", group_wait_s=0), postgres_database)
     responder = build_responder(respond, executor, sinks)
-    asyncio.run(_respond_until_cordon(respond, responder))
+    asyncio.run(_respond_until_cordon(respond, responder, lambda: bool(executor.store.recent(10))))
     completed = [json.loads(m.value) for m in _read_all(secured_kafka, topo.completed.name)]
     assert {c["node"] for c in completed} == {honest}
 
 
-async def _respond_until_cordon(settings: RespondSettings, responder: Any, timeout: float = 60.0) -> None:
+async def _respond_until_cordon(settings: RespondSettings, responder: Any, decided: Callable[[], bool],
+                                timeout: float = 60.0) -> None:
+    """Run the responder until `decided()`: its action log holds the cordon decision."""
     stop = asyncio.Event()
     task = asyncio.create_task(run_responder(settings, responder, stop))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not any(h.kind == "cordon_candidate" for h in responder.handled) and loop.time() < deadline:
-        if task.done():
-            break
-        await asyncio.sleep(0.1)
-    stop.set()
-    await task
-    assert any(h.kind == "cordon_candidate" for h in responder.handled), responder.handled
+    try:
+        await poll_async("the cordon decision in the action log", lambda: task.done() or decided(), timeout)
+    finally:
+        stop.set()
+        await task
+    assert decided(), "the responder stopped before it decided the cordon"
 
 
 @pytest.mark.parametrize(("verb", "group", "resource", "allowed"), [

@@ -10,13 +10,11 @@ one would have made (the store drops them as duplicates), never the later lines 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from models.node_records import NodeRecord
-from streams.app import Pipeline
 from streams.ingest import FaultItem, Ingest, Item
 from tests.streams.records import T0, Kmsg
 from tests.streams.scaleout_workload import NODES, _gpu_lost, _node_lines, _sxid
@@ -46,7 +44,7 @@ def _key(item: Item) -> Any:
 
 def _read(lines: list[NodeRecord], start: int, stop: int, batch: int) -> tuple[Ingest, set[Any], int]:
     """A reader of offsets [start, stop) in batches: what it stored, and its committed offset (the
-    first line it still holds, as `streams.app._Acks` acknowledges)."""
+    first line it still holds, as `streams.committer.Acks` acknowledges)."""
     ingest = Ingest()
     stored: set[Any] = set()
     held: set[int] = set()
@@ -120,13 +118,3 @@ def test_a_revoked_partition_leaves_no_parser_and_no_hold_behind() -> None:
     assert ingest.forget([(TOPIC, 0)]) == 12  # every node of the partition, open record or not
     assert ingest.nodes == 1 and ingest.holds() == ([], [])
     assert ingest.flush_all() == []  # nothing of the partition is stored after the revocation
-
-
-def test_events_fetched_before_a_rebalance_are_neither_handled_nor_acknowledged() -> None:
-    def event(generation: int | None) -> Any:
-        return SimpleNamespace(message=SimpleNamespace(topic=TOPIC, partition=0, offset=1, generation_id=generation))
-
-    pipeline = SimpleNamespace(app=SimpleNamespace(consumer_generation_id=3))
-    now, before, unknown = event(3), event(2), event(None)
-    assert Pipeline._current(pipeline, [before, now, unknown]) == [now, unknown]  # type: ignore[arg-type]
-    assert Pipeline._current(pipeline, [now]) == [now]  # type: ignore[arg-type]

@@ -31,9 +31,10 @@ from models.topics import topology
 from streams.runner import WorkerProcess, consumer_lag, produce
 from streams.settings import WorkerSettings
 from streams.store import Store
+from tests.polling import poll
 from tests.services import fresh_postgres_database
 from tests.streams.scaleout_workload import NODES, canonical, workload
-from tests.streams.workers import poll, worker_settings
+from tests.streams.workers import worker_settings
 
 PARTITIONS = 12
 WAIT_S = 240.0  # a generous bound for a run to go idle on a loaded 2-core machine
@@ -125,13 +126,12 @@ def _idle(settings: WorkerSettings, workers: Workers) -> bool:
 
 
 def _wait_idle(settings: WorkerSettings, workers: Workers) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not _idle(settings, workers):
-        if time.monotonic() > deadline:
-            tails = "\n".join(w.log_tail(2000) for w in workers.alive())
-            raise AssertionError(f"not idle after {WAIT_S:.0f} s (lag "
-                                 f"{consumer_lag(settings.bootstrap_servers, settings)}):\n{tails}")
-        time.sleep(0.5)
+    def context() -> str:
+        tails = "\n".join(w.log_tail(2000) for w in workers.alive())
+        return f"lag {consumer_lag(settings.bootstrap_servers, settings)}:\n{tails}"
+
+    poll("every input committed and every outbox row published", lambda: _idle(settings, workers), WAIT_S,
+         interval=0.5, context=context)
 
 
 def _partitions_used(settings: WorkerSettings) -> set[int]:

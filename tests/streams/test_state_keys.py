@@ -8,10 +8,11 @@ import asyncio
 
 import pytest
 
+from models.dead_letter import DeadLetter
 from models.node_identity import DEFAULT_AGENT_ACCOUNT, TOKEN_HEADER, TokenReview
 from models.node_records import STATE_TOPIC, NodeRecord, SpoolDrops, encode_node_record
 from models.topics import key_names_record, key_node, record_key, topology
-from streams.decode import DeadLetter, decode_message
+from streams.decode import decode_message
 from streams.node_identity import NodeIdentityGate
 from tests.streams.records import T0, Kmsg, inventory, pods, processes
 

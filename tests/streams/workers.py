@@ -1,9 +1,8 @@
 """Stream workers as subprocesses for the Kafka tests: settings on a fresh topic prefix (topics
-deleted afterwards), a starter that kills what it started, and polling that reports a dead worker."""
+deleted afterwards) and a starter that kills what it started (`tests.polling.poll` watches them)."""
 
 from __future__ import annotations
 
-import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -55,16 +54,3 @@ def worker_starter(settings: WorkerSettings, tmp_path: Path) -> Iterator[Callabl
     for w in started:
         w.kill()
 
-
-def poll(what: str, check: Callable[[], Any], timeout: float, worker: WorkerProcess | None = None) -> Any:
-    """`check()` until it is truthy (returned), the worker dies, or `timeout` seconds pass (both fail)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        if worker is not None and not worker.alive():
-            raise AssertionError(f"worker died while waiting for {what}:\n{worker.log_tail()}")
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n{worker.log_tail() if worker else ''}")

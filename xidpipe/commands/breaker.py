@@ -14,7 +14,7 @@ import getpass
 import json
 from typing import Any
 
-from xidpipe.commands.cluster_options import require_record, settings_from_args, store_parent
+from xidpipe.commands.cluster_options import record_database, require_record, settings_from_args, store_parent
 from xidpipe.commands.exits import EXIT_OK, EXIT_REFUSED
 
 
@@ -36,9 +36,9 @@ def register(sub: Any) -> None:
 def _store(args: argparse.Namespace) -> Any:
     from respond.cordon.runtime import store_from
 
-    settings = settings_from_args(args)
-    require_record(settings)
-    return store_from(settings)
+    settings, url = settings_from_args(args), record_database(args)
+    require_record(settings, url)
+    return store_from(settings, url)
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """Command-line options shared by the action commands (`node`, `breaker`): cluster, store, policy.
 
-Each option falls back to its setting (see `ActionSettings`: `XIDPIPE_DATABASE_URL`, `XIDPIPE_KUBE_CONFIG`,
-`XIDPIPE_KUBE_CONTEXT`, `XIDPIPE_ACTIONS_*`, or the config file), and is
+Each option falls back to its setting (`ActionSettings`: `XIDPIPE_KUBE_CONFIG`, `XIDPIPE_KUBE_CONTEXT`,
+`XIDPIPE_ACTIONS_*`; the database: `CliSettings`, `XIDPIPE_DATABASE_URL`; or the config file), and is
 accepted before or after the action (`xidpipe breaker --action-log F status`). A command that needs a
 cluster or an action record and has none configured is refused with the setting to set, never run
 as a silent dry run or against a record it would create empty.
@@ -47,7 +47,7 @@ def settings_from_args(args: argparse.Namespace) -> ActionSettings:
     from pydantic import ValidationError
 
     overrides: dict[str, Any] = {}
-    for key in ("database_url", "action_log", "policy_file", "dry_run"):
+    for key in ("action_log", "policy_file", "dry_run"):
         value = getattr(args, key, None)
         if value is not None:
             overrides[key] = value
@@ -71,9 +71,17 @@ def require_cluster(settings: ActionSettings) -> None:
         raise UsageError(NO_CLUSTER)
 
 
-def require_record(settings: ActionSettings) -> None:
-    """The action record must already exist: a typo'd path is an error, never a new empty record."""
-    url = settings.database_url.get_secret_value() if settings.database_url else None
+def record_database(args: argparse.Namespace) -> str | None:
+    """The database the actions are recorded in (`--database-url`, else the settings'); None: the JSON
+    Lines action log."""
+    from xidpipe.commands.cli_settings import configured_database
+
+    return configured_database(args)
+
+
+def require_record(settings: ActionSettings, url: str | None) -> None:
+    """The action record (in `url`, else the JSON Lines log) must already exist: a typo'd path is an
+    error, never a new empty record."""
     if url:
         path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
         if path and path != ":memory:" and not os.path.exists(path):

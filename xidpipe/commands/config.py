@@ -17,13 +17,14 @@ from typing import Any
 from xidpipe.commands.exits import EXIT_OK
 from xidpipe.commands.options import database_parent
 
-# Each command's settings classes, in the order they are read.
-SERVICES: dict[str, tuple[str, ...]] = {
-    "agent": ("agents.settings:AgentSettings",),
-    "worker": ("streams.settings:WorkerSettings",),
-    "respond": ("respond.responder:RespondSettings", "respond.cordon.settings:ActionSettings",
-                "respond.sinks.settings:SinkSettings"),
-    "serve": ("xidpipe.commands.serve_settings:ServeSettings",),
+# Each command's one settings class (the deployables', and the command line's own); a class's sections
+# (`RespondSettings.actions`, `.sinks`) are shown after it, each under its own name.
+SERVICES: dict[str, str] = {
+    "agent": "agents.settings:AgentSettings",
+    "worker": "streams.settings:WorkerSettings",
+    "respond": "respond.settings:RespondSettings",
+    "serve": "xidpipe.commands.serve_settings:ServeSettings",
+    "cli": "xidpipe.commands.cli_settings:CliSettings",
 }
 MASK = "**********"  # as pydantic shows a SecretStr
 _SECRET_KEY = re.compile(r"(?i)(token|passw|secret|api[_-]?key|routing[_-]?key|credential|webhook)")
@@ -42,13 +43,20 @@ def register(sub: Any) -> None:
     show.set_defaults(func=run_show)
 
 
-def classes(service: str | None = None) -> list[type[Any]]:
-    names = SERVICES[service] if service else tuple(dict.fromkeys(n for ns in SERVICES.values() for n in ns))
+def top_classes(service: str | None = None) -> list[type[Any]]:
+    """The settings class of `service`, or of every command."""
     out = []
-    for name in names:
+    for name in [SERVICES[service]] if service else SERVICES.values():
         module, cls = name.split(":")
         out.append(getattr(importlib.import_module(module), cls))
     return out
+
+
+def classes(service: str | None = None) -> list[type[Any]]:
+    """Every settings class of `service` (or of every command): each command's, then its sections'."""
+    from service.config import sections
+
+    return list(dict.fromkeys(c for top in top_classes(service) for c in (top, *sections(top).values())))
 
 
 def mask(value: Any, key: str = "") -> Any:
@@ -68,21 +76,33 @@ def mask(value: Any, key: str = "") -> Any:
 
 def effective(service: str | None, flags: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per settings section (agent, worker, respond, actions, sinks, web): key → value, source, env."""
-    from service.config import config_file, env_name, file_values, setting_key, source_of
+    from service.config import config_file, env_name, file_values, sections, setting_key, settings_fields, source_of
     from xidpipe.commands.startup import load
 
     file = file_values(config_file())
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for cls in classes(service):
-        given = {k: v for k, v in flags.items() if k in cls.model_fields and v is not None}
-        settings = load(cls, **given)
-        dumped = settings.model_dump(mode="json")
-        section = out.setdefault(cls.service, {})
-        for name in cls.model_fields:
-            section[setting_key(cls, name)] = {
-                "value": mask(dumped.get(name), name), "source": source_of(cls, name, given, file),
-                "env": env_name(cls, name)}
+    for top in top_classes(service):
+        given = {k: v for k, v in flags.items() if k in settings_fields(top) and v is not None}
+        settings = load(top, **given)  # loaded once, with its sections
+        parts = [(top, settings, given), *((cls, getattr(settings, name), {}) for name, cls in sections(top).items())]
+        for cls, part, part_flags in parts:
+            dumped = part.model_dump(mode="json")
+            section = out.setdefault(cls.service, {})
+            for name in settings_fields(cls):
+                section[setting_key(cls, name)] = {
+                    "value": mask(_shown(getattr(part, name), dumped.get(name), name), name),
+                    "source": source_of(cls, name, part_flags, file), "env": env_name(cls, name)}
     return out
+
+
+def _shown(value: Any, dumped: Any, name: str) -> Any:
+    """What `mask` is given: a secret URL (`database_url`, a SecretStr that may carry a password) as the
+    URL, which `mask` shows with its credentials redacted; any other secret as pydantic masked it."""
+    from pydantic import SecretStr
+
+    if isinstance(value, SecretStr) and not _SECRET_KEY.search(name):
+        return value.get_secret_value()
+    return dumped
 
 
 def _yaml_scalar(value: Any) -> str:
@@ -103,9 +123,7 @@ def render_yaml(data: dict[str, dict[str, dict[str, Any]]]) -> str:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from_file = getattr(args, "database_url_from_file", False)  # the CLI's copy of the file's value
-    flags = {"database_url": None if from_file else args.database_url}
-    data = effective(args.service, flags)
+    data = effective(args.service, {"database_url": args.database_url})
     if args.format == "json":
         print(json.dumps(data, indent=2, sort_keys=False))
     else:
@@ -144,20 +162,22 @@ def _row(key: str, env: str, default: str, description: str | None) -> str:
 def reference_markdown() -> str:
     """The tables of every setting of every service, as docs/configuration.md shows them: the shared
     settings first (with the services that read each), then each service's own."""
-    from service.config import SHARED_KEYS, env_name, setting_key
+    from service.config import SHARED_KEYS, env_name, setting_key, settings_fields
 
     header = "| Key (file) | Environment | Default | Meaning |\n|---|---|---|---|\n"
     found: dict[str, list[tuple[str, str, str | None]]] = {}
     own: list[str] = []
     for cls in classes():
         rows = []
-        for name, info in cls.model_fields.items():
+        for name in settings_fields(cls):
+            info = cls.model_fields[name]
             key = setting_key(cls, name)
             if key in SHARED_KEYS:
                 found.setdefault(key, []).append((cls.service, _default_text(info), info.description))
             else:
                 rows.append(_row(key, env_name(cls, name), _default_text(info), info.description))
-        own.append(f"#### {cls.service} (`{cls.__module__}.{cls.__name__}`)\n\n{header}" + "\n".join(rows))
+        if rows:  # a class of shared settings only (the command line's) is in the shared table alone
+            own.append(f"#### {cls.service} (`{cls.__module__}.{cls.__name__}`)\n\n{header}" + "\n".join(rows))
     shared = []
     for key in SHARED_KEYS:
         uses = found.get(key, [])
@@ -173,6 +193,6 @@ def reference_markdown() -> str:
 
 def env_names() -> dict[str, str]:
     """Every environment name a service reads, with the section (service) it configures."""
-    from service.config import env_name
+    from service.config import env_name, settings_fields
 
-    return {env_name(cls, name): cls.service for cls in classes() for name in cls.model_fields}
+    return {env_name(cls, name): cls.service for cls in classes() for name in settings_fields(cls)}

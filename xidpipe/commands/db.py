@@ -17,7 +17,7 @@ import json
 import sys
 from typing import Any
 
-from history.database import HistoryUnavailable, database_url, require_database, shown
+from history.database import HistoryUnavailable, require_database, shown
 from xidpipe.commands.exits import EXIT_OK, Unavailable, UsageError
 from xidpipe.commands.options import database_parent, json_parent
 
@@ -45,7 +45,9 @@ def _common() -> list[argparse.ArgumentParser]:
 
 
 def _url(args: argparse.Namespace) -> str:
-    return database_url(args.database_url)
+    from xidpipe.commands.cli_settings import history_database
+
+    return history_database(args)
 
 
 def revisions(engine: Any) -> tuple[str | None, str | None]:

@@ -85,10 +85,11 @@ def register(sub: Any) -> None:
 def history_session(args: argparse.Namespace) -> Any:
     from sqlalchemy.orm import Session
 
-    from history.database import HistoryUnavailable, database_url, open_history
+    from history.database import HistoryUnavailable, open_history
+    from xidpipe.commands.cli_settings import history_database
 
     try:
-        return Session(open_history(database_url(args.database_url)))
+        return Session(open_history(history_database(args)))
     except HistoryUnavailable as exc:
         raise Unavailable(str(exc)) from None
 

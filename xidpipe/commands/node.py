@@ -12,7 +12,7 @@ import argparse
 import getpass
 from typing import Any
 
-from xidpipe.commands.cluster_options import cluster_parent, require_cluster, settings_from_args
+from xidpipe.commands.cluster_options import cluster_parent, record_database, require_cluster, settings_from_args
 from xidpipe.commands.exits import EXIT_OK, Refused, Unavailable, UsageError
 
 
@@ -46,7 +46,7 @@ def run_release(args: argparse.Namespace) -> int:
     try:
         api = api_client(settings)
         wait_for_kube(api, base.startup_deadline_s)
-        executor = build_executor(settings, api=api)
+        executor = build_executor(settings, api=api, database_url=record_database(args))
     except PolicyError as exc:
         raise UsageError(str(exc)) from None
     except Exception as exc:  # the kubeconfig cannot be loaded: kubernetes' ConfigException and OSError

@@ -29,12 +29,11 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from models.topics import topology
     from respond.cordon.runtime import api_client, build_executor
-    from respond.cordon.settings import ActionSettings
     from respond.fleet_alerts import wire_breaker_trips
     from respond.leader import LeadershipLost, run_elected
-    from respond.responder import RespondSettings, build_responder, run_responder
+    from respond.responder import build_responder, run_responder
+    from respond.settings import RespondSettings
     from respond.sinks.build import build_sinks
-    from respond.sinks.settings import SinkSettings
     from streams.topics import ensure_topics
     from xidpipe.commands.exits import UsageError
     from xidpipe.commands.startup import (
@@ -46,25 +45,23 @@ def run(args: argparse.Namespace) -> int:
         wait_for_kube,
     )
 
-    settings = load(RespondSettings)
+    settings = load(RespondSettings)  # with its sections: settings.actions, settings.sinks
     start_logging(settings)
-    actions, sink_settings = load(ActionSettings), load(SinkSettings)
     try:
-        api = api_client(actions)
+        api = api_client(settings.actions)
     except Exception as exc:  # a kubeconfig that cannot be loaded: kubernetes' ConfigException, OSError
         if type(exc).__name__ != "ConfigException" and not isinstance(exc, ValueError | OSError):
             raise
-        raise UsageError(f"cannot load the cluster configuration (XIDPIPE_KUBE_CONFIG={actions.kube_config}): "
+        raise UsageError("cannot load the cluster configuration (XIDPIPE_KUBE_CONFIG="
+                         f"{settings.actions.kube_config}): "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     deadline = settings.startup_deadline_s
-    action_db = actions.database_url.get_secret_value() if actions.database_url else None
-    for url in dict.fromkeys(u for u in (settings.database_url, sink_settings.database_url, action_db) if u):
-        wait_for_database(url, deadline)
+    wait_for_database(settings.database, deadline)
     wait_for_kafka(settings.bootstrap_servers, deadline)
     wait_for_kube(api, deadline)
     try:
-        executor = build_executor(actions, api=api)
-        sinks = build_sinks(sink_settings)
+        executor = build_executor(settings.actions, api=api, database_url=settings.database)
+        sinks = build_sinks(settings.sinks, settings.database)
         elector = _elector(settings, api)
     except (ValueError, OSError) as exc:  # PolicyError is a ValueError
         raise UsageError(config_error(exc)) from None

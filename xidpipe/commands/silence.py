@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -72,8 +71,9 @@ def _store(args: argparse.Namespace, *, write: bool) -> Any:
     from history.engine import make_engine
     from history.migrate import upgrade
     from respond.sinks.sink_store import SinkStore
+    from xidpipe.commands.cli_settings import history_database
 
-    url = args.database_url or os.environ.get(DATABASE_ENV) or DEFAULT_DB
+    url = history_database(args)
     try:
         require_database(url, DATABASE_ENV)
     except HistoryUnavailable as exc:

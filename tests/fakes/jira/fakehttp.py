@@ -157,14 +157,6 @@ class FakeHTTPServer:
             return [r for r in self.requests if (method is None or r.method == method)
                     and (path is None or re.fullmatch(path, r.path))]
 
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return True
-            time.sleep(0.02)
-        return predicate()
-
     # --- serving --------------------------------------------------------------------------------
     def _take_fault(self, method: str, path: str) -> Fault | None:
         with self._lock:

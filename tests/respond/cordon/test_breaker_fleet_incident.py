@@ -29,8 +29,7 @@ def test_a_breaker_trip_is_one_fleet_incident_with_one_ticket_and_message(
 ) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'history.db'}")
     upgrade(engine)
-    sinks = build_sinks(SinkSettings(database_url=f"sqlite:///{tmp_path / 'sinks.db'}", outbox_dir=tmp_path / "out",
-                                     group_wait_s=0))
+    sinks = build_sinks(SinkSettings(outbox_dir=tmp_path / "out", group_wait_s=0), f"sqlite:///{tmp_path / 'sinks.db'}")
     upgrade(sinks.store.engine)
     pool = unique("pool")
     names = [make_node(pool=pool) for _ in range(10)]

@@ -24,6 +24,7 @@ from respond.cordon.kube_nodes import KubeNodes
 from respond.cordon.node_cache import Gone, NodeCache
 from respond.cordon.retry import Backoff
 from tests.kube import unique
+from tests.polling import poll
 from tests.respond.cordon.conftest import NodeFactory, xid79
 
 POOL_LABEL = "xidpipe.io/pool"
@@ -67,13 +68,6 @@ def make_kube(worker_client: client.ApiClient) -> Iterator[Callable[..., KubeNod
         kube.close()
 
 
-def wait_until(what: str, check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def pool_counts(kube: KubeNodes, pool: str, fresh_as_of: int = 0) -> tuple[int, int]:
     view = kube.fleet_view(CordonPolicy(), {POOL_LABEL: pool}, 0, fresh_as_of)
     return view.pool_nodes, view.pool_cordoned_by_xidpipe
@@ -92,7 +86,8 @@ def test_the_cache_follows_changes_made_outside_xidpipe(
 
     # An operator's `kubectl cordon`: seen, and not counted as xidpipe's.
     admin_core.patch_node(names[0], {"spec": {"unschedulable": True}})
-    wait_until("the operator's cordon", lambda: (e := cache.entry(names[0])) is not None and e.unschedulable)
+    poll("the operator's cordon", lambda: (e := cache.entry(names[0])) is not None and e.unschedulable, WAIT_S,
+         interval=0.05)
     assert pool_counts(kube, pool) == (3, 0)
     assert make_executor(nodes=kube).handle(xid79(names[0])).decision == "foreign_cordon"
 
@@ -103,7 +98,7 @@ def test_the_cache_follows_changes_made_outside_xidpipe(
     assert pool_counts(kube, pool, int(other.metadata.resource_version)) == (3, 1)
     make_node(pool=pool)
     admin_core.delete_node(names[2])
-    wait_until("the pool's new size", lambda: pool_counts(kube, pool) == (3, 1))
+    poll("the pool's new size", lambda: pool_counts(kube, pool) == (3, 1), WAIT_S, interval=0.05)
     # Its release by an operator (uncordon) takes it out of xidpipe's count.
     released = admin_core.patch_node(names[1], {"spec": {"unschedulable": False}})
     assert pool_counts(kube, pool, int(released.metadata.resource_version)) == (3, 0)
@@ -131,7 +126,7 @@ def test_an_expired_watch_lists_again_and_keeps_following(
     make_node(pool=pool)
     kube = make_kube(ExpiresOnce)
     assert kube.cache is not None
-    wait_until("the second list", lambda: kube.cache is not None and kube.cache.relists == 2)
+    poll("the second list", lambda: kube.cache is not None and kube.cache.relists == 2, WAIT_S, interval=0.05)
 
     later = make_node(pool=pool)
     created = admin_core.read_node(later).metadata.resource_version

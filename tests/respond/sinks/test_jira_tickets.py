@@ -20,6 +20,7 @@ from respond.sinks.jira.tracker import JiraTracker
 from respond.sinks.sink_store import SinkStore
 from respond.sinks.tickets import TicketSink
 from tests.fakes.jira.server import FakeJira
+from tests.polling import poll
 from tests.respond.sinks.conftest import (
     FAST_RETRY,
     JIRA_TOKEN,
@@ -244,7 +245,7 @@ def test_timeout_after_jira_created_the_ticket_does_not_create_another(fake_jira
     assert list(fake_jira.issues) == ["GPU-1"] and not fake_jira.searchable("GPU-1")  # a search now would miss it
     job = ticket_sink.store.job(out.incident_id)
     assert job is not None and job.next_attempt_at == clock.now + timedelta(seconds=60)
-    assert fake_jira.wait_for(lambda: fake_jira.searchable("GPU-1"), timeout=5)
+    poll("the ticket to be searchable", lambda: fake_jira.searchable("GPU-1"), 5, interval=0.02)
     clock.advance(seconds=60)
     [done] = ticket_sink.drain()
     assert (done.status, done.key) == ("done", "GPU-1")

@@ -20,9 +20,8 @@ def all_text(root: Path) -> str:
 
 
 def test_without_jira_or_slack_everything_goes_to_the_outbox(tmp_path: Path, clock: Clock) -> None:
-    settings = SinkSettings(database_url=migrated(f"sqlite:///{tmp_path}/x.db"), outbox_dir=tmp_path / "outbox",
-                            incident_url_base="https://xidpipe.example.com/")
-    sinks = build_sinks(settings)
+    settings = SinkSettings(outbox_dir=tmp_path / "outbox", incident_url_base="https://xidpipe.example.com/")
+    sinks = build_sinks(settings, migrated(f"sqlite:///{tmp_path}/x.db"))
     [tickets], [chat] = sinks.tickets, sinks.chat
     assert isinstance(tickets.tracker, OutboxTracker) and isinstance(chat.transport, OutboxChat)
     assert (tickets.name, chat.name) == ("outbox", "outbox")
@@ -60,7 +59,7 @@ def test_without_jira_or_slack_everything_goes_to_the_outbox(tmp_path: Path, clo
 
 def test_outbox_repeats_and_thread_updates_are_files_too(tmp_path: Path, clock: Clock) -> None:
     url = migrated(f"sqlite:///{tmp_path}/x.db")
-    sinks = build_sinks(SinkSettings(database_url=url, outbox_dir=tmp_path / "outbox", slack_channel_interval_s=0))
+    sinks = build_sinks(SinkSettings(outbox_dir=tmp_path / "outbox", slack_channel_interval_s=0), url)
     [tickets], [chat] = sinks.tickets, sinks.chat
     tickets.clock = chat.clock = clock
     sinks.tickets.submit(make_notice())
