@@ -28,7 +28,7 @@ from models.pci import BDF
 _ERROR_SPECS: tuple[tuple[str, tuple[str | tuple[str, ...], ...]], ...] = (
     ("gpu_lost", (("(?:Assertion|Check) failed", "GPU_IS_LOST|GPU lost|lost from the bus"),)),
     ("reset_required", (("(?:Assertion|Check) failed", "RESET_REQUIRED|reset required"),)),
-    ("rm_init_adapter_failed", ("RmInitAdapter failed|rm_init_adapter failed",)),
+    ("rm_init_adapter_failed", (r"RmInitAdapter failed|rm_init_adapter(?:\([0-9]{1,3}\))? failed",)),
     ("gsp_rpc_rate_limited", ("Rate limiting GSP RPC error prints",)),
     ("gsp_init_failed", (r"Cannot initialize GSP firmware|_kgspBootGspRm\b|cannot proceed with booting GSP",)),
     ("firmware_missing", ("No firmware image found", ("firmware load ", " failed"))),
@@ -52,7 +52,8 @@ _ERROR_SPECS: tuple[tuple[str, tuple[str | tuple[str, ...], ...]], ...] = (
     ("init_failed", ("NVIDIA init module failed|init_module failed",)),
     ("probe_failed", ("The NVIDIA probe routine failed",)),
     ("driver_conflict", ("probe routine was not called",)),
-    ("pci_resource_invalid", (r"PCI I/O region assigned to your NVIDIA device is invalid|\bBAR[0-9]+ is [0-9]+M @",)),
+    ("pci_resource_invalid", (r"PCI I/O region assigned to your NVIDIA device is invalid|\bBAR[0-9]+ is [0-9]+M @"
+                              r"|64-bit BAR mapped above 4GB",)),
     ("api_mismatch", ("API mismatch",)),
     ("attach_failed", ("Cannot attach gpu|osInitNvMapping failed|failed to (?:attach|map) (?:the )?gpu",)),
     ("open_failed", (r"module->open\(\) failed|\bopen\(\) failed",)),
@@ -110,13 +111,15 @@ BENIGN = re.compile(
     r"^(?:loading NVIDIA UNIX|NVRM version|GPU at \S+ has software scheduler|nvidia-nvlink|"
     r"(?:GPU[0-9]+ )?testIfDsmSubFunctionEnabled|(?:GPU[0-9]+ )?iovaspaceDestruct_IMPL|"
     r"(?:GPU[0-9]+ )?kgspExecuteBooterUnloadIfNeeded|(?:GPU[0-9]+ )?kgspInitRm_IMPL: skipping|"
-    r"NVLink link training completed|Persistence mode is deprecated)",
+    r"NVLink link training completed|Persistence mode is deprecated|"
+    # The driver's debug trace (`NVreg_ResmanDebugLevel`): device opens and ioctls.
+    r"(?:GPU \S+: )?(?:Opening|Closing) GPU with minor number|ioctl\(|nvidia_(?:open|close)\.\.\.)",
     re.IGNORECASE,
 )
 ERROR_WORDS = re.compile(
     r"\b(?:fail(?:s|ed|ure)?|errors?|timed? ?out|timeout|unable|cannot|can't|invalid|lost|abort(?:ed|ing)?|"
     r"panic|crash(?:ed)?|exception|fault|mismatch|not responding|refus\w*|reject\w*|denied|corrupt\w*|"
-    r"unexpected|bad|hang|hung|stuck)\b",
+    r"unexpected|bad|hang|hung|stuck|halted)\b",
     re.IGNORECASE,
 )
 _FUNCTION = re.compile(r"^(?:GPU[0-9]+ )?(?P<fn>_?[A-Za-z]\w{0,128}):")

@@ -68,9 +68,10 @@ _AER_RECEIVED = re.compile(
     r"(?: \((?P<sev>Non-Fatal|Fatal)\))? error(?: message)?) received"
     r"(?:(?::| from) (?P<src>" + BDF + r")|: id=(?P<rid>[0-9a-fA-F]{4}))"
 )
+# The agent `(Receiver ID)` may be missing: a header wrapped before it by a paste.
 _AER_HEADER = re.compile(
-    r"(?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]{1,32}), type=(?P<type>[^,]{1,64}), (?:id=[0-9a-fA-F]{4})?"
-    r"\((?P<agent>[^)]{0,64})\)"
+    r"(?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]{1,32}), type=(?P<type>[^,]{1,64})"
+    r"(?:, (?:id=[0-9a-fA-F]{4})?\((?P<agent>[^)]{0,64})\)|,?\s*$)"
 )
 _AER_DEVICE = re.compile(r"device \[(?P<vendor>[0-9a-fA-F]{4}):(?P<devid>[0-9a-fA-F]{4})\] error status/mask=")
 _AER_ERRNAME = re.compile(
@@ -264,7 +265,8 @@ def _match_device_line(line: str) -> Match | None:
                      details={"severity": "unknown", "vendor_id": dev["vendor"].lower(),
                               "device_id": dev["devid"].lower(), "errors": []},
                      expects="aer", driver=drv)
-    return Match(kind="device_line", start=m.start(), message=text, pci=bdf, driver=drv)
+    return _nvidia_device_error(drv, bdf, text, m.start()) or Match(
+        kind="device_line", start=m.start(), message=text, pci=bdf, driver=drv)
 
 
 def requester_pci(port: str | None, rid: str | None) -> str | None:
@@ -424,5 +426,31 @@ def _recognise(line: str) -> Match | None:
         if got:
             return got
     if ":" in line:
-        return _match_device_line(line)
+        return _match_device_line(line) or _match_probe_failure(line)
     return None
+
+
+# The kernel's own lines about the NVIDIA driver on a device: its probe failed, or the GSP firmware
+# it loads was not found (`nvidia 0000:06:00.0: Direct firmware load for nvidia/550.76/gsp_ga10x.bin
+# failed with error -2`). The driver did not come up on that GPU.
+_PROBE_FAILED = re.compile(r"\bnvidia: probe of (?P<bdf>" + BDF + r") failed with error (?P<err>-?[0-9]{1,5})")
+_FIRMWARE_FAILED = re.compile(
+    r"(?:firmware load for |loading /lib/firmware/)\S{0,200} failed with error (?P<err>-?[0-9]{1,5})"
+)
+
+
+def _match_probe_failure(line: str) -> Match | None:
+    m = _PROBE_FAILED.search(line) if "probe of" in line else None
+    if m is None:
+        return None
+    return Match(kind="driver_error", start=m.start(), message=line[m.start():].strip(), pci=checked_pci(m["bdf"]),
+                 details={"error": "probe_failed", "errno": int(m["err"])}, driver="nvidia")
+
+
+def _nvidia_device_error(drv: str, bdf: str | None, text: str, start: int) -> Match | None:
+    """A kernel line on a device the NVIDIA driver holds that says the driver could not start it."""
+    fw = _FIRMWARE_FAILED.search(text) if drv == "nvidia" and "firmware" in text else None
+    if fw is None:
+        return None
+    return Match(kind="driver_error", start=start, message=f"{drv} {bdf}: {text}", pci=bdf,
+                 details={"error": "firmware_missing", "errno": int(fw["err"])}, driver=drv)
