@@ -26,6 +26,9 @@ def _bare(text: str) -> str:
 def read_pid(text: str) -> tuple[int | None, str | None]:
     """(pid, None) for ASCII digits up to pid_max, also wrapped in quotes or Markdown marks;
     (None, None) for a placeholder; (None, text) for a field that is no pid."""
+    if text.isdigit() and text.isascii() and len(text) <= 7:  # the driver's own form
+        value = int(text)
+        return (value, None) if value <= PID_MAX else (None, text)
     bare = _bare(text)
     if bare.lower() in _NONE:
         return None, None

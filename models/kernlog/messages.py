@@ -32,11 +32,9 @@ from models.pci import BDF, normalize_pci
 # Quantifiers that something must follow are bounded, so that no line costs more than linear time
 # (an unbounded `[^)]*` is re-scanned from every occurrence of its anchor); digits are ASCII.
 # The code is read whatever follows it (a line cut after the code, a stray character, a field that
-# does not read): the fields after it are read by XID_FIELDS from what is left.
+# does not read): the pid and name fields are optional, and the message is whatever is left.
 XID = re.compile(
-    r"NVRM: Xid\s{0,8}(?:\((?P<pci>[^)]{0,64})\)\s{0,4}:?|(?=\s))\s{0,8}(?P<xid>[0-9]+)(?!\d)(?P<rest>.*)$"
-)
-XID_FIELDS = re.compile(
+    r"NVRM: Xid\s{0,8}(?:\((?P<pci>[^)]{0,64})\)\s{0,4}:?|(?=\s))\s{0,8}(?P<xid>[0-9]+)(?!\d)"
     r"\s{0,8},?\s{0,8}(?:pid\s{0,4}=(?P<pid>[^,]{0,64})(?:,\s{0,8}name\s{0,4}=(?P<name>[^,]{0,256}))?(?:,|$))?"
     r"\s*(?P<msg>.*)$"
 )
@@ -191,12 +189,10 @@ def _match_xid(line: str) -> Match | None:
     m = XID.search(line)
     if not m:
         return None
-    pci_text, code, rest = m.groups()
+    pci_text, code, raw_pid, name, msg = m.groups()
     xid = int(code) if len(code) <= 4 else -1
     if not in_range(xid, XID_RANGE):
         raise OutOfRange("Xid code")
-    f = XID_FIELDS.match(rest)
-    raw_pid, name, msg = (f["pid"], f["name"], f["msg"]) if f else (None, None, rest)
     invalid: dict[str, str] = {}
     pid, bad_pid = read_pid(raw_pid) if raw_pid is not None else (None, None)
     if bad_pid is not None:

@@ -1,10 +1,12 @@
 """The kernel-log fault parser: lines in, `FaultRecord`s out.
 
 `KernelLogParser` is a streaming state machine: feed it lines one at a time, and it returns the
-records that are complete. Multi-line messages (the three-line "fallen off the bus", an identity
+records that are complete. Multi-line messages (the driver's notices about one GPU, an identity
 line followed by its serial number, AER error groups, SXid detail lines, the crash-dump notice,
-`/dev/kmsg` continuation lines) become one record spanning `line`..`line_end`. A record that a
-truncated input leaves incomplete is dropped rather than guessed.
+`/dev/kmsg` continuation lines) become one record spanning `line`..`line_end`; an open record never
+takes a line that starts a record of its own. A record that a truncated input leaves incomplete is
+dropped rather than guessed. Lines as web pages render them are repaired first
+(`models.kernlog.mangled`), and a line holding several messages is read one message at a time.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ class KernelLogParser(AerReports):
             return []
         if line[:1] == "{":
             return self._json_line(line, n)
-        if line.count("NVRM:") > 1:  # a pasted log whose newlines were lost: one message at a time
+        if line.find("NVRM:", line.find("NVRM:") + 5) > 0:  # a pasted log whose newlines were lost
             out: list[FaultRecord] = []
             for piece in split_messages(line):
                 out.extend(self._text_line(piece, n, None))
