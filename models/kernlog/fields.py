@@ -26,14 +26,15 @@ def _bare(text: str) -> str:
 def read_pid(text: str) -> tuple[int | None, str | None]:
     """(pid, None) for ASCII digits up to pid_max, also wrapped in quotes or Markdown marks;
     (None, None) for a placeholder; (None, text) for a field that is no pid."""
-    if text.isdigit() and text.isascii() and len(text) <= 7:  # the driver's own form
-        value = int(text)
+    if text.isdigit() and text.isascii() and len(text) <= 7 and (text[0] != "0" or len(text) == 1):
+        value = int(text)  # the driver's own form
         return (value, None) if value <= PID_MAX else (None, text)
     bare = _bare(text)
     if bare.lower() in _NONE:
         return None, None
     core = bare.strip(_PID_NOISE)
-    if core.isascii() and core.isdigit():
+    # The driver prints a pid with %d: digits with a leading zero are no pid it wrote.
+    if core.isascii() and core.isdigit() and (core[0] != "0" or len(core) == 1):
         value = int(core) if len(core) <= 10 else PID_MAX + 1
         return (value, None) if value <= PID_MAX else (None, text.strip())
     return None, text.strip()

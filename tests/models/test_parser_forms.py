@@ -75,6 +75,8 @@ def test_the_notice_and_the_record_after_it_are_both_kept_when_the_notice_is_who
     ("NVRM: Xid (PCI:0000:65:00): 31, pid=`4242`, name=job, MMU Fault", 31, "0000:65:00.0", 4242, "job", None),
     # fields that are no value: kept as printed, the code kept
     ("NVRM: Xid (PCI:0000:65:00): 43, pid=42a, name=job, Ch 00000010", 43, "0000:65:00.0", None, "job", {"pid": "42a"}),
+    ("NVRM: Xid (PCI:0000:65:00): 43, pid=0042, name=job, Ch 00000010", 43, "0000:65:00.0", None, "job",
+     {"pid": "0042"}),
     ("NVRM: Xid (PCI:0000:65:00): 43, pid=99999999999, name=job, x", 43, "0000:65:00.0", None, "job",
      {"pid": "99999999999"}),
     ("NVRM: Xid (PCI:0000:65:3f): 79, pid=1, name=job, GPU has fallen off the bus.", 79, None, 1, "job",
