@@ -28,7 +28,7 @@ from models.pci import BDF
 _ERROR_SPECS: tuple[tuple[str, tuple[str | tuple[str, ...], ...]], ...] = (
     ("gpu_lost", (("(?:Assertion|Check) failed", "GPU_IS_LOST|GPU lost|lost from the bus"),)),
     ("reset_required", (("(?:Assertion|Check) failed", "RESET_REQUIRED|reset required"),)),
-    ("rm_init_adapter_failed", ("RmInitAdapter failed|rm_init_adapter failed",)),
+    ("rm_init_adapter_failed", (r"RmInitAdapter failed|rm_init_adapter(?:\([0-9]{1,3}\))? failed",)),
     ("gsp_rpc_rate_limited", ("Rate limiting GSP RPC error prints",)),
     ("gsp_init_failed", (r"Cannot initialize GSP firmware|_kgspBootGspRm\b|cannot proceed with booting GSP",)),
     ("firmware_missing", ("No firmware image found", ("firmware load ", " failed"))),
@@ -42,12 +42,18 @@ _ERROR_SPECS: tuple[tuple[str, tuple[str | tuple[str, ...], ...]], ...] = (
     ("gsp_core_dump", ("kflcnCoreDump",)),
     ("gsp_error", ((r"\bGSP\b", r"\b(?:error|crash|fail)"),)),
     ("crash_dump", ("GPU crash dump has been created|GPU crash dump created",)),
-    ("no_gpu_found", ("No NVIDIA (?:graphics adapter|GPU)s? (?:found|probed)|No NVIDIA GPU found|"
-                      "None of the NVIDIA devices were initialized",)),
+    ("no_gpu_found", ("No NVIDIA (?:graphics adapter|GPU|device)s? (?:found|probed)|No NVIDIA GPU found|"
+                      "None of the NVIDIA (?:devices|graphics adapters) were initiali[sz]ed",)),
+    # A GPU the driver does not take: a legacy GPU, or one this release (or the open module) does
+    # not support. The multi-line notices are read whole (`models.kernlog.notices`); these are
+    # their lines met on their own.
+    ("legacy_gpu", (r"ignoring the legacy GPU|supported through the NVIDIA \S{1,16} Legacy driver",)),
+    ("gpu_not_supported", ("installed in this (?:vGPU host )?system is not supported by",)),
     ("init_failed", ("NVIDIA init module failed|init_module failed",)),
     ("probe_failed", ("The NVIDIA probe routine failed",)),
     ("driver_conflict", ("probe routine was not called",)),
-    ("pci_resource_invalid", (r"PCI I/O region assigned to your NVIDIA device is invalid|\bBAR[0-9]+ is [0-9]+M @",)),
+    ("pci_resource_invalid", (r"PCI I/O region assigned to your NVIDIA device is invalid|\bBAR[0-9]+ is [0-9]+M @"
+                              r"|64-bit BAR mapped above 4GB",)),
     ("api_mismatch", ("API mismatch",)),
     ("attach_failed", ("Cannot attach gpu|osInitNvMapping failed|failed to (?:attach|map) (?:the )?gpu",)),
     ("open_failed", (r"module->open\(\) failed|\bopen\(\) failed",)),
@@ -105,17 +111,41 @@ BENIGN = re.compile(
     r"^(?:loading NVIDIA UNIX|NVRM version|GPU at \S+ has software scheduler|nvidia-nvlink|"
     r"(?:GPU[0-9]+ )?testIfDsmSubFunctionEnabled|(?:GPU[0-9]+ )?iovaspaceDestruct_IMPL|"
     r"(?:GPU[0-9]+ )?kgspExecuteBooterUnloadIfNeeded|(?:GPU[0-9]+ )?kgspInitRm_IMPL: skipping|"
-    r"NVLink link training completed|Persistence mode is deprecated)",
+    r"NVLink link training completed|Persistence mode is deprecated|"
+    # The driver's debug trace (`NVreg_ResmanDebugLevel`): device opens and ioctls.
+    r"(?:GPU \S+: )?(?:Opening|Closing) GPU with minor number|ioctl\(|nvidia_(?:open|close)\.\.\.)",
     re.IGNORECASE,
 )
 ERROR_WORDS = re.compile(
     r"\b(?:fail(?:s|ed|ure)?|errors?|timed? ?out|timeout|unable|cannot|can't|invalid|lost|abort(?:ed|ing)?|"
     r"panic|crash(?:ed)?|exception|fault|mismatch|not responding|refus\w*|reject\w*|denied|corrupt\w*|"
-    r"unexpected|bad|hang|hung|stuck)\b",
+    r"unexpected|bad|hang|hung|stuck|halted)\b",
     re.IGNORECASE,
 )
 _FUNCTION = re.compile(r"^(?:GPU[0-9]+ )?(?P<fn>_?[A-Za-z]\w{0,128}):")
 _ANY_PCI = re.compile(r"(?:PCI:)?(?P<pci>" + BDF + r"|[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\b)")
+
+
+# What a class's line says beyond its name: `RmInitAdapter failed! (0x26:0x56:1463)` (the init
+# stage, the NV_STATUS code, the source line), the devices a probe failed for, the versions of an
+# API mismatch.
+_RM_INIT = re.compile(r"\((?P<init>0x[0-9a-fA-F]{1,8}):(?P<rm>0x[0-9a-fA-F]{1,8}):(?P<line>[0-9]{1,6})\)")
+_DEVICES = re.compile(r"\bfor (?P<n>[0-9]{1,4}) device\(s\)")
+_MISMATCH = re.compile(r"client has the version (?P<client>[0-9][0-9.]{0,20}[0-9]), but")
+
+
+def class_details(name: str, text: str) -> dict[str, object]:
+    """The values a driver-error line of class `name` carries."""
+    if name == "rm_init_adapter_failed":
+        m = _RM_INIT.search(text)
+        return {"init_status": m["init"], "rm_status": m["rm"], "rm_line": int(m["line"])} if m else {}
+    if name in ("probe_failed", "driver_conflict"):
+        n = _DEVICES.search(text)
+        return {"devices": int(n["n"])} if n else {}
+    if name == "api_mismatch":
+        v = _MISMATCH.search(text)
+        return {"client_version": v["client"]} if v else {}
+    return {}
 
 
 def driver_error_class(text: str) -> str | None:

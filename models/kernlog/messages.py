@@ -16,33 +16,43 @@ from models.kernlog.driver_lines import (
     BODY,
     BODY_CLASSES,
     BODY_XIDS,
+    class_details,
     driver_error_class,
     function_of,
     is_benign,
     looks_like_error,
     pci_in,
 )
-from models.kernlog.limits import PCI_DEVICE_MAX, PID_MAX, SXID_RANGE, XID_RANGE, in_range
+from models.kernlog.fields import read_name, read_pci, read_pid
+from models.kernlog.limits import PCI_DEVICE_MAX, SXID_RANGE, XID_RANGE, in_range
+from models.kernlog.notices import opener as notice_opener
 from models.pci import BDF, normalize_pci
 
 # pid=<n|'<unknown>'>[, name=<comm>][, <message>]; a comm may hold spaces (not commas).
 # Quantifiers that something must follow are bounded, so that no line costs more than linear time
 # (an unbounded `[^)]*` is re-scanned from every occurrence of its anchor); digits are ASCII.
+# The code is read whatever follows it (a line cut after the code, a stray character, a field that
+# does not read): the pid and name fields are optional, and the message is whatever is left.
 XID = re.compile(
-    r"NVRM: Xid\s{0,8}\((?P<pci>[^)]{0,64})\):\s{0,8}(?P<xid>[0-9]+)"
-    r"(?:,\s{0,8}pid=(?P<pid>[^,]{0,64})(?:,\s{0,8}name=(?P<name>[^,]{0,256}))?)?"
-    r"(?:,\s*(?P<msg>.*))?$"
+    r"NVRM: Xid\s{0,8}(?:\((?P<pci>[^)]{0,64})\)\s{0,4}:?|(?=\s))\s{0,8}(?P<xid>[0-9]+)(?!\d)"
+    r"\s{0,8},?\s{0,8}(?:pid\s{0,4}=(?P<pid>[^,]{0,64})(?:,\s{0,8}name\s{0,4}=(?P<name>[^,]{0,256}))?(?:,|$))?"
+    r"\s*(?P<msg>.*)$"
 )
 SXID = re.compile(
     r"(?P<switch>nvidia-nvswitch[0-9]{0,4}): SXid \((?P<pci>[^)]{0,64})\): (?P<sxid>[0-9]+)(?:,\s*(?P<rest>.*))?$"
 )
-IDENTITY = re.compile(r"NVRM: GPU at (?P<pci>PCI:[0-9a-fA-Fx:.]{1,32}): (?P<uuid>\S{0,128})\s*$")
+# The identity line: `PCI:` in front of the address since r450, none before (`GPU at 0000:03:00:`).
+IDENTITY = re.compile(r"NVRM: GPU at (?P<pci>(?:PCI:)?[0-9a-fA-Fx:.]{1,32}): (?P<uuid>\S{0,128})\s*$")
 UUID = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-SERIAL = re.compile(r"NVRM: GPU Board Serial Number:[ \t]{0,16}(?P<serial>\S{0,64})")
+# A UUID some of whose digits were masked (`GPU-2b7e9c4a-xxxx-...`): redacted, never a wrong UUID.
+_MASKED_UUID = re.compile(r"[0-9a-fA-FxX*#?]{8}-[0-9a-fA-FxX*#?]{4}-[0-9a-fA-FxX*#?]{4}-[0-9a-fA-FxX*#?]{4}-"
+                          r"[0-9a-fA-FxX*#?]{12}")
+# The board serial: after the identity line, and after "fallen off the bus" in older drivers
+# (`GPU is on Board 0324...`, `GPU is on Board .` when the board has none).
+SERIAL = re.compile(r"NVRM: GPU (?:Board Serial Number:|is on Board)[ \t]{0,16}(?P<serial>[^\t]{0,64}?)\.?\s*$")
 SERIAL_IS = re.compile(r"NVRM: GPU (?P<pci>" + BDF + r"): GPU serial number is[ \t]{0,16}(?P<serial>\S{0,64}?)\.?\s*$")
 # Values people redact before posting a log, or the driver prints when it has none.
 _REDACTED = re.compile(r"[xX*#?.\-_]+|<[^>]*>|\[[^\]]*\]|N/?A|none|unknown|redacted|0+", re.IGNORECASE | re.ASCII)
-FALLEN_START = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>\S{1,64})(?:\s|$)")
 # The GPU a one-line "fallen off the bus" notice names (the words themselves are looked for after it).
 FALLEN_ONE = re.compile(
     r"NVRM: GPU (?:at )?(?P<pci>(?:PCI:)?(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):?\s"
@@ -56,9 +66,10 @@ _AER_RECEIVED = re.compile(
     r"(?: \((?P<sev>Non-Fatal|Fatal)\))? error(?: message)?) received"
     r"(?:(?::| from) (?P<src>" + BDF + r")|: id=(?P<rid>[0-9a-fA-F]{4}))"
 )
+# The agent `(Receiver ID)` may be missing: a header wrapped before it by a paste.
 _AER_HEADER = re.compile(
-    r"(?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]{1,32}), type=(?P<type>[^,]{1,64}), (?:id=[0-9a-fA-F]{4})?"
-    r"\((?P<agent>[^)]{0,64})\)"
+    r"(?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]{1,32}), type=(?P<type>[^,]{1,64})"
+    r"(?:, (?:id=[0-9a-fA-F]{4})?\((?P<agent>[^)]{0,64})\)|,?\s*$)"
 )
 _AER_DEVICE = re.compile(r"device \[(?P<vendor>[0-9a-fA-F]{4}):(?P<devid>[0-9a-fA-F]{4})\] error status/mask=")
 _AER_ERRNAME = re.compile(
@@ -174,19 +185,6 @@ def checked_pci(text: str | None) -> str | None:
     return pci
 
 
-def _pid(text: str) -> int | None:
-    """The pid field: ASCII digits up to pid_max, or a placeholder (`'<unknown>'`) for none."""
-    text = text.strip()
-    if text.isascii() and text.isdigit():
-        value = int(text)
-        if value > PID_MAX:
-            raise OutOfRange("pid above pid_max")
-        return value
-    if text.strip("'\"") in ("<unknown>", "unknown", ""):
-        return None
-    raise OutOfRange("pid is no number")
-
-
 def _match_xid(line: str) -> Match | None:
     m = XID.search(line)
     if not m:
@@ -195,21 +193,26 @@ def _match_xid(line: str) -> Match | None:
     xid = int(code) if len(code) <= 4 else -1
     if not in_range(xid, XID_RANGE):
         raise OutOfRange("Xid code")
-    pid = _pid(raw_pid) if raw_pid is not None else None
-    process: str | None = None
-    if name is not None:
-        name = name.strip()
-        process = None if name.strip("'\"") in ("<unknown>", "") else name
+    invalid: dict[str, str] = {}
+    pid, bad_pid = read_pid(raw_pid) if raw_pid is not None else (None, None)
+    if bad_pid is not None:
+        invalid["pid"] = bad_pid
+    pci, bad_pci = read_pci(pci_text)
+    if bad_pci is not None:
+        invalid["pci"] = bad_pci
     msg = msg.strip() if msg else ""
+    details = _xid_details(xid, msg) if msg else {}
+    if invalid:
+        details["invalid"] = invalid
     return Match(
         kind="xid",
         start=m.start(),
         message=msg,
-        pci=checked_pci(pci_text),
+        pci=pci,
         xid=xid,
         pid=pid,
-        process=process,
-        details=_xid_details(xid, msg) if msg else {},
+        process=read_name(name) if name is not None else None,
+        details=details,
         expects="body" if xid in BODY_XIDS else None,
     )
 
@@ -258,7 +261,8 @@ def _match_device_line(line: str) -> Match | None:
                      details={"severity": "unknown", "vendor_id": dev["vendor"].lower(),
                               "device_id": dev["devid"].lower(), "errors": []},
                      expects="aer", driver=drv)
-    return Match(kind="device_line", start=m.start(), message=text, pci=bdf, driver=drv)
+    return _nvidia_device_error(drv, bdf, text, m.start()) or Match(
+        kind="device_line", start=m.start(), message=text, pci=bdf, driver=drv)
 
 
 def requester_pci(port: str | None, rid: str | None) -> str | None:
@@ -307,7 +311,15 @@ def _value_state(value: str) -> str:
     """`ok`, `empty` or `redacted` (a placeholder such as `xxxx`, `N/A`, `<redacted>`)."""
     if not value:
         return "empty"
-    return "redacted" if _REDACTED.fullmatch(value) else "ok"
+    if _REDACTED.fullmatch(value) or not any(c.isalnum() for c in value):
+        return "redacted"
+    return "ok"
+
+
+def serial_fields(value: str) -> tuple[str | None, dict[str, Any]]:
+    """The serial number a serial line gives, or None with `serial_state` and the text as printed."""
+    state = _value_state(value)
+    return (value, {}) if state == "ok" else (None, {"serial_state": state, "serial_text": value})
 
 
 def _identity(line: str, text: str, start: int) -> Match | None:
@@ -315,19 +327,20 @@ def _identity(line: str, text: str, start: int) -> Match | None:
     if ident:
         raw_uuid = ident["uuid"]
         uuid_ok = UUID.fullmatch(raw_uuid) is not None
-        state = "ok" if uuid_ok else _value_state(raw_uuid[4:] if raw_uuid[:4].upper() == "GPU-" else raw_uuid)
-        return Match(kind="gpu_identity", start=start, message=text, pci=checked_pci(ident["pci"]),
-                     gpu_uuid="GPU-" + raw_uuid[4:].lower() if uuid_ok else None, expects="serial",
-                     details={} if uuid_ok else {"uuid_state": "malformed" if state == "ok" else state,
-                                                 "uuid_text": raw_uuid})
+        value = raw_uuid[4:] if raw_uuid[:4].upper() == "GPU-" else raw_uuid
+        state = "ok" if uuid_ok else "redacted" if _MASKED_UUID.fullmatch(value) else _value_state(value)
+        pci, bad_pci = read_pci(ident["pci"])
+        details: dict[str, Any] = {} if uuid_ok else {"uuid_state": "malformed" if state == "ok" else state,
+                                                      "uuid_text": raw_uuid}
+        if bad_pci is not None:
+            details["invalid"] = {"pci": bad_pci}
+        return Match(kind="gpu_identity", start=start, message=text, pci=pci,
+                     gpu_uuid="GPU-" + raw_uuid[4:].lower() if uuid_ok else None, expects="serial", details=details)
     ser = SERIAL.search(line) or SERIAL_IS.search(line)
     if ser:
-        value = ser["serial"]
-        state = _value_state(value)
+        serial, details = serial_fields(ser["serial"])
         pci = checked_pci(ser["pci"]) if "pci" in ser.groupdict() else None
-        return Match(kind="gpu_identity", start=start, message=text, pci=pci,
-                     serial=value if state == "ok" else None,
-                     details={} if state == "ok" else {"serial_state": state, "serial_text": value})
+        return Match(kind="gpu_identity", start=start, message=text, pci=pci, serial=serial, details=details)
     return None
 
 
@@ -342,7 +355,7 @@ def _driver_line(text: str, raw_text: str, start: int) -> Match:
     if name is not None:
         pci_text = gpu["pci"] if gpu else pci_in(text)
         return Match(kind="driver_error", start=start, message=text, pci=checked_pci(pci_text),
-                     details={"error": name}, function=function_of(text),
+                     details={"error": name, **class_details(name, text)}, function=function_of(text),
                      expects="crash_dump" if name == "crash_dump" else "body" if name in BODY_CLASSES else None)
     if BODY.match(text):
         return Match(kind="nvrm_body", start=start, message=text)
@@ -370,16 +383,19 @@ def _match_nvrm(line: str) -> Match | None:
     got = _identity(line, text, start)
     if got:
         return got
-    fs = FALLEN_START.search(line)
-    if fs and FALLEN_WORDS not in text:
-        return Match(kind="gpu_fallen_off_bus", start=start, message=text, pci=checked_pci(fs["pci"]),
-                     expects="fallen")
+    if text[:10] == "The NVIDIA":
+        fields = notice_opener(text)
+        if fields is not None:  # a notice over several lines: the parser reads on (`models.kernlog.notices`)
+            pci, bad_pci = read_pci(fields.pop("pci"))
+            if bad_pci is not None:
+                fields["invalid"] = {"pci": bad_pci}
+            return Match(kind="gpu_notice", start=start, message=text, pci=pci, details=fields, expects="notice")
     if FALLEN_WORDS in text:
         fo = FALLEN_ONE.search(line)
-        if fo is None or line.find(FALLEN_WORDS, fo.end()) < 0:
-            fo = fs
-        return Match(kind="gpu_fallen_off_bus", start=start, message=text,
-                     pci=checked_pci(fo["pci"]) if fo else None)
+        named = fo is not None and line.find(FALLEN_WORDS, fo.end()) >= 0
+        pci, bad_pci = read_pci(fo["pci"]) if fo is not None and named else (None, None)
+        return Match(kind="gpu_fallen_off_bus", start=start, message=text, pci=pci,
+                     details={"invalid": {"pci": bad_pci}} if bad_pci else {})
     return _driver_line(text, raw_text, start)
 
 
@@ -406,5 +422,31 @@ def _recognise(line: str) -> Match | None:
         if got:
             return got
     if ":" in line:
-        return _match_device_line(line)
+        return _match_device_line(line) or _match_probe_failure(line)
     return None
+
+
+# The kernel's own lines about the NVIDIA driver on a device: its probe failed, or the GSP firmware
+# it loads was not found (`nvidia 0000:06:00.0: Direct firmware load for nvidia/550.76/gsp_ga10x.bin
+# failed with error -2`). The driver did not come up on that GPU.
+_PROBE_FAILED = re.compile(r"\bnvidia: probe of (?P<bdf>" + BDF + r") failed with error (?P<err>-?[0-9]{1,5})")
+_FIRMWARE_FAILED = re.compile(
+    r"(?:firmware load for |loading /lib/firmware/)\S{0,200} failed with error (?P<err>-?[0-9]{1,5})"
+)
+
+
+def _match_probe_failure(line: str) -> Match | None:
+    m = _PROBE_FAILED.search(line) if "probe of" in line else None
+    if m is None:
+        return None
+    return Match(kind="driver_error", start=m.start(), message=line[m.start():].strip(), pci=checked_pci(m["bdf"]),
+                 details={"error": "probe_failed", "errno": int(m["err"])}, driver="nvidia")
+
+
+def _nvidia_device_error(drv: str, bdf: str | None, text: str, start: int) -> Match | None:
+    """A kernel line on a device the NVIDIA driver holds that says the driver could not start it."""
+    fw = _FIRMWARE_FAILED.search(text) if drv == "nvidia" and "firmware" in text else None
+    if fw is None:
+        return None
+    return Match(kind="driver_error", start=start, message=f"{drv} {bdf}: {text}", pci=bdf,
+                 details={"error": "firmware_missing", "errno": int(fw["err"])}, driver=drv)

@@ -1,10 +1,12 @@
 """The kernel-log fault parser: lines in, `FaultRecord`s out.
 
 `KernelLogParser` is a streaming state machine: feed it lines one at a time, and it returns the
-records that are complete. Multi-line messages (the three-line "fallen off the bus", an identity
+records that are complete. Multi-line messages (the driver's notices about one GPU, an identity
 line followed by its serial number, AER error groups, SXid detail lines, the crash-dump notice,
-`/dev/kmsg` continuation lines) become one record spanning `line`..`line_end`. A record that a
-truncated input leaves incomplete is dropped rather than guessed.
+`/dev/kmsg` continuation lines) become one record spanning `line`..`line_end`; an open record never
+takes a line that starts a record of its own. A record that a truncated input leaves incomplete is
+dropped rather than guessed. Lines as web pages render them are repaired first
+(`models.kernlog.mangled`), and a line holding several messages is read one message at a time.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from models.catalog import Catalog, load_catalog
+from models.kernlog.aer_reports import AerReports, OpenRecord, extend
 from models.kernlog.driver_lines import BODY, BODY_CLASSES, BODY_XIDS, TEXT_CONTINUED
 from models.kernlog.limits import (
     KMSG_SEQ_MAX,
@@ -27,18 +30,19 @@ from models.kernlog.limits import (
     UPTIME_MAX_S,
     valid_uptime,
 )
+from models.kernlog.mangled import repair, split_messages
 from models.kernlog.messages import (
-    AER_RECOVERY,
-    CORRECTABLE_NAMES,
     CRASH_DUMP_TAIL,
     NVRM,
     SERIAL,
     Match,
     OutOfRange,
-    aer_continuation,
     checked_pci,
     recognise,
+    serial_fields,
 )
+from models.kernlog.notices import continues as notice_continues
+from models.kernlog.notices import settle as settle_notice
 from models.kernlog.prefix import Prefix, parse_prefix
 from models.kernlog.record import FaultRecord
 from models.vocabulary import Category
@@ -57,7 +61,9 @@ JSON_ANCHOR = '"MESSAGE":['
 _MESSAGE_CACHE_SIZE = 4096  # distinct message texts remembered (storms repeat one text thousands of times)
 _MISSING: Any = object()
 _GROUP_GAP = 8  # lines of unrelated text after which an open multi-line record is closed
-NVIDIA_VENDOR = "10de"
+# Driver-error classes that are the words of a GPU notice (`models.kernlog.notices`): inside an
+# open notice their lines carry it on.
+NOTICE_CLASSES = frozenset({"legacy_gpu", "gpu_not_supported"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,29 +74,15 @@ class ParseOptions:
     now: datetime | None = None
 
 
-class _Open:
-    """A record still accepting continuation lines."""
-
-    __slots__ = ("complete", "driver", "expects", "function", "kmsg", "record")
-
-    def __init__(self, record: FaultRecord, expects: str | None, kmsg: bool, complete: bool,
-                 driver: str | None, function: str | None = None) -> None:
-        self.record = record
-        self.expects = expects
-        self.kmsg = kmsg
-        self.complete = complete
-        self.driver = driver
-        self.function = function
-
-
-class KernelLogParser:
+class KernelLogParser(AerReports):
     def __init__(self, options: ParseOptions | None = None, catalog: Catalog | None = None) -> None:
         self.options = options or ParseOptions()
         self.catalog = catalog or load_catalog()
         self._now = self.options.now or datetime.now(UTC)
-        self._open: _Open | None = None
+        self._open: OpenRecord | None = None
         self._known_gpus: set[str] = set()
         self._gpu_root_ports: set[str] = set()
+        self._other_devices: set[str] = set()
         self._lineno = 0
         self._message_cache: dict[str, Match | None] = {}
         self._prefix_cache: dict[str, Prefix] = {}
@@ -128,7 +120,8 @@ class KernelLogParser:
                 and self._aer_continuation(opened, line, n)
             ):
                 return []
-            if opened.expects == "aer" and ("recover" in line or "AER-aware" in line) and self._aer_recovery(
+            if opened.expects == "aer" and ("recover" in line or "AER-aware" in line or "reset" in line
+                                            or "broadcast" in line) and self._aer_recovery(
                 opened, line, n
             ):
                 return []
@@ -140,6 +133,11 @@ class KernelLogParser:
             return []
         if line[:1] == "{":
             return self._json_line(line, n)
+        if line.find("NVRM:", line.find("NVRM:") + 5) > 0:  # a pasted log whose newlines were lost
+            out: list[FaultRecord] = []
+            for piece in split_messages(line):
+                out.extend(self._text_line(piece, n, None))
+            return out
         return self._text_line(line, n, None)
 
     def finish(self) -> list[FaultRecord]:
@@ -220,26 +218,24 @@ class KernelLogParser:
         return out
 
     def _text_line(self, line: str, n: int, given: Prefix | None, raw: str | None = None) -> list[FaultRecord]:
-        """One kernel message line; `given`: the prefix fields when the caller read them (journal)."""
+        """One kernel message line; `given`: the prefix fields when the caller read them (journal);
+        `raw`: the line as written when `line` is a piece of it."""
+        if raw is None:
+            raw = line
+        line = repair(line)
         opened = self._open
-        if opened is not None and not opened.complete and opened.expects == "fallen" and "NVRM" in line:
-            m = NVRM.search(line)
-            if m and n - opened.record.line_end <= 3:
-                self._extend(opened, raw or line, n, m["text"].strip())
-                if "fallen off the bus" in line:
-                    opened.complete = True
-                    opened.expects = None
-                return []
         if opened is not None and opened.expects == "crash_dump" and CRASH_DUMP_TAIL.search(line):
             m = NVRM.search(line)
-            self._extend(opened, raw or line, n, m["text"].strip() if m else line)
+            extend(opened, raw, n, m["text"].strip() if m else line)
             return []
         if opened is not None and opened.expects == "serial" and SERIAL.search(line):
             s = SERIAL.search(line)
             if s:
-                opened.record.serial = s["serial"]
+                serial, state = serial_fields(s["serial"])
+                opened.record.serial = serial
+                opened.record.details.update(state)
                 opened.expects = None
-                self._extend(opened, raw or line, n, None)
+                extend(opened, raw, n, None)
             return []
         start = line.find("NVRM: ")
         if start < 0:
@@ -268,8 +264,10 @@ class KernelLogParser:
         if match.kind == "rejected":
             self.stats["rejected"] += 1
             return []
+        if opened is not None and opened.expects == "notice" and self._notice_line(opened, match, raw, n):
+            return []
         if match.kind[:5] == "nvrm_" or match.kind == "driver_error":
-            if opened is not None and self._driver_body(opened, match, raw or line, n):
+            if opened is not None and self._driver_body(opened, match, raw, n):
                 return []
             if match.kind[:5] == "nvrm_":
                 self._count_line(match.kind)
@@ -280,23 +278,61 @@ class KernelLogParser:
             self._note_device(match)
             return []
         if opened is not None and match.kind == "sxid" and opened.expects == "sxid" and self._sxid_detail(
-            opened, match, raw or line, n
+            opened, match, raw, n
         ):
             return []
         prefix = self._prefix(line[:start]) if given is None else given
         if prefix is None:  # a time out of range
             self.stats["rejected"] += 1
             return []
+        if match.kind in ("pcie_aer", "device_line"):
+            self._note_device(match)  # before the open report closes: it may name that report's source
         out = self._close()
-        record = self._record(match, prefix, raw or line, n)
+        record = self._record(match, prefix, raw, n)
         expects = match.expects or ("sxid" if match.kind == "sxid" else None)
         kmsg = prefix.format == "kmsg"
+        complete = True
+        if expects == "notice":
+            complete = self._settle_notice(record)
         if expects is None and not kmsg:
             out.append(record)  # nothing can continue it: complete now
             return out
-        self._open = _Open(record, expects=expects, kmsg=kmsg, complete=match.expects != "fallen",
+        self._open = OpenRecord(record, expects=expects, kmsg=kmsg, complete=complete,
                            driver=match.driver, function=match.function)
         return out
+
+    def _notice_line(self, opened: OpenRecord, match: Match, raw: str, n: int) -> bool:
+        """A line that carries on an open notice joins it: one with no record of its own (a line
+        that starts one closes the notice instead), within a few lines of it."""
+        kind = match.kind
+        carries = kind in ("nvrm_other", "nvrm_body") or (
+            kind == "driver_error" and match.details.get("error") in NOTICE_CLASSES) or (
+            kind == "gpu_fallen_off_bus" and match.pci is None)
+        if not carries or n - opened.record.line_end > 3 or not notice_continues(match.message):
+            return False
+        extend(opened, raw, n, match.message)
+        self._settle_notice(opened.record)
+        opened.complete = opened.record.kind != "gpu_notice"
+        return True
+
+    def _settle_notice(self, rec: FaultRecord) -> bool:
+        """Give a notice its kind once its text says what it is; whether it does."""
+        settled = settle_notice(rec.message)
+        if settled is None:
+            return False
+        kind, details = settled
+        if kind != rec.kind:
+            rec.kind = kind
+            if kind == "gpu_fallen_off_bus":
+                rec.category = "hardware"
+                info = self.catalog.xids.get(79)
+                rec.immediate_action = info.immediate_action if info else None
+            else:
+                rec.category = "driver"
+        rec.details.update(details)
+        if rec.pci:
+            self._known_gpus.add(rec.pci)
+        return True
 
     def _prefix(self, ptext: str) -> Prefix | None:
         """The prefix fields of the text in front of a message (none when it is implausibly long);
@@ -363,15 +399,7 @@ class KernelLogParser:
             match.category = Category.HARDWARE if hardware else Category.DRIVER
         return match
 
-    def _extend(self, opened: _Open, raw: str, n: int, text: str | None) -> None:
-        rec = opened.record
-        if rec.raw != raw:
-            rec.raw = f"{rec.raw}\n{raw}"
-        rec.line_end = n
-        if text:
-            rec.message = f"{rec.message} {text}".strip()
-
-    def _kmsg_continuation(self, opened: _Open, line: str, n: int) -> None:
+    def _kmsg_continuation(self, opened: OpenRecord, line: str, n: int) -> None:
         rec = opened.record
         rec.raw = f"{rec.raw}\n{line}"
         rec.line_end = n
@@ -383,51 +411,7 @@ class KernelLogParser:
             except OutOfRange:
                 self.stats["rejected"] += 1
 
-    def _aer_continuation(self, opened: _Open, line: str, n: int) -> bool:
-        match = recognise(line)
-        if match is None or match.kind not in ("device_line", "pcie_aer") or match.pci not in (
-            opened.record.pci,
-            opened.record.source_pci,
-        ):
-            return False
-        if match.kind == "pcie_aer" and match.source_pci != match.pci:
-            return False  # a new "error received" report starts a new record
-        fields = aer_continuation(match.message if match.kind == "device_line" else line)
-        if fields is None:
-            return False
-        rec = opened.record
-        if match.kind == "pcie_aer" and "error_type" in rec.details and "error_type" in match.details:
-            return False  # a second error header: a new error
-        if match.driver == "nvidia" and match.pci:
-            self._known_gpus.add(match.pci)
-            opened.driver = opened.driver if opened.driver == "nvidia" else "nvidia"
-        errors: list[str] = rec.details.setdefault("errors", [])
-        if "error" in fields:
-            errors.append(fields["error"])
-        for key in ("error_type", "agent", "vendor_id", "device_id"):
-            if key in fields:
-                rec.details[key] = fields[key]
-        if "severity" in fields and rec.details.get("severity") == "corrected":
-            rec.details["severity"] = fields["severity"]
-        self._extend(opened, line, n, None)
-        return True
-
-    def _aer_recovery(self, opened: _Open, line: str, n: int) -> bool:
-        """A recovery line on a device below the reporting port joins the report; an NVIDIA device
-        there makes the port a GPU's port (`details.affected` lists the GPUs named)."""
-        match = recognise(line)
-        if match is None or match.kind != "device_line" or not AER_RECOVERY.search(match.message):
-            return False
-        if match.driver == "nvidia" and match.pci:
-            self._known_gpus.add(match.pci)
-            opened.driver = "nvidia"
-            affected: list[str] = opened.record.details.setdefault("affected", [])
-            if match.pci not in affected:
-                affected.append(match.pci)
-        self._extend(opened, line, n, None)
-        return True
-
-    def _sxid_detail(self, opened: _Open, match: Match, raw: str, n: int) -> bool:
+    def _sxid_detail(self, opened: OpenRecord, match: Match, raw: str, n: int) -> bool:
         rec = opened.record
         if rec.pci != match.pci or rec.sxid != match.sxid:
             return False
@@ -438,10 +422,10 @@ class KernelLogParser:
             rec.details["detail"] = msg
         else:
             rec.details["data"] = msg
-        self._extend(opened, raw, n, None)
+        extend(opened, raw, n, None)
         return True
 
-    def _driver_body(self, opened: _Open, match: Match, raw: str, n: int) -> bool:
+    def _driver_body(self, opened: OpenRecord, match: Match, raw: str, n: int) -> bool:
         """Join a driver line to the open record it belongs to (verbatim), if it belongs to one."""
         rec = opened.record
         if n - rec.line_end > _GROUP_GAP or rec.kind not in ("xid", "driver_error"):
@@ -462,7 +446,7 @@ class KernelLogParser:
             return False
         if rec.pci is None and match.pci is not None:
             rec.pci = match.pci
-        self._extend(opened, raw, n, match.message if error in TEXT_CONTINUED else None)
+        extend(opened, raw, n, match.message if error in TEXT_CONTINUED else None)
         rec.details["body_lines"] = rec.details.get("body_lines", 0) + 1
         self.stats["joined"] += 1
         return True
@@ -471,46 +455,14 @@ class KernelLogParser:
         key = {"nvrm_benign": "benign", "nvrm_body": "orphan_body"}.get(kind, "other")
         self.stats[key] += 1
 
-    def _note_device(self, match: Match) -> None:
-        if match.driver == "nvidia" and match.pci:
-            self._known_gpus.add(match.pci)
-
-    def _aer_is_gpu(self, opened: _Open) -> bool:
-        rec = opened.record
-        if opened.driver == "nvidia" or rec.details.get("vendor_id") == NVIDIA_VENDOR:
-            return True
-        devices = {rec.pci, rec.source_pci}
-        if devices & self._known_gpus:
-            return True
-        return rec.pci in self._gpu_root_ports and rec.source_pci == rec.pci
-
     def _close(self) -> list[FaultRecord]:
         opened, self._open = self._open, None
         if opened is None or not opened.complete:
             return []
         rec = opened.record
-        if rec.kind == "pcie_aer":
-            if not self._aer_is_gpu(opened):
-                return []
-            if rec.pci and (rec.source_pci != rec.pci or rec.details.get("affected")):
-                self._gpu_root_ports.add(rec.pci)
-            self._aer_severity_and_count(rec)
+        if rec.kind == "pcie_aer" and not self._close_aer(opened):
+            return []
         return [rec]
-
-
-    def _aer_severity_and_count(self, rec: FaultRecord) -> None:
-        """A header-less report's severity from its error names; the GPU's running count of
-        correctable reports (a trend: a link that logs correctable errors for hours before it fails)."""
-        errors = rec.details.get("errors")
-        if rec.details.get("severity") == "unknown" and errors:
-            rec.details["severity"] = "corrected" if all(e in CORRECTABLE_NAMES for e in errors) else "non-fatal"
-        if not errors:
-            rec.details.pop("errors", None)
-        if rec.details.get("severity") == "corrected":
-            device = rec.source_pci or rec.pci or ""
-            count = self._correctable.get(device, 0) + 1
-            self._correctable[device] = count
-            rec.details["correctable_count"] = count
 
 
 def parse_lines(lines: Iterable[str], options: ParseOptions | None = None) -> Iterator[FaultRecord]:

@@ -62,7 +62,10 @@ class FaultRecord:
 
     @property
     def device(self) -> str | None:
-        """The PCI address of the GPU the record is about (the AER source when known)."""
+        """The PCI address of the GPU the record is about (the AER source when known); None for a
+        port's AER report that names no GPU (the GPU below the port is the inventory's to say)."""
+        if self.kind == "pcie_aer" and self.details.get("subject") == "port":
+            return None
         return self.source_pci or self.pci
 
     def to_dict(self) -> dict[str, Any]:

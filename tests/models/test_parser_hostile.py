@@ -35,7 +35,6 @@ def test_the_plain_line_is_a_record() -> None:
 @pytest.mark.parametrize("line", [
     "NVRM: Xid (PCI:0000:3b:00): \u0667\u0669, pid=1234, name=python3, GPU has fallen off the bus.",  # Arabic-Indic
     "NVRM: Xid (PCI:0000:3b:00): \uff17\uff19, pid=1234, name=python3, GPU has fallen off the bus.",  # full-width
-    "NVRM: Xid (PCI:0000:3b:00): 79, pid=\u0661\u0662, name=python3, GPU has fallen off the bus.",
     "nvidia-nvswitch3: SXid (PCI:0000:c8:00.0): \u0661\u0662\u0660\u0662\u0668, Non-fatal, Link 32",
     "[ \u0661\u0662.5] NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x22:0xffff:667)",
 ])
@@ -50,10 +49,6 @@ def test_digits_of_other_scripts_are_never_numbers(line: str) -> None:
     "NVRM: Xid (PCI:0000:3b:00): 1000, pid=1, name=a, x",
     "NVRM: Xid (PCI:0000:3b:00): " + "9" * 36 + ", pid=1, name=a, x",
     "NVRM: Xid (PCI:0000:3b:00): " + "7" * 4050 + ", x",  # a message as long as a line may be
-    "NVRM: Xid (PCI:0000:3b:00): 79, pid=-1, name=a, GPU has fallen off the bus.",
-    f"NVRM: Xid (PCI:0000:3b:00): 79, pid={PID_MAX + 1}, name=a, GPU has fallen off the bus.",
-    "NVRM: Xid (PCI:0000:3b:00): 79, pid=" + "1" * 23 + ", name=a, GPU has fallen off the bus.",
-    "NVRM: Xid (PCI:0000:3b:20): 79, pid=1, name=a, GPU has fallen off the bus.",  # device 0x20 > 0x1f
     "[100000000000000000000.000000] " + XID79,  # uptime 1e20 s
     "[316224001.000000] " + XID79,  # uptime just past ten years (of 366 days)
     "6,1," + "9" * 20 + ",-;" + XID79,  # kmsg time past ten years
@@ -66,6 +61,22 @@ def test_a_number_out_of_range_makes_the_line_no_record(line: str) -> None:
     records, stats = parse([line])
     assert records == []
     assert stats["rejected"] == 1
+
+
+@pytest.mark.parametrize(("line", "field", "text"), [
+    ("NVRM: Xid (PCI:0000:3b:00): 79, pid=-1, name=a, GPU has fallen off the bus.", "pid", "-1"),
+    (f"NVRM: Xid (PCI:0000:3b:00): 79, pid={PID_MAX + 1}, name=a, GPU has fallen off the bus.", "pid",
+     str(PID_MAX + 1)),
+    ("NVRM: Xid (PCI:0000:3b:00): 79, pid=" + "1" * 23 + ", name=a, GPU has fallen off the bus.", "pid", "1" * 23),
+    ("NVRM: Xid (PCI:0000:3b:00): 79, pid=\u0661\u0662, name=a, GPU has fallen off the bus.", "pid", "\u0661\u0662"),
+    ("NVRM: Xid (PCI:0000:3b:20): 79, pid=1, name=a, GPU has fallen off the bus.", "pci", "PCI:0000:3b:20"),
+])
+def test_a_neighbouring_field_out_of_range_costs_the_field_not_the_code(line: str, field: str, text: str) -> None:
+    """The Xid code is the fault: a pid or PCI address that does not read is left empty and kept,
+    as printed, in `details.invalid`; no number out of range reaches the record."""
+    records, stats = parse([line])
+    assert [(r["xid"], r[field], r["details"]["invalid"]) for r in records] == [(79, None, {field: text})]
+    assert stats["rejected"] == 0
 
 
 def test_ranges_keep_their_edges() -> None:
@@ -82,8 +93,9 @@ def test_a_broken_batch_keeps_its_good_records() -> None:
     lines = ["NVRM: Xid (PCI:0000:3b:00): " + "9" * 36 + ", pid=1, name=a, x", XID79,
              f"NVRM: Xid (PCI:0000:3b:00): 79, pid={10 ** 23}, name=a, x", XID79.replace("3b", "3c")]
     records, stats = parse(lines)
-    assert [(r["line"], r["pci"]) for r in records] == [(2, "0000:3b:00.0"), (4, "0000:3c:00.0")]
-    assert stats["rejected"] == 2
+    assert [(r["line"], r["pci"], r["pid"]) for r in records] == [
+        (2, "0000:3b:00.0", 1234), (3, "0000:3b:00.0", None), (4, "0000:3c:00.0", 1234)]
+    assert stats["rejected"] == 1
 
 
 def test_overlong_lines_are_no_records_and_cut_lines_neither() -> None:

@@ -151,10 +151,13 @@ OTHER_DIGITS = st.characters(categories=["Nd"]).filter(lambda c: not c.isascii()
 
 @settings(max_examples=300)
 @given(code=st.one_of(st.integers(-10, 2000), st.integers(0, 10**40)), pid=st.integers(-5, 10**12))
-def test_an_xid_line_is_a_record_exactly_when_its_code_and_pid_are_in_range(code: int, pid: int) -> None:
+def test_an_xid_line_is_a_record_exactly_when_its_code_is_in_range_and_its_pid_when_that_is(code: int,
+                                                                                           pid: int) -> None:
     records = list(parse_lines([f"NVRM: Xid (PCI:0000:3b:00): {code}, pid={pid}, name=a, msg"], OPTS))
-    in_range = XID_RANGE[0] <= code <= XID_RANGE[1] and 0 <= pid <= PID_MAX
-    assert [(r.xid, r.pid) for r in records] == ([(code, pid)] if in_range else [])
+    pid_ok = 0 <= pid <= PID_MAX
+    code_ok = XID_RANGE[0] <= code <= XID_RANGE[1]
+    expect = [(code, pid if pid_ok else None, None if pid_ok else str(pid))] if code_ok else []
+    assert [(r.xid, r.pid, r.details.get("invalid", {}).get("pid")) for r in records] == expect
 
 
 @settings(max_examples=200)
