@@ -36,13 +36,19 @@ class TokenReview:
 @dataclass(frozen=True, slots=True)
 class IdentityVerdict:
     accepted: bool
-    # verified | missing_token | invalid_token | wrong_audience | wrong_account | no_node_claim | node_mismatch
+    # verified | invalid_key | missing_token | invalid_token | wrong_audience | wrong_account | no_node_claim
+    # | node_mismatch
     reason: str
     detail: str = ""
 
 
 def judge(key_node: str | None, review: TokenReview | None, *, account: str, audience: str) -> IdentityVerdict:
-    """Accept a record keyed `key_node` that came with a token reviewed as `review` (None: no token)."""
+    """Accept a record keyed `key_node` that came with a token reviewed as `review` (None: no token).
+
+    `key_node` is the node the record's key names (`models.topics.key_node`), None when the key names
+    none (no key, or one such as `node-a/../node-b`): such a record is refused whatever its token."""
+    if key_node is None:
+        return IdentityVerdict(False, "invalid_key", "the record's key names no node (`<node>` or `<node>/<kind>`)")
     if review is None:
         return IdentityVerdict(False, "missing_token", f"no {TOKEN_HEADER} header")
     if not review.authenticated:

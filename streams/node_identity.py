@@ -110,9 +110,10 @@ class NodeIdentityGate:
         self.reviews = 0  # TokenReviews sent (cache misses)
 
     async def check(self, key: bytes | None, headers: Any) -> IdentityVerdict:
+        named = key_node(key) if key is not None else None
+        node = named.decode("ascii") if named is not None else None
         token = header_value(headers, TOKEN_HEADER)
-        review = None if token is None else await self._review(token)
-        node = key_node(key).decode("utf-8", "replace") if key is not None else None
+        review = None if token is None or node is None else await self._review(token)
         verdict = judge(node, review, account=self._account, audience=self._audience)
         if not verdict.accepted:
             self.refused[verdict.reason] += 1

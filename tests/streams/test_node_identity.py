@@ -24,7 +24,8 @@ GOOD = TokenReview(True, DEFAULT_AGENT_ACCOUNT, "gpu-node-1", ("xidpipe",))
      "wrong_account"),
     ("gpu-node-1", TokenReview(True, DEFAULT_AGENT_ACCOUNT, None, ("xidpipe",)), "no_node_claim"),
     ("gpu-node-2", GOOD, "node_mismatch"),
-    (None, GOOD, "node_mismatch"),
+    (None, GOOD, "invalid_key"),
+    (None, None, "invalid_key"),
 ])
 def test_judge(key: str | None, review: TokenReview | None, reason: str) -> None:
     verdict = judge(key, review, account=DEFAULT_AGENT_ACCOUNT, audience="xidpipe")
