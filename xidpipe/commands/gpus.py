@@ -13,7 +13,7 @@ from typing import Any
 from xidpipe.commands import output
 from xidpipe.commands.exits import EXIT_OK, UsageError
 from xidpipe.commands.incidents import history_session, print_json, resolve
-from xidpipe.commands.options import add_enum, history_parents
+from xidpipe.commands.options import add_enum, history_parents, node_name
 from xidpipe.commands.timeflags import format_time
 
 STATES = ("in_service", "missing", "retired")
@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
                                                   description="List the cards the ledger knows, by node and PCI "
                                                   "slot, with their incident counts.",
                                                   parents=history_parents())
-    ls.add_argument("--node")
+    ls.add_argument("--node", type=node_name)
     ls.add_argument("--model", help="a part of the model name, any case (h100)")
     add_enum(ls, "--state", "state", STATES, "in_service; missing (its node's inventory no longer lists it); "
              "retired (another card took its slot)")
