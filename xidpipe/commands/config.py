@@ -24,6 +24,7 @@ SERVICES: dict[str, tuple[str, ...]] = {
     "respond": ("respond.responder:RespondSettings", "respond.cordon.settings:ActionSettings",
                 "respond.sinks.settings:SinkSettings"),
     "serve": ("xidpipe.commands.serve_settings:ServeSettings",),
+    "kafka": ("xidpipe.commands.kafka_settings:KafkaAdminSettings",),
 }
 MASK = "**********"  # as pydantic shows a SecretStr
 _SECRET_KEY = re.compile(r"(?i)(token|passw|secret|api[_-]?key|routing[_-]?key|credential|webhook)")
