@@ -93,6 +93,7 @@ def _print(plan: Any, created: list[Any] | None, settings: Any, as_json: bool) -
         print(f"\n{len(extra)} other ACLs of these principals (kept): "
               + "; ".join(f"{e['principal']} {e['operation']} {e['resource']} {e['name']}" for e in extra))
     if created is None:
-        print(f"\n{len(missing)} of {len(rows)} grants missing; `xidpipe kafka acls apply` creates them")
+        print(f"\n{len(missing)} of {len(rows)} grants missing; `xidpipe kafka acls apply` creates them" if missing
+              else f"\nall {len(rows)} grants held")
     else:
         print(f"\n{len(created)} ACLs created; {len(rows)} grants held")
