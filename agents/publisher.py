@@ -44,7 +44,7 @@ class NodePartitioner(DefaultPartitioner):  # type: ignore[misc]
 
     def partition(self, topic: str, key: Any, serialized_key: bytes | None, value: Any, serialized_value: Any,
                   cluster: Any) -> int:
-        node = key_node(serialized_key) if serialized_key is not None else None
+        node = (key_node(serialized_key) or serialized_key) if serialized_key is not None else None
         return int(super().partition(topic, key, node, value, serialized_value, cluster))
 
 

@@ -12,14 +12,14 @@ from sqlalchemy.orm import Session
 from history.tables import GpuCard, GpuLedgerEvent, GpuPlacement, Incident
 from models.vocabulary import HARDWARE_CATEGORIES
 
-CARD_STATES = ("in_service", "missing", "retired")
+CARD_STATES = ("in_service", "missing", "retired", "conflict")
 
 
 @dataclass(frozen=True, slots=True)
 class GpuFilter:
     node: str | None = None
     model: str | None = None  # a part of the model name, any case: "h100"
-    state: str | None = None  # in_service, missing, retired
+    state: str | None = None  # in_service, missing, retired, conflict
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -68,7 +68,7 @@ def list_gpus(s: Session, f: GpuFilter, *, limit: int = 50, offset: int = 0) -> 
     rows = [{
         "card": c.card, "serial": c.serial, "uuid": c.uuid, "model": c.model, "node": c.node,
         "pci_slot": c.pci_slot, "since": _iso(c.since), "state": c.state, "last_seen": _iso(c.last_seen),
-        "incidents": len(counts[c.card]), "hardware_incidents": len(hardware[c.card]),
+        "claimed_by": c.claimed_by, "incidents": len(counts[c.card]), "hardware_incidents": len(hardware[c.card]),
     } for c in cards]
     return rows, total
 
@@ -107,7 +107,7 @@ def gpu_history(s: Session, ident: str) -> dict[str, Any] | None:
         "card": card.card, "serial": card.serial, "uuid": card.uuid, "model": card.model, "state": card.state,
         "node": card.node, "pci_slot": card.pci_slot, "since": _iso(card.since),
         "first_seen": _iso(card.first_seen), "last_seen": _iso(card.last_seen),
-        "missing_since": _iso(card.missing_since),
+        "missing_since": _iso(card.missing_since), "claimed_by": card.claimed_by,
         "placements": [{
             "node": p.node, "pci_slot": p.pci_slot, "uuid": p.uuid, "mig_layout": list(p.mig_layout or []),
             "vbios": p.vbios, "driver": p.driver, "valid_from": _iso(p.valid_from), "valid_to": _iso(p.valid_to),

@@ -1,7 +1,8 @@
 """The GPU asset ledger in SQL: apply one node's inventory with `models.ledger` and write what changed.
 
 `apply_inventory` loads only what one inventory can touch (the node's open placements, the open
-and last closed placements of the cards it lists, their card rows), runs the pure
+and last closed placements of the cards it lists, the cards it claimed before (a conflict: see
+`models.ledger`), their card rows), runs the pure
 `GpuLedger.observe()` on it, and writes the closed and opened placements, the ledger events and
 the card rows, in the caller's transaction. An inventory at or before the latest one applied for
 its node (a redelivery, or one that arrived late) changes nothing.
@@ -90,7 +91,7 @@ def _apply_loaded(s: Session, node: str, at: datetime, seen: list[GpuSighting], 
                              previous_node=e.previous_node, previous_slot=e.previous_slot,
                              previous_card=e.previous_card))
         log.info("GPU ledger: %s", e.reason, extra={"node": e.node, "card": e.card, "ledger_event": e.kind})
-    _write_cards(s, loaded, events, {g.card for g in seen}, at)
+    _write_cards(s, loaded, events, at)
     return events
 
 
@@ -116,14 +117,18 @@ def _load_many(s: Session, batch: list[tuple[str, datetime, list[GpuSighting]]])
     all_seen = {c for cards in seen_by.values() for c in cards}
     if len(all_seen) < sum(len(cards) for cards in seen_by.values()):
         return None
-    open_rows = list(s.scalars(sa.select(GpuPlacement).where(
-        GpuPlacement.valid_to.is_(None), sa.or_(GpuPlacement.node.in_(list(seen_by)), GpuPlacement.card.in_(all_seen)))
-        .order_by(GpuPlacement.valid_from, GpuPlacement.id)))
+    batch_nodes = list(seen_by)
+    claimant = sa.select(GpuCard.claimed_by).where(GpuCard.card == GpuPlacement.card).scalar_subquery()
+    claimed = sa.select(GpuCard.card).where(GpuCard.claimed_by.in_(batch_nodes))
+    open_rows = s.execute(sa.select(GpuPlacement, claimant).where(
+        GpuPlacement.valid_to.is_(None), sa.or_(GpuPlacement.node.in_(batch_nodes), GpuPlacement.card.in_(all_seen),
+                                                GpuPlacement.card.in_(claimed)))
+        .order_by(GpuPlacement.valid_from, GpuPlacement.id)).all()
     owner = {c: node for node, cards in seen_by.items() for c in cards}
     rows_by: dict[str, list[GpuPlacement]] = {node: [] for node in seen_by}
-    for row in open_rows:
-        mine = {n for n in (row.node, owner.get(row.card)) if n in rows_by}
-        if len(mine) > 1:  # a card listed by one inventory is placed on another's node
+    for row, claimed_by in open_rows:
+        mine = {n for n in (row.node, owner.get(row.card), claimed_by) if n in rows_by}
+        if len(mine) > 1:  # a card listed (or claimed) by one inventory is placed on another's node
             return None
         rows_by[mine.pop()].append(row)
     loaded = {node: _Loaded(GpuLedger(), {}, {}, [], 0) for node in seen_by}
@@ -132,7 +137,7 @@ def _load_many(s: Session, batch: list[tuple[str, datetime, list[GpuSighting]]])
             p = _placement(row)
             loaded[node].ledger.current[row.card] = p
             loaded[node].placements[row.card] = (p, row)
-    elsewhere = [c for c in all_seen if c not in loaded[owner[c]].ledger.current]
+    elsewhere = [c for node, cards in seen_by.items() for c in cards if c not in loaded[node].ledger.current]
     last: dict[str, GpuPlacement] = {}
     if elsewhere:
         for row in s.scalars(sa.select(GpuPlacement).where(GpuPlacement.card.in_(elsewhere),
@@ -159,14 +164,19 @@ def _note_card(loaded: _Loaded, c: GpuCard) -> None:
     loaded.cards[c.card] = c
     if c.state == "retired":
         loaded.ledger.retired.add(c.card)
-    elif c.state == "missing":
+        return
+    if c.state == "missing":
         loaded.ledger.missing[c.card] = _utc(c.missing_since or c.last_seen)
+    loaded.ledger.listed[c.card] = _utc(c.last_seen)
+    if c.claimed_by is not None:
+        loaded.ledger.conflicts[c.card] = c.claimed_by
 
 
 def _load(s: Session, node: str, seen_cards: list[str]) -> _Loaded:
-    """Open placements of this node and of the listed cards, the last closed placement of listed
-    cards that are nowhere now, and the state of those cards."""
-    where_open = [GpuPlacement.node == node]
+    """Open placements of this node, of the listed cards and of the cards it claimed, the last closed
+    placement of listed cards that are nowhere now, and the state of those cards."""
+    where_open = [GpuPlacement.node == node,
+                  GpuPlacement.card.in_(sa.select(GpuCard.card).where(GpuCard.claimed_by == node))]
     if seen_cards:
         where_open.append(GpuPlacement.card.in_(seen_cards))
     open_rows = list(s.scalars(sa.select(GpuPlacement).where(GpuPlacement.valid_to.is_(None), sa.or_(*where_open))
@@ -208,7 +218,7 @@ def _write_placements(s: Session, loaded: _Loaded, at: datetime) -> None:
                                valid_from=p.valid_from, valid_to=None))
 
 
-def _write_cards(s: Session, loaded: _Loaded, events: list[LedgerEvent], listed: set[str], at: datetime) -> None:
+def _write_cards(s: Session, loaded: _Loaded, events: list[LedgerEvent], at: datetime) -> None:
     """Card rows: where each involved card is now (or was last) and its state."""
     ledger, cards = loaded.ledger, loaded.cards
     arrived = {e.card for e in events if e.kind in _ARRIVALS}
@@ -217,7 +227,7 @@ def _write_cards(s: Session, loaded: _Loaded, events: list[LedgerEvent], listed:
         crow = cards.get(card)
         if now is None:
             if crow is not None:  # its slot holds another card now
-                crow.state, crow.missing_since = "retired", None
+                crow.state, crow.missing_since, crow.claimed_by = "retired", None, None
             continue
         if crow is None:
             crow = GpuCard(card=card, serial=now.serial, uuid=now.uuid, model=now.name, state="in_service",
@@ -230,12 +240,12 @@ def _write_cards(s: Session, loaded: _Loaded, events: list[LedgerEvent], listed:
         crow.node, crow.pci_slot, crow.uuid = now.node, now.pci_slot, now.uuid
         crow.serial = now.serial or crow.serial
         crow.model = now.name or crow.model
-        if card in listed:
-            crow.last_seen = at
+        crow.last_seen = ledger.listed.get(card, crow.last_seen)  # by its own node: a claim is no sighting
+        crow.claimed_by = ledger.conflicts.get(card)
         if card in ledger.missing:
             crow.state, crow.missing_since = "missing", ledger.missing[card]
         else:
-            crow.state, crow.missing_since = "in_service", None
+            crow.state, crow.missing_since = ("conflict" if crow.claimed_by else "in_service"), None
 
 
 def apply_inventory_payload(session: Session, node: str, at: datetime, payload: Mapping[str, Any]) -> list[LedgerEvent]:

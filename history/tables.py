@@ -291,19 +291,21 @@ class GpuCard(Base):
         sa.Index("ix_gpu_cards_node_slot", "node", "pci_slot"),
         sa.Index("ix_gpu_cards_serial", "serial"),
         sa.Index("ix_gpu_cards_uuid", "uuid"),
+        sa.Index("ix_gpu_cards_claimed_by", "claimed_by"),
     )
 
     card: Mapped[str] = mapped_column(sa.String(160), primary_key=True)
     serial: Mapped[str | None] = mapped_column(sa.String(64))
     uuid: Mapped[str] = mapped_column(sa.String(128))  # the latest
     model: Mapped[str | None] = mapped_column(sa.String(128))
-    state: Mapped[str] = mapped_column(sa.String(16))  # in_service, missing, retired
+    state: Mapped[str] = mapped_column(sa.String(16))  # in_service, missing, retired, conflict
     node: Mapped[str] = mapped_column(sa.String(253))  # current, or last when retired
     pci_slot: Mapped[str] = mapped_column(sa.String(32))
     since: Mapped[datetime]  # in this node and slot since
     first_seen: Mapped[datetime]
-    last_seen: Mapped[datetime]  # the latest inventory that listed it
+    last_seen: Mapped[datetime]  # the latest inventory of its node that listed it
     missing_since: Mapped[datetime | None]
+    claimed_by: Mapped[str | None] = mapped_column(sa.String(253))  # another node that lists it (a conflict)
 
 
 class GpuPlacement(Base):

@@ -5,6 +5,14 @@ UUIDs and MIG layouts all change when cards are swapped or moved, so the ledger 
 (card, node, PCI slot, UUID, MIG layout, VBIOS, driver) with a validity interval, and records a
 swap event when an inventory shows a slot holding a new card or a card in a new node or slot.
 `GpuLedger.observe()` is pure bookkeeping: inventories in, placements and events out.
+
+A card listed by a second node while the node it is placed on still lists it is a **conflict**, not a
+move: two boards cannot share a serial, so one of the inventories is wrong (a forged one, from a node
+that speaks only for itself, or a serial read wrong), and the ledger cannot tell which. The card stays
+where it is, the conflict is recorded once for an operator (`conflicts`, a `conflict` event), and it
+becomes a move only once its node stops reporting it: an inventory of that node no longer lists it
+(the card is `missing` there), or none has listed it for `HOLDER_SILENT_S` (the node is gone, the card
+pulled). It ends (`resolved`) when the claiming node stops listing it.
 """
 
 from __future__ import annotations
@@ -16,7 +24,12 @@ from typing import Any, Literal
 
 from models.pci import normalize_pci
 
-EventKind = Literal["placed", "moved", "replaced", "returned", "changed", "missing"]
+EventKind = Literal["placed", "moved", "replaced", "returned", "changed", "missing", "conflict", "resolved"]
+
+# A node whose inventories have not listed its card for this long no longer reports it: 12 of the agent's
+# inventories (`inventory_interval_s`, 5 minutes) missed, which a live node never does, while a node that
+# was powered off with the card pulled has stopped reporting it for good.
+HOLDER_SILENT_S = 3600.0
 
 
 def card_key(serial: str | None, uuid: str) -> str:
@@ -111,6 +124,10 @@ class GpuLedger:
     retired: set[str] = field(default_factory=set)
     # Cards an inventory of their node no longer listed (lost, or pulled), by card.
     missing: dict[str, datetime] = field(default_factory=dict)
+    # Cards another node lists while their node still reports them: card -> the node that claims it.
+    conflicts: dict[str, str] = field(default_factory=dict)
+    # When the node a card is placed on last listed it, by card (absent: since its placement).
+    listed: dict[str, datetime] = field(default_factory=dict)
 
     def _by_slot(self, node: str) -> dict[str, Placement]:
         return {p.pci_slot: p for p in self.current.values() if p.node == node}
@@ -126,6 +143,34 @@ class GpuLedger:
         self.history.append(replace(p, valid_to=at))
         del self.current[p.card]
 
+    def _held_elsewhere(self, here: Placement | None, node: str, at: datetime) -> bool:
+        """Whether `here`, a card's placement, is on another node than `node` that still reports it at `at`."""
+        if here is None or here.node == node or here.card in self.missing:
+            return False
+        return (at - self.listed.get(here.card, here.valid_from)).total_seconds() < HOLDER_SILENT_S
+
+    def _claimed(self, node: str, at: datetime, g: GpuSighting, here: Placement) -> list[LedgerEvent]:
+        """`node` lists `g`, a card `here` on a node that still reports it: a conflict, recorded once per claimant."""
+        if self.conflicts.get(g.card) == node:
+            return []
+        self.conflicts[g.card] = node
+        return [LedgerEvent("conflict", at, g.card, node, g.pci_slot,
+                            f"{g.card} is listed by {node} {g.pci_slot} while {here.node} {here.pci_slot} still "
+                            f"lists it: it stays on {here.node} until {here.node} stops reporting it",
+                            previous_node=here.node, previous_slot=here.pci_slot)]
+
+    def _unclaimed(self, node: str, at: datetime, seen_cards: set[str]) -> list[LedgerEvent]:
+        """The conflicts `node` claimed with cards its inventory no longer lists: over."""
+        events = []
+        for card, claimant in list(self.conflicts.items()):
+            if claimant == node and card not in seen_cards:
+                del self.conflicts[card]
+                here = self.current.get(card)
+                holder, slot = (here.node, here.pci_slot) if here is not None else ("?", "?")
+                events.append(LedgerEvent("resolved", at, card, node, slot, f"{node} no longer lists {card}: it "
+                                          f"stays on {holder} {slot}", previous_node=holder, previous_slot=slot))
+        return events
+
     def observe(self, node: str, at: datetime, gpus: Iterable[GpuSighting]) -> list[LedgerEvent]:
         """Apply one complete inventory of `node` taken at `at`; return what changed."""
         events: list[LedgerEvent] = []
@@ -135,6 +180,12 @@ class GpuLedger:
         for g in seen:
             card = g.card
             here = self.current.get(card)
+            if here is not None and self._held_elsewhere(here, node, at):
+                events += self._claimed(node, at, g, here)
+                continue
+            if here is None or here.node != node:  # placed here: whoever claimed it did so rightly
+                self.conflicts.pop(card, None)
+            self.listed[card] = at
             occupant = slots.get(g.pci_slot)
             new = Placement(card, node, g.pci_slot, g.uuid, g.serial, g.name, g.mig_layout, g.vbios, g.driver, at)
             if here is not None and here.node == node and here.pci_slot == g.pci_slot:
@@ -160,6 +211,7 @@ class GpuLedger:
                 self._close(occupant, at)
                 self.retired.add(occupant.card)
                 self.missing.pop(occupant.card, None)
+                self.conflicts.pop(occupant.card, None)
                 events.append(LedgerEvent("replaced", at, card, node, g.pci_slot,
                                           f"slot {g.pci_slot} on {node} now holds {card} instead of {occupant.card}",
                                           previous_card=occupant.card))
@@ -187,4 +239,4 @@ class GpuLedger:
                 self.missing[p.card] = at
                 events.append(LedgerEvent("missing", at, p.card, node, p.pci_slot,
                                           f"{p.card} absent from the inventory of {node}"))
-        return events
+        return events + self._unclaimed(node, at, seen_cards)

@@ -33,6 +33,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from models.node_names import NodeName
+
 SCHEMA_VERSION = 1
 
 KERNEL_TOPIC = "xidpipe.node.kernel"
@@ -62,7 +64,7 @@ class NodeRecordBase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     schema_version: int = SCHEMA_VERSION
-    node: str
+    node: NodeName  # an RFC 1123 subdomain (`models.node_names`): a record for `node-a/../node-b` is refused
     record_id: str
     emitted_at: datetime = Field(default_factory=_now)
     kind: str

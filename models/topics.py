@@ -19,9 +19,11 @@ hashes only the node part of a key (`key_node`), so all of one node's records sh
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from models import node_records, wire
+from models.node_names import node_name_problem
 
 INCIDENTS_TOPIC = "xidpipe.incidents"
 ACTIONS_TOPIC = "xidpipe.actions"
@@ -33,6 +35,7 @@ BROKER_MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default `max.message.bytes`
 
 
 KEY_SEPARATOR = "/"  # never in a node name: a Kubernetes node name is an RFC 1123 subdomain
+_KIND = re.compile(rb"[a-z][a-z0-9_]{0,62}")  # a record kind, the part of a state key after the node
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +109,18 @@ def record_key(record: node_records.NodeRecordBase) -> str:
     return record.node
 
 
-def key_node(key: bytes) -> bytes:
-    """The node a key names (what the agent's partitioner hashes): the key up to the separator."""
-    return key.split(KEY_SEPARATOR.encode(), 1)[0]
+def key_node(key: bytes) -> bytes | None:
+    """The node a key names (what the agent's partitioner hashes): the key up to the separator, when
+    the key is `<node>` or `<node>/<kind>` and the node part is a node name (`models.node_names`); None
+    otherwise (`node-a/../node-b` names no node, not node-a)."""
+    node, sep, kind = key.partition(KEY_SEPARATOR.encode())
+    if sep and not _KIND.fullmatch(kind):
+        return None
+    try:
+        text = node.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return node if node_name_problem(text) is None else None
 
 
 def key_names_record(key: bytes | None, record: node_records.NodeRecordBase) -> bool:

@@ -38,7 +38,7 @@ from pydantic_settings import (
 
 ENV_PREFIX = "XIDPIPE_"
 CONFIG_ENV = "XIDPIPE_CONFIG"
-SERVICE_PREFIXES = ("agent", "worker", "respond", "actions", "sinks", "web")
+SERVICE_PREFIXES = ("agent", "worker", "respond", "actions", "sinks", "web", "kafka_admin")
 DEFAULT_STARTUP_DEADLINE_S = 300.0
 Source = Literal["default", "file", "env", "flag"]
 

@@ -74,6 +74,8 @@ class EndpointServer:
 
         class Handler(BaseHTTPRequestHandler):
             timeout = request_timeout_s
+            server_version = "xidpipe"  # the `Server` header: no Python version for a scanner to match
+            sys_version = ""
 
             def do_GET(self) -> None:
                 self._answer(body=True)

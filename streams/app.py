@@ -239,15 +239,17 @@ class Pipeline:
         (`streams.node_identity`; every message passes when verification is off)."""
         messages: list[Message] = []
         refused: list[DeadLetter] = []
-        for m in (e.message for e in events):
-            if self.identity is not None:
-                verdict = await self.identity.check(m.key, m.headers)
-                if not verdict.accepted:
-                    log.warning("node record refused (%s): %s", verdict.reason, verdict.detail)
-                    refused.append(DeadLetter(f"node_identity_{verdict.reason}", verdict.detail, m.topic,
-                                              m.partition, m.offset, m.key, m.value, datetime.now(UTC)))
-                    continue
-            messages.append(Message(m.topic, m.partition, m.offset, m.key, m.value))
+        raw = [e.message for e in events]
+        verdicts: list[Any] = [None] * len(raw)
+        if self.identity is not None:  # side by side: a node's slow or failing reviews hold no one else's record
+            verdicts = await self.identity.check_many([(m.key, m.headers) for m in raw])
+        for m, verdict in zip(raw, verdicts, strict=True):
+            if verdict is not None and not verdict.accepted:
+                log.warning("node record refused (%s): %s", verdict.reason, verdict.detail)
+                refused.append(DeadLetter(f"node_identity_{verdict.reason}", verdict.detail, m.topic,
+                                          m.partition, m.offset, m.key, m.value, datetime.now(UTC)))
+            else:
+                messages.append(Message(m.topic, m.partition, m.offset, m.key, m.value))
         return messages, refused
 
     async def _process(self, batch_id: int, messages: Sequence[Message], per_message: bool = False) -> IntakeResult:

@@ -80,6 +80,48 @@ def make_configuration(plane: Any, identity: str) -> client.Configuration:
 
 
 
+AGENT_NS = "xidpipe"  # the agent's ServiceAccount `xidpipe-agent` and the worker's `xidpipe-stream` (the chart's)
+
+
+def agent_pod_token(core: client.CoreV1Api, node: str) -> tuple[str, str]:
+    """(pod name, token): an agent pod on `node` and what the kubelet projects into it, a token for audience
+    `xidpipe` bound to the pod (and so to its node); the agent's ServiceAccount made when missing."""
+    accounts = {a.metadata.name for a in core.list_namespaced_service_account(AGENT_NS).items}
+    if "xidpipe-agent" not in accounts:
+        core.create_namespaced_service_account(
+            AGENT_NS, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="xidpipe-agent")))
+    pod = core.create_namespaced_pod(AGENT_NS, client.V1Pod(
+        metadata=client.V1ObjectMeta(name=unique("xidpipe-agent")),
+        spec=client.V1PodSpec(node_name=node, service_account_name="xidpipe-agent",
+                              automount_service_account_token=False,
+                              containers=[client.V1Container(name="agent", image="xidpipe:test")])))
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+        audiences=["xidpipe"], expiration_seconds=3600,
+        bound_object_ref=client.V1BoundObjectReference(kind="Pod", api_version="v1", name=pod.metadata.name,
+                                                       uid=pod.metadata.uid)))
+    token = core.create_namespaced_service_account_token("xidpipe-agent", AGENT_NS, request).status.token
+    return str(pod.metadata.name), str(token)
+
+
+def stream_token(core: client.CoreV1Api) -> str:
+    """A token of the worker's ServiceAccount `xidpipe-stream` (the chart's templates/rbac.yaml)."""
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[],
+                                                                                  expiration_seconds=3600))
+    return str(core.create_namespaced_service_account_token("xidpipe-stream", AGENT_NS, request).status.token)
+
+
+def kubeconfig_for(plane: Any, token: str, path: Path, server: str | None = None) -> Path:
+    """A kubeconfig at `path` for the control plane (or `server`) that authenticates with `token`."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "test",
+                      "cluster": {"server": server or plane.server, "certificate-authority": str(plane.ca_file)}}],
+        "users": [{"name": "test", "user": {"token": token}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+    }))
+    return path
+
+
 controlplane = load_controlplane()
 
 

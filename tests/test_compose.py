@@ -157,3 +157,93 @@ def test_package_files_named_in_commands_exist() -> None:
             if "/site-packages/xidpipe/" in word:
                 shipped = ROOT / "xidpipe" / word.split("/site-packages/xidpipe/", 1)[1]
                 assert shipped.is_file(), f"service {name}: {word} is not a file of the package"
+
+
+# -- safe by default: nothing published beyond the loopback, no fixed password -------------------------
+
+
+def _published(service: dict[str, Any]) -> list[str]:
+    return [str(p) for p in service.get("ports") or []]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in SERVICES.items() if s.get("ports")))
+def test_published_ports_bind_the_loopback_only(name: str) -> None:
+    for port in _published(SERVICES[name]):
+        assert port.startswith("127.0.0.1:") and port.count(":") == 2, (
+            f"service {name} publishes {port!r} on every interface (Kafka is PLAINTEXT, identity off here)")
+
+
+def _environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+SECRETS_SERVICE = "secrets"
+
+
+def _secrets_mount() -> tuple[str, str]:
+    """(host directory, container directory) the secrets service writes to."""
+    (volume,) = SERVICES[SECRETS_SERVICE]["volumes"]
+    host, container = volume.split(":")[:2]
+    return host, container
+
+
+def test_no_service_holds_a_fixed_password() -> None:
+    for name, service in SERVICES.items():
+        for key, value in _environment(service).items():
+            assert "PASSWORD" not in key or key.endswith("_FILE"), f"service {name}: {key} is a fixed password"
+            assert not re.search(r"://[^/@:]+:[^/@]+@", value), f"service {name}: {key} carries a password"
+
+
+def test_passwords_are_generated_at_the_first_start_into_a_git_ignored_directory() -> None:
+    host, inside = _secrets_mount()
+    assert host.startswith("./")
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert f"/{host[2:].rstrip('/')}/" in ignored, f"{host} is not git-ignored"
+    secrets = SERVICES[SECRETS_SERVICE]
+    argv = _argv(secrets)
+    assert argv[1:4] == ["dev", "compose-secrets", inside], argv
+    assert secrets.get("restart", "no") == "no"
+    postgres = SERVICES["postgres"]
+    env = _environment(postgres)
+    assert env["POSTGRES_PASSWORD_FILE"].startswith(inside + "/")
+    assert f"{host}:{inside}:ro" in postgres["volumes"]
+    users = [n for n, s in SERVICES.items() if "XIDPIPE_DATABASE_URL" in _environment(s)]
+    assert {"postgres", "worker", "respond", "web"} <= {*users, "postgres"}
+    for name in [*users, "postgres"]:
+        service = SERVICES[name]
+        assert service["depends_on"][SECRETS_SERVICE] == {"condition": "service_completed_successfully"}, name
+        if name != "postgres":
+            assert _environment(service)["PGPASSFILE"].startswith(inside + "/"), name
+            assert f"{host}:{inside}:ro" in service["volumes"], name
+
+
+def test_the_secrets_command_writes_what_the_services_read(tmp_path: Path) -> None:
+    from xidpipe.cli import main
+
+    names = {Path(_environment(SERVICES["postgres"])["POSTGRES_PASSWORD_FILE"]).name,
+             Path(_environment(SERVICES["worker"])["PGPASSFILE"]).name}
+    target = tmp_path / "secrets"
+    assert main(["dev", "compose-secrets", str(target)]) == 0
+    assert {p.name for p in target.iterdir()} >= names
+    password = (target / "postgres-password").read_text()
+    assert len(password) >= 32 and password != "xidpipe"
+    assert (target / "pgpass").read_text() == f"*:*:*:xidpipe:{password}\n"
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in target.iterdir())
+    assert main(["dev", "compose-secrets", str(target)]) == 0  # a second start keeps them
+    assert (target / "postgres-password").read_text() == password
+
+
+def test_pgpass_goes_to_the_services_user(tmp_path: Path) -> None:
+    import os
+
+    from xidpipe.cli import main
+
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root (the secrets service runs as root)")
+    assert main(["dev", "compose-secrets", str(tmp_path), "--pgpass-owner", "10001:10001"]) == 0
+    pgpass = (tmp_path / "pgpass").stat()
+    assert (pgpass.st_uid, pgpass.st_gid, pgpass.st_mode & 0o777) == (10001, 10001, 0o600)
+    assert (tmp_path / "postgres-password").stat().st_uid == 0

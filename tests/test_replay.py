@@ -209,6 +209,21 @@ def test_unreadable_input_exits_2_naming_the_file(case: str, tmp_path: Path,
         assert f"{named}:2:" in err
 
 
+@pytest.mark.parametrize("node", [".", "javascript:alert(1)", "Gpu-Node-1", "gpu_node_1"])
+def test_a_log_named_for_no_node_exits_2_naming_the_file(node: str, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "n1.log").write_text("Nov 25 10:00:00 n1 kernel: NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off\n")
+    named = root / f"{node}.log"
+    named.write_text("Nov 25 10:00:00 x kernel: NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off\n")
+    assert main(["replay", str(root)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert captured.out == "" and len(err.splitlines()) == 1
+    assert err.startswith(f"xidpipe replay: {named}: not a node name")
+
+
 def test_a_named_database_keeps_the_history_and_must_start_empty(cluster: Path, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'history.db'}"
     first = run_replay(cluster, database_url=url)

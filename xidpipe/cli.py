@@ -38,6 +38,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xidpipe.commands.gpus",
     "xidpipe.commands.db",
     "xidpipe.commands.serve",
+    "xidpipe.commands.kafka",
     "xidpipe.commands.completion",
     "xidpipe.commands.config",
 )

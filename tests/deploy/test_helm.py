@@ -161,13 +161,30 @@ def test_every_service_is_probed_and_scraped_on_its_metrics_endpoint(helm: str) 
             assert container["readinessProbe"]["httpGet"]["path"] == "/readyz", name
     from respond.settings import RespondSettings
     from streams.settings import WorkerSettings
+    from xidpipe.commands.serve_settings import ServeSettings
 
-    for name, settings in (("worker", WorkerSettings), ("respond", RespondSettings)):
+    assert monitors["web"]["spec"]["endpoints"][0]["port"] == "metrics"  # not the public port
+    for name, settings in (("worker", WorkerSettings), ("respond", RespondSettings), ("web", ServeSettings)):
         prefix = str(settings.model_config["env_prefix"]).upper()
         container = pod_spec(workloads[name])["containers"][0]
         env = {e["name"]: e for e in container["env"]}
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert env[f"{prefix}METRICS_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
-        assert int(env[f"{prefix}METRICS_PORT"]["value"]) == container["ports"][0]["containerPort"]
+        assert int(env[f"{prefix}METRICS_PORT"]["value"]) == ports["metrics"]
+
+
+def test_the_web_servers_trusted_proxies_are_a_chart_value(helm: str) -> None:
+    def web(*sets: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        docs = render(helm, [PRODUCTION], *sets)
+        deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "xidpipe-web")
+        policy = next(d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "xidpipe-web")
+        return {e["name"]: e for e in pod_spec(deployment)["containers"][0]["env"]}, policy
+
+    env, policy = web()
+    assert "XIDPIPE_WEB_TRUSTED_PROXIES" not in env
+    assert [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]] == ["http", "metrics"]
+    env, _ = web("web.trustedProxies={10.0.0.0/8,192.0.2.7}")
+    assert env["XIDPIPE_WEB_TRUSTED_PROXIES"]["value"] == "10.0.0.0/8,192.0.2.7"
 
 
 def test_the_dashboard_and_the_alerts_query_only_metrics_the_services_expose(helm: str) -> None:

@@ -126,7 +126,8 @@ class Stack:
         self.podman = Podman(self.workdir)
         passthrough = frozenset({"/dev/kmsg", "/proc"})  # the node's own, as on a real node
         self.kubelet = Kubelet(self.cluster, self.workdir / "pods", self.workdir / "node", passthrough)
-        self.ports = {"agent": free_port(), "web": free_port(), "worker": free_port(), "respond": free_port()}
+        self.ports = {"agent": free_port(), "web": free_port(), "worker": free_port(), "respond": free_port(),
+                      "web-metrics": free_port()}
 
     @property
     def namespace(self) -> str:
@@ -141,6 +142,7 @@ class Stack:
             f"worker.metricsPort={self.ports['worker']}",
             f"respond.metricsPort={self.ports['respond']}",
             f"web.port={self.ports['web']}",
+            f"web.metricsPort={self.ports['web-metrics']}",
             *sets,
         ], release=self.release, namespace=self.namespace)
 

@@ -19,6 +19,7 @@ from history.migrate import upgrade
 from history.tables import GpuCard, GpuLedgerEvent, GpuLedgerNode, GpuPlacement
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
+MIN = timedelta(minutes=1)
 Inventory = tuple[str, datetime, dict[str, Any]]
 
 
@@ -41,6 +42,14 @@ BATCHES: list[list[Inventory]] = [
     [inv("n1", day(0), "A", "B"), inv("n2", day(2), "C", "D", driver="570.86.15"), inv("n3", day(2), "E")],
     [inv("n1", day(3), "F"), inv("n1", day(4), "F", "G"), inv("n2", day(4), "C", "D")],
     [inv("n4", day(5), "A"), inv("n2", day(5), "X", "D"), inv("n3", day(5), "E", "B")],
+    # n5 claims n2's card D while n2 lists it (a conflict), stops (resolved, n2 in the batch), claims it again,
+    # n2 stops listing it (missing), and n5's next claim is a move.
+    [inv("n2", day(6), "X", "D"), inv("n3", day(6), "E", "B")],
+    [inv("n5", day(6) + MIN * 10, "D"), inv("n1", day(6) + MIN * 10, "F", "G")],
+    [inv("n5", day(6) + MIN * 20), inv("n2", day(6) + MIN * 20, "X", "D")],
+    [inv("n5", day(6) + MIN * 30, "D"), inv("n3", day(6) + MIN * 30, "E", "B")],
+    [inv("n2", day(6) + MIN * 40, "X"), inv("n1", day(6) + MIN * 40, "F", "G")],
+    [inv("n5", day(6) + MIN * 50, "D"), inv("n3", day(6) + MIN * 50, "E", "B")],
 ]
 
 
@@ -52,7 +61,7 @@ def snapshot(e: sa.Engine) -> dict[str, Any]:
     with Session(e) as s:
         return {
             "cards": sorted((c.card, c.state, c.node, c.pci_slot, utc(c.since), utc(c.first_seen), utc(c.last_seen),
-                             utc(c.missing_since)) for c in s.scalars(sa.select(GpuCard))),
+                             utc(c.missing_since), c.claimed_by) for c in s.scalars(sa.select(GpuCard))),
             "placements": sorted((p.card, p.node, p.pci_slot, p.driver, utc(p.valid_from), utc(p.valid_to))
                                  for p in s.scalars(sa.select(GpuPlacement))),
             "events": [(v.kind, v.card, v.node, utc(v.at), v.previous_card, v.previous_node) for v in s.scalars(
@@ -81,7 +90,8 @@ def test_a_batch_leaves_the_ledger_as_one_by_one(engines: tuple[sa.Engine, sa.En
         assert snapshot(batch) == snapshot(one)
     final = snapshot(batch)
     assert ("serial:A", "n4") in {(p[0], p[1]) for p in final["placements"] if p[5] is None}  # back, elsewhere
-    assert {e[0] for e in final["events"]} >= {"placed", "missing", "moved", "replaced"}
+    assert {e[0] for e in final["events"]} >= {"placed", "missing", "moved", "replaced", "conflict", "resolved"}
+    assert ("serial:D", "n5") in {(p[0], p[1]) for p in final["placements"] if p[5] is None}
 
 
 def test_distinct_nodes_are_loaded_in_a_few_queries(engines: tuple[sa.Engine, sa.Engine]) -> None:

@@ -103,6 +103,43 @@ def test_swap_scenario(engine: sa.Engine) -> None:
         assert list_gpus(s, GpuFilter(model="h100"))[1] == 4 and list_gpus(s, GpuFilter(state="retired"))[1] == 0
 
 
+def test_a_card_listed_by_a_second_node_is_a_conflict_until_its_node_stops_listing_it(engine: sa.Engine) -> None:
+    e = engine
+    apply(e, "node-b", day(0), gpu("A", SLOT_A))
+    apply(e, "node-a", day(0), gpu("Z", SLOT_A))
+    # node-a's inventory claims node-b's card: it stays on node-b, in conflict, for an operator to see.
+    assert apply(e, "node-a", day(0) + timedelta(minutes=5), gpu("Z", SLOT_A), gpu("A", SLOT_B)) == [
+        ("conflict", "serial:A")]
+    a = card(e, "serial:A")
+    assert (a.node, a.pci_slot, a.state, a.claimed_by) == ("node-b", SLOT_A, "conflict", "node-a")
+    assert a.last_seen.astimezone(UTC) == day(0)  # a claim is not a sighting by its node
+    assert placements(e, "serial:A") == [("node-b", SLOT_A, "GPU-A", day(0), None)]
+    with Session(e) as s:
+        rows, _ = list_gpus(s, GpuFilter(state="conflict"))
+        assert [(r["card"], r["node"], r["claimed_by"]) for r in rows] == [("serial:A", "node-b", "node-a")]
+        history = gpu_history(s, "A")
+        assert history is not None and history["claimed_by"] == "node-a"
+        (conflict,) = [x for x in history["events"] if x["kind"] == "conflict"]
+        assert conflict["node"] == "node-a" and conflict["previous_node"] == "node-b"
+    # Both go on listing it: nothing new; node-b's listing is its card's last sighting.
+    assert apply(e, "node-b", day(0) + timedelta(minutes=10), gpu("A", SLOT_A)) == []
+    assert apply(e, "node-a", day(0) + timedelta(minutes=11), gpu("Z", SLOT_A), gpu("A", SLOT_B)) == []
+    assert card(e, "serial:A").last_seen.astimezone(UTC) == day(0) + timedelta(minutes=10)
+    # node-a stops: the conflict is over, the card in service on node-b.
+    assert apply(e, "node-a", day(0) + timedelta(minutes=16), gpu("Z", SLOT_A)) == [("resolved", "serial:A")]
+    a = card(e, "serial:A")
+    assert (a.node, a.state, a.claimed_by) == ("node-b", "in_service", None)
+    # Claimed again; then node-b stops listing it: missing there, and the next claim is a move.
+    assert apply(e, "node-a", day(0) + timedelta(minutes=21), gpu("Z", SLOT_A), gpu("A", SLOT_B)) == [
+        ("conflict", "serial:A")]
+    assert apply(e, "node-b", day(0) + timedelta(minutes=25)) == [("missing", "serial:A")]
+    assert card(e, "serial:A").state == "missing"
+    assert apply(e, "node-a", day(0) + timedelta(minutes=26), gpu("Z", SLOT_A), gpu("A", SLOT_B)) == [
+        ("moved", "serial:A")]
+    a = card(e, "serial:A")
+    assert (a.node, a.pci_slot, a.state, a.claimed_by) == ("node-a", SLOT_B, "in_service", None)
+
+
 def test_a_driver_change_opens_a_new_placement_and_keeps_since(engine: sa.Engine) -> None:
     apply(engine, "n1", day(0), gpu("A", SLOT_A))
     assert apply(engine, "n1", day(1), gpu("A", SLOT_A, driver="570.86.15")) == [("changed", "serial:A")]

@@ -149,6 +149,28 @@ def test_a_swap_reaches_the_ledger_through_the_worker(db: str, capsys: pytest.Ca
     assert js(capsys, "gpus", "list", "--database-url", db, "--state", "retired")["total"] == 1
 
 
+def test_a_card_claimed_by_another_node_is_a_conflict_in_gpus_list_and_history(
+        db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # node-a's inventory (every node's agent shares one Kafka credential) names node-b's third card.
+    forged = inventory("node-a", T0 + timedelta(minutes=5))
+    stolen = inventory("node-b", T0).gpus[2]
+    store = Store(db, PipelinePolicy())
+    feed(store, [forged.model_copy(update={"gpus": (*forged.gpus, stolen.model_copy(
+        update={"pci_bus_id": "00000000:DB:00.0"}))})])
+    store.dispose()
+    card = js(capsys, "gpus", "history", serial("node-b", 2), "--database-url", db)
+    assert (card["node"], card["state"], card["claimed_by"]) == ("node-b", "conflict", "node-a")
+    assert [p["node"] for p in card["placements"]] == ["node-b"]  # not moved
+    (conflict,) = [e for e in card["events"] if e["kind"] == "conflict"]
+    assert (conflict["node"], conflict["previous_node"]) == ("node-a", "node-b")
+    listed = js(capsys, "gpus", "list", "--database-url", db, "--state", "conflict")["gpus"]
+    assert [(g["serial"], g["node"], g["claimed_by"]) for g in listed] == [(serial("node-b", 2), "node-b", "node-a")]
+    table = cli(capsys, "gpus", "list", "--database-url", db, "--state", "conflict")
+    assert re.search(r"node-b .* conflict: claimed by node-a", table), table
+    text = cli(capsys, "gpus", "history", serial("node-b", 2), "--database-url", db)
+    assert "claimed by node-a" in text and re.search(r"conflict +\S+ is listed by node-a", text), text
+
+
 def test_stats_separate_incidents_from_events_and_a_storm_counts_once(db: str,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     first = incident_of(capsys, db, "node-b")

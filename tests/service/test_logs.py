@@ -183,7 +183,7 @@ def test_the_web_servers_access_log_goes_through_it(tmp_path: Path) -> None:
     tokens.write_text(f"reader read {secrets.token_urlsafe(32)}\n")
     tokens.chmod(0o600)
     env = {k: v for k, v in os.environ.items() if not k.startswith("XIDPIPE_") or k.startswith("XIDPIPE_TEST_")}
-    env.update(XIDPIPE_LOG_FORMAT="json")
+    env.update(XIDPIPE_LOG_FORMAT="json", XIDPIPE_WEB_METRICS_PORT="0")
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "xidpipe.cli", "serve", "--database-url", url, "--port", "0",

@@ -79,10 +79,10 @@ def series(samples: Samples, name: str, label: str) -> dict[str, float]:
     return out
 
 
-def spawn(stack: ExitStack, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+def spawn(stack: ExitStack, args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     out = log.open("wb")
-    proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
-                            env={k: v for k, v in os.environ.items() if not k.startswith("XIDPIPE_")})
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("XIDPIPE_")}
+    proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env={**clean, **(env or {})})
 
     def stop() -> None:
         proc.terminate()
@@ -189,18 +189,21 @@ def check_responder(base: str, broker: str, group: str, responder: subprocess.Po
 
 
 def check_web(stack: ExitStack, db_url: str, port: int, tmp_path: Path) -> str:
-    """`xidpipe serve` counts requests by route and status; returns its address."""
+    """`xidpipe serve` counts requests by route and status, on its metrics port; returns its address."""
     tokens = tmp_path / "api-tokens"
     tokens.write_text(f"reader read {READ_TOKEN}\n")
     tokens.chmod(0o600)
+    metrics_port = free_port()
     web = spawn(stack, [sys.executable, "-m", "xidpipe.cli", "serve", "--database-url", db_url, "--port",
-                        str(port), "--tokens-file", str(tokens)], tmp_path / "serve.log")
+                        str(port), "--tokens-file", str(tokens)], tmp_path / "serve.log",
+                env={"XIDPIPE_WEB_METRICS_PORT": str(metrics_port)})
     base = f"http://127.0.0.1:{port}"
     poll("xidpipe serve", lambda: call(f"{base}/healthz")[0] == 200 or web.poll() is not None, 60, interval=0.3)
     code, body = call(f"{base}/api/v1/incidents?limit=100", READ_TOKEN)
     assert code == 200 and json.loads(body)["total"] > 0
     assert call(f"{base}/api/v1/incidents")[0] == 401
-    m = scrape(base)
+    assert call(f"{base}/metrics")[0] == 404  # not on the public port
+    m = scrape(f"http://127.0.0.1:{metrics_port}")
     assert total(m, "xidpipe_web_requests_total", route="listIncidents", status="200") == 1
     assert total(m, "xidpipe_web_requests_total", route="listIncidents", status="401") == 1
     assert total(m, "xidpipe_web_request_seconds_count", route="listIncidents") == 2

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kafka import KafkaConsumer
 from kubernetes import client
 
@@ -34,6 +33,7 @@ from streams.runner import WorkerProcess, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
 from streams.worker import prepare
+from tests.kube import agent_pod_token, kubeconfig_for, stream_token
 from tests.polling import poll_async
 from tests.services import SecuredKafka
 from tests.streams.records import Kmsg
@@ -41,36 +41,6 @@ from tests.streams.records import Kmsg
 pytestmark = [pytest.mark.kafka, pytest.mark.k8s]
 
 T0 = datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC)
-AGENT_NS = "xidpipe"
-
-
-def _agent_pod_token(core: client.CoreV1Api, node: str) -> str:
-    """What the kubelet projects into the agent pod on `node`: a pod-bound token for audience xidpipe."""
-    pod = core.create_namespaced_pod(AGENT_NS, client.V1Pod(
-        metadata=client.V1ObjectMeta(name=f"xidpipe-agent-{uuid.uuid4().hex[:6]}"),
-        spec=client.V1PodSpec(node_name=node, service_account_name="xidpipe-agent",
-                              automount_service_account_token=False,
-                              containers=[client.V1Container(name="agent", image="xidpipe:test")])))
-    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
-        audiences=["xidpipe"], expiration_seconds=3600,
-        bound_object_ref=client.V1BoundObjectReference(kind="Pod", api_version="v1", name=pod.metadata.name,
-                                                       uid=pod.metadata.uid)))
-    return str(core.create_namespaced_service_account_token("xidpipe-agent", AGENT_NS, request).status.token)
-
-
-def _stream_kubeconfig(core: client.CoreV1Api, plane: Any, path: Path) -> Path:
-    """A kubeconfig with a token of the worker's ServiceAccount (the chart's templates/rbac.yaml)."""
-    token = core.create_namespaced_service_account_token(
-        "xidpipe-stream", AGENT_NS, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
-            audiences=[], expiration_seconds=3600))).status.token
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "stream",
-        "clusters": [{"name": "test",
-                      "cluster": {"server": plane.server, "certificate-authority": str(plane.ca_file)}}],
-        "users": [{"name": "stream", "user": {"token": token}}],
-        "contexts": [{"name": "stream", "context": {"cluster": "test", "user": "stream"}}],
-    }))
-    return path
 
 
 def _read_all(secured_kafka: SecuredKafka, topic: str) -> list[Any]:
@@ -90,10 +60,7 @@ def test_a_record_for_another_node_never_becomes_an_incident(
     honest, victim = f"gpu-honest-{run}", f"gpu-victim-{run}"
     for name in (honest, victim):
         admin_core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name)))
-    if "xidpipe-agent" not in {sa.metadata.name for sa in admin_core.list_namespaced_service_account(AGENT_NS).items}:
-        admin_core.create_namespaced_service_account(
-            AGENT_NS, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="xidpipe-agent")))
-    token = _agent_pod_token(admin_core, honest).encode()
+    token = agent_pod_token(admin_core, honest)[1].encode()
 
     prefix, app_id = f"nid-{run}.", f"nid-{run}-worker"
     secured_kafka.grant_pipeline(prefix, worker_group=app_id, responder_group=f"nid-{run}-responder")
@@ -101,8 +68,8 @@ def test_a_record_for_another_node_never_becomes_an_incident(
         bootstrap_servers=secured_kafka.bootstrap, database_url=postgres_database, app_id=app_id,
         topic_prefix=prefix, partitions=1, datadir=tmp_path / "faust", session_timeout_s=6.0,
         heartbeat_interval_s=1.0, commit_interval_s=0.5,
-        verify_node_identity=True, node_identity_kubeconfig=_stream_kubeconfig(admin_core, control_plane,
-                                                                               tmp_path / "kubeconfig"),
+        verify_node_identity=True,
+        node_identity_kubeconfig=kubeconfig_for(control_plane, stream_token(admin_core), tmp_path / "kubeconfig"),
         **secured_kafka.security("worker").model_dump(),
     )
     prepare(settings)
@@ -149,6 +116,41 @@ def test_a_record_for_another_node_never_becomes_an_incident(
     asyncio.run(_respond_until_cordon(respond, responder, lambda: bool(executor.store.recent(10))))
     completed = [json.loads(m.value) for m in _read_all(secured_kafka, topo.completed.name)]
     assert {c["node"] for c in completed} == {honest}
+
+
+def test_a_record_the_api_server_cannot_review_is_a_dead_letter_with_the_reason(
+    secured_kafka: SecuredKafka, control_plane: Any, admin_core: client.CoreV1Api, rbac_applied: object,
+    postgres_database: str, tmp_path: Path,
+) -> None:
+    run = uuid.uuid4().hex[:6]
+    node = f"gpu-node-{run}"
+    admin_core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=node)))
+    token = agent_pod_token(admin_core, node)[1].encode()
+    prefix, app_id = f"nidu-{run}.", f"nidu-{run}-worker"
+    secured_kafka.grant_pipeline(prefix, worker_group=app_id)
+    # The worker's reviews are refused (HTTP 403: an identity without `create tokenreviews`).
+    settings = WorkerSettings(
+        bootstrap_servers=secured_kafka.bootstrap, database_url=postgres_database, app_id=app_id,
+        topic_prefix=prefix, partitions=1, datadir=tmp_path / "faust", session_timeout_s=6.0,
+        heartbeat_interval_s=1.0, commit_interval_s=0.5, verify_node_identity=True,
+        node_identity_kubeconfig=kubeconfig_for(control_plane, control_plane.token("nobody"), tmp_path / "nobody"),
+        **secured_kafka.security("worker").model_dump(),
+    )
+    prepare(settings)
+    topo = topology(prefix, 1)
+    produce(settings.bootstrap_servers, topo, [Kmsg(node).xid(0, 79, T0)], security=secured_kafka.security("agent"),
+            headers=[(TOKEN_HEADER, token)])
+    worker = WorkerProcess(settings, tmp_path / "worker.log").start()
+    try:
+        wait_caught_up(settings, 90, worker)  # not held: dead-lettered after the bounded retries
+        worker.terminate()
+    finally:
+        worker.kill()
+    (dead,) = _read_all(secured_kafka, topo.kernel.dead_letter)
+    assert dict(dead.headers)["xidpipe-dlq-reason"] == b"node_identity_unavailable" and dead.key == node.encode()
+    error = json.loads(dead.value)["error"]
+    assert "HTTP 403" in error and "3 attempts" in error and token.decode() not in error
+    assert token.decode() not in (tmp_path / "worker.log").read_text()
 
 
 async def _respond_until_cordon(settings: RespondSettings, responder: Any, decided: Callable[[], bool],

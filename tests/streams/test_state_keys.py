@@ -56,6 +56,8 @@ def test_node_identity_judges_the_node_a_state_key_names() -> None:
     headers = [(TOKEN_HEADER, b"t")]
 
     async def reasons() -> list[str]:
-        return [(await gate.check(k, headers)).reason for k in (b"node-1/inventory", b"node-1", b"node-2/inventory")]
+        keys = (b"node-1/inventory", b"node-1", b"node-2/inventory", b"node-1/../node-2", b"node-1/inventory/x")
+        return [(await gate.check(k, headers)).reason for k in keys]
 
-    assert asyncio.run(reasons()) == ["verified", "verified", "node_mismatch"]
+    # node-1's token once passed `node-1/../node-2`: the key's node part was read up to the first separator.
+    assert asyncio.run(reasons()) == ["verified", "verified", "node_mismatch", "invalid_key", "invalid_key"]

@@ -21,8 +21,8 @@ from xidpipe.web.app import make_app
 from xidpipe.web.db import Database
 from xidpipe.web.tokens import load_tokens
 
-READ_TOKEN = "read-token-0123456789abcdef"
-OPERATOR_TOKEN = "operator-token-0123456789abcdef"
+READ_TOKEN = "read-Jq7vXc2LmR9tKw4pZs8bNf3hYd"
+OPERATOR_TOKEN = "operator-Vb6nQe1TzH8rMx5kWg3jPa7uLc"
 SERVER_START_S = 30.0
 
 
@@ -74,7 +74,7 @@ class RunningServer:
 
 def start_server(url: str, tokens: Path | None, log: Path, cwd: Path | None = None,
                  extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    env = {**os.environ, **(extra_env or {})}
+    env = {**os.environ, "XIDPIPE_WEB_METRICS_PORT": "0", **(extra_env or {})}  # metrics on any free port
     out = log.open("wb")
     args = [sys.executable, "-m", "xidpipe.cli", "serve", "--database-url", url, "--port", "0"]
     if tokens is not None:

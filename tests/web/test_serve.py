@@ -73,7 +73,7 @@ def test_the_tokens_file_from_the_environment(seeded: Seeded, tokens_file: Path,
 
 
 def serve(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XIDPIPE_STARTUP_DEADLINE_S": "2"}
+    env = {**os.environ, "XIDPIPE_STARTUP_DEADLINE_S": "2", "XIDPIPE_WEB_METRICS_PORT": "0"}
     return subprocess.run([sys.executable, "-m", "xidpipe.cli", "serve", "--port", "0", *args], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=60, check=False)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import stat
 from datetime import UTC, date, datetime
@@ -18,9 +19,10 @@ from xidpipe.web.tokens import (
     load_tokens,
     parse_tokens,
     token_bits,
+    tokens_file_exposure,
 )
 
-SECRET = "s3cret-0123456789abcdef"
+SECRET = "s3cret-Gm4xTq9wLv2bRk7pNz5c"
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -30,6 +32,11 @@ SECRET = "s3cret-0123456789abcdef"
     ("alice read abcdefghijklmnop", "fewer than 128 bits"),  # 16 characters were enough before
     ("alice read 0123456789abcdef0123", "fewer than 128 bits"),  # 24 hex digits: 96 bits
     ("alice read " + "ab" * 40, "fewer than 128 bits"),  # long, but two characters
+    ("alice read " + "abcdefgh" * 4, "fewer than 128 bits"),  # 32 characters, 8 distinct: 150 bits by their classes
+    ("alice read " + "aBcD3fGh!" * 4, "fewer than 128 bits"),  # four classes, repeated
+    ("alice read abcdefghijklmnopqrstuvwxyz012345", "fewer than 128 bits"),  # runs of consecutive characters
+    ("alice read read-token-0123456789abcdef", "fewer than 128 bits"),
+    ("alice read ZZZZZZZZZZZZZZZZZZZZyyyyyyyyyyyyyyyy7777777777qqqq", "fewer than 128 bits"),
     (f"alice read {SECRET}\nalice operator {SECRET}x", "appears twice"),
     (f"alice read {SECRET}\nbob operator {SECRET}", "also another name's token"),
 ])
@@ -106,6 +113,39 @@ def test_dates() -> None:
 def test_random_tokens_of_128_bits_are_accepted(token: str) -> None:
     assert token_bits(token) >= 128
     assert TokenStore(parse_tokens(f"alice read {token}")).verify(token) is not None
+
+
+def test_a_predictable_token_is_refused_with_a_clear_reason() -> None:
+    with pytest.raises(TokenFileError) as err:
+        parse_tokens("alice read " + "abcdefgh" * 4, "api-tokens")
+    message = str(err.value)
+    assert message.startswith("api-tokens:1: the token of 'alice'") and "repeat" in message
+    assert "abcdefgh" not in message
+    assert "secrets.token_urlsafe(32)" in message
+    assert 0 < token_bits("abcdefgh" * 4) < 64 and token_bits("abcdefgh" * 4) == token_bits("abcdefgh" * 8)
+
+
+@pytest.mark.parametrize(("mode", "says"), [
+    (0o600, None), (0o400, None), (0o640, None),  # the group is the server's own (the chart's fsGroup)
+    (0o644, "readable by every user"), (0o604, "readable by every user"), (0o602, "writable by every user"),
+])
+def test_a_tokens_file_others_can_read_is_flagged(tmp_path: Path, mode: int, says: str | None) -> None:
+    path = tmp_path / "api-tokens"
+    path.write_text(f"alice read {SECRET}\n")
+    path.chmod(mode)
+    problem = tokens_file_exposure(path)
+    assert (problem is None) if says is None else (says in (problem or "") and str(path) in (problem or ""))
+
+
+def test_a_tokens_file_readable_by_a_group_the_server_is_not_in_is_flagged(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another group needs root")
+    foreign = max([*os.getgroups(), os.getgid()]) + 4242
+    path = tmp_path / "api-tokens"
+    path.write_text(f"alice read {SECRET}\n")
+    os.chown(path, -1, foreign)
+    path.chmod(0o640)
+    assert f"readable by group {foreign}" in (tokens_file_exposure(path) or "")
 
 
 def test_a_revoked_session_is_dead_also_as_a_copy_and_others_live_on() -> None:

@@ -8,6 +8,9 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from xidpipe.commands.exits import UsageError
+from xidpipe.commands.options import node_name
+
 log = logging.getLogger(__name__)
 
 
@@ -34,7 +37,7 @@ def register(subparsers: Any) -> None:
     src.add_argument("--boot-time", metavar="ISO_TIME",
                      help="file source: the recorded node's boot time, for lines stamped only with an uptime")
     kafka = p.add_argument_group("Kafka and state")
-    kafka.add_argument("--node", help="node name (default $NODE_NAME or the host name)")
+    kafka.add_argument("--node", type=node_name, help="node name (default $NODE_NAME or the host name)")
     kafka.add_argument("--bootstrap-servers", help="Kafka bootstrap servers, comma-separated")
     kafka.add_argument("--state-dir", type=Path, help="cursors and spool (default /var/lib/xidpipe-agent)")
     kafka.add_argument("--spool-max-mb", type=int, help="spool size above which non-fault lines drop (256)")
@@ -80,9 +83,13 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from agents.main import build_agent
+    from models.node_names import node_name_problem
     from xidpipe.commands.startup import start_logging
 
     settings = settings_from_args(args)
+    problem = node_name_problem(settings.node)  # from --node, $NODE_NAME or the host name
+    if problem is not None:
+        raise UsageError(f"{problem}; give the Kubernetes node name with --node or $NODE_NAME")
     start_logging(settings)
     agent = build_agent(settings)
 

@@ -25,6 +25,7 @@ SERVICES: dict[str, str] = {
     "respond": "respond.settings:RespondSettings",
     "serve": "xidpipe.commands.serve_settings:ServeSettings",
     "cli": "xidpipe.commands.cli_settings:CliSettings",
+    "kafka": "xidpipe.commands.kafka_settings:KafkaAdminSettings",
 }
 MASK = "**********"  # as pydantic shows a SecretStr
 _SECRET_KEY = re.compile(r"(?i)(token|passw|secret|api[_-]?key|routing[_-]?key|credential|webhook)")

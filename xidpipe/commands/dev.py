@@ -3,6 +3,7 @@
     xidpipe dev kafka fetch                  # Kafka 4.0.2 jars from Maven Central into the cache
     xidpipe dev kafka start|stop|status      # a single-node KRaft broker on 127.0.0.1
     xidpipe dev postgres start|stop|status   # a throwaway PostgreSQL cluster on 127.0.0.1
+    xidpipe dev compose-secrets DIR          # docker-compose's passwords, made once (its `secrets` service)
 
 `start` leaves the service running in the background and prints its address on stdout (the
 bootstrap servers, or a SQLAlchemy URL), so `export XIDPIPE_TEST_KAFKA=$(xidpipe dev kafka start)`
@@ -75,6 +76,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.set_defaults(func=_kafka_start)
     _add_stop_status(kafka_actions, "kafka", "broker")
 
+    secrets_parser = services.add_parser(
+        "compose-secrets",
+        help="make the docker-compose stack's passwords once, into DIR",
+        description="Make the PostgreSQL password of docker-compose.yml (DIR/postgres-password) and its libpq "
+        "password file (DIR/pgpass), both mode 0600, unless they exist; docker-compose's `secrets` service runs "
+        "this at every start, into the git-ignored secrets/ directory. Prints the directory, never a password.",
+    )
+    secrets_parser.add_argument("directory", metavar="DIR", type=Path)
+    secrets_parser.add_argument("--pgpass-owner", metavar="UID:GID", default=None,
+                                help="give DIR/pgpass to this user and group (the services' user; needs root)")
+    secrets_parser.set_defaults(func=_compose_secrets)
+
     pg_parser = services.add_parser(
         "postgres",
         help="a throwaway PostgreSQL cluster from the installed server binaries",
@@ -142,6 +155,24 @@ def state_dir(args: argparse.Namespace) -> Path:
 def _paths(args: argparse.Namespace, service: str) -> tuple[Path, Path]:
     base = state_dir(args)
     return base / f"{service}.json", base / f"{service}.pid"
+
+
+def _compose_secrets(args: argparse.Namespace) -> int:
+    from xidpipe.localinfra.compose_secrets import ensure_compose_secrets
+
+    owner = None
+    if args.pgpass_owner:
+        uid, _, gid = args.pgpass_owner.partition(":")
+        if not (uid.isdigit() and gid.isdigit()):
+            return _fail("compose-secrets", ValueError(f"--pgpass-owner must be UID:GID, not {args.pgpass_owner!r}"))
+        owner = (int(uid), int(gid))
+    try:
+        directory, made = ensure_compose_secrets(args.directory, owner)
+    except (OSError, ValueError) as exc:
+        return _fail("compose-secrets", exc)
+    _info(f"{'made' if made else 'kept'} the PostgreSQL password in {directory} (postgres-password, pgpass)")
+    print(directory)
+    return 0
 
 
 def _kafka_fetch(args: argparse.Namespace) -> int:

@@ -13,10 +13,10 @@ from typing import Any
 from xidpipe.commands import output
 from xidpipe.commands.exits import EXIT_OK, UsageError
 from xidpipe.commands.incidents import history_session, print_json, resolve
-from xidpipe.commands.options import add_enum, history_parents
+from xidpipe.commands.options import add_enum, history_parents, node_name
 from xidpipe.commands.timeflags import format_time
 
-STATES = ("in_service", "missing", "retired")
+STATES = ("in_service", "missing", "retired", "conflict")
 
 
 def register(sub: Any) -> None:
@@ -29,10 +29,11 @@ def register(sub: Any) -> None:
                                                   description="List the cards the ledger knows, by node and PCI "
                                                   "slot, with their incident counts.",
                                                   parents=history_parents())
-    ls.add_argument("--node")
+    ls.add_argument("--node", type=node_name)
     ls.add_argument("--model", help="a part of the model name, any case (h100)")
     add_enum(ls, "--state", "state", STATES, "in_service; missing (its node's inventory no longer lists it); "
-             "retired (another card took its slot)")
+             "retired (another card took its slot); conflict (another node lists it too: it stays where it is "
+             "until its node stops listing it)")
     ls.add_argument("--limit", type=int, default=50)
     ls.add_argument("--offset", type=int, default=0)
     ls.set_defaults(func=run_list)
@@ -66,10 +67,15 @@ def run_list(args: argparse.Namespace) -> int:
                                   if empty else ""))
         return EXIT_OK
     header = ["NODE", "PCI SLOT", "SERIAL", "MODEL", "STATE", "SINCE", "INCIDENTS", "HARDWARE", "UUID"]
-    output.table(header, [[r["node"], r["pci_slot"], r["serial"], r["model"] or "?", r["state"],
+    output.table(header, [[r["node"], r["pci_slot"], r["serial"], r["model"] or "?", _state(r),
                            format_time(r["since"]), r["incidents"], r["hardware_incidents"], r["uuid"]] for r in rows])
     print(f"\n{len(rows)} of {total} (offset {args.offset})")
     return EXIT_OK
+
+
+def _state(card: dict[str, Any]) -> str:
+    """A card's state, with the node that claims it when in conflict."""
+    return f"{card['state']}: claimed by {card['claimed_by']}" if card.get("claimed_by") else str(card["state"])
 
 
 def _has_inventories(s: Any) -> bool:
@@ -89,7 +95,7 @@ def run_history(args: argparse.Namespace) -> int:
         raise UsageError(f"no card {args.ident!r} in the ledger")
     if args.json:
         return print_json(data)
-    print(f"{data['card']}  {data['model'] or '?'}  {data['state']}  on {data['node']} {data['pci_slot']} "
+    print(f"{data['card']}  {data['model'] or '?'}  {_state(data)}  on {data['node']} {data['pci_slot']} "
           f"since {format_time(data['since'])}")
     print(f"serial {data['serial'] or '-'}, UUID {data['uuid']}, first seen {format_time(data['first_seen'])}, "
           f"last seen {format_time(data['last_seen'])}"

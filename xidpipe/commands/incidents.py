@@ -18,7 +18,7 @@ from models.lifecycle import BY_PEOPLE, STATES
 from models.vocabulary import Category, ComponentKind, values
 from xidpipe.commands import output
 from xidpipe.commands.exits import EXIT_OK, Refused, Unavailable, UsageError
-from xidpipe.commands.options import add_enum, history_parents
+from xidpipe.commands.options import add_enum, history_parents, node_name
 from xidpipe.commands.timeflags import format_time, time_arg
 
 CATEGORIES = values(Category)
@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
     ls: argparse.ArgumentParser = isub.add_parser("list", help="incidents, filtered, newest first",
                                                   description="List incidents, newest first, one page at a time.",
                                                   parents=history_parents())
-    ls.add_argument("--node")
+    ls.add_argument("--node", type=node_name)
     ls.add_argument("--gpu", help="board serial, GPU UUID or PCI address")
     ls.add_argument("--xid", type=int)
     add_enum(ls, "--category", "category", CATEGORIES, "the incident's class")

@@ -14,6 +14,7 @@ from typing import Any
 
 from xidpipe.commands.cluster_options import cluster_parent, record_database, require_cluster, settings_from_args
 from xidpipe.commands.exits import EXIT_OK, Refused, Unavailable, UsageError
+from xidpipe.commands.options import node_name
 
 
 def register(sub: Any) -> None:
@@ -26,7 +27,7 @@ def register(sub: Any) -> None:
         "released it and why (node annotations, an Event, the action record). Refuses when the cordon was "
         "not set by xidpipe, or was set for another incident than --incident. Exit status: 0 released, "
         "2 no cluster configured (give --kubeconfig, --in-cluster or --dry-run), 3 failed, 4 refused.")
-    rel.add_argument("node", metavar="NODE")
+    rel.add_argument("node", metavar="NODE", type=node_name)
     rel.add_argument("--incident", help="release only if xidpipe cordoned the node for this incident")
     rel.add_argument("--reason", required=True, help="why the node is returned to service")
     rel.add_argument("--by", default=None, help="who releases it (default: $USER, the login name)")

@@ -44,6 +44,16 @@ def history_parents() -> list[argparse.ArgumentParser]:
     return [database_parent(), json_parent()]
 
 
+def node_name(text: str) -> str:
+    """argparse `type=` for a node name (`models.node_names`): anything else is refused with the reason."""
+    from models.node_names import node_name_problem
+
+    problem = node_name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def add_enum(p: Any, flag: str, name: str, choices: Sequence[str], help: str, **kw: Any) -> None:
     """A filter over a closed set: a near miss is refused with "did you mean"; the shell completes the set."""
     action = p.add_argument(flag, type=enum_arg(name, choices), metavar=name.upper().replace(" ", "_"),

@@ -16,7 +16,7 @@ from typing import Any
 
 from models.vocabulary import Category, Family, ImmediateAction, values
 from xidpipe.commands.exits import EXIT_OK, EXIT_USAGE, UsageError
-from xidpipe.commands.options import json_parent
+from xidpipe.commands.options import json_parent, node_name
 from xidpipe.commands.output import enum_arg
 from xidpipe.commands.timeflags import parse_time
 
@@ -64,7 +64,7 @@ def register(sub: Any) -> None:
                        help="with --count: seconds from the first to the last occurrence (default 0)")
     fault.add_argument("--incident", default="policy-test", help="incident id (default policy-test)")
     node = test.add_argument_group("the node")
-    node.add_argument("--node", required=True, help="node name")
+    node.add_argument("--node", required=True, type=node_name, help="node name")
     node.add_argument("--labels", nargs="*", default=[], metavar="KEY=VALUE", help="node labels")
     node.add_argument("--unschedulable", action="store_true", help="the node is already cordoned (by someone)")
     node.add_argument("--cordoned-by-xidpipe", metavar="INCIDENT",

@@ -4,6 +4,11 @@ It starts before the worker has made (or migrated) the history's schema, as the 
 install do: the server listens at once, `/readyz` answers 503 with the reason, and the schema is
 checked again with backoff (one log line per try) until the start-up deadline
 (`startup_deadline_s`), then the command ends with status 3.
+
+Facing the network (`ServeSettings`): a client has `header_timeout_s` to send a request's headers and
+`body_timeout_s` its body; `/metrics` (and a `/healthz` of its own) is served on `metrics_port` only,
+the public port answers 404 there; no response names a version of the server; a tokens file other
+users can read is used with a warning.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from xidpipe.commands.serve_settings import ServeSettings
     from xidpipe.commands.startup import load, start_logging, wait_for_database
     from xidpipe.web.db import Database
-    from xidpipe.web.tokens import TokenFileError, ensure_default_tokens, load_tokens
+    from xidpipe.web.tokens import TokenFileError, ensure_default_tokens, load_tokens, tokens_file_exposure
 
     given = {"database_url": args.database_url, "host": args.host, "port": args.port, "tokens_file": args.tokens_file}
     settings = load(ServeSettings, **{k: v for k, v in given.items() if v is not None})
@@ -61,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if not len(tokens):
         raise UsageError(f"{path} holds no tokens")
+    exposure = tokens_file_exposure(path)
+    if exposure is not None:
+        log.warning("%s: anyone who can read it can use the tokens", exposure)
     wait_for_database(settings.database_url, settings.startup_deadline_s)
     try:
         db = Database(settings.database_url, schema_checked=False)
@@ -68,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         raise Unavailable(str(exc)) from None
     print(f"xidpipe serve: tokens from {path}", flush=True)
     try:
-        asyncio.run(_serve(db, tokens, settings.host, settings.port, settings.startup_deadline_s))
+        asyncio.run(_serve(db, tokens, settings))
     finally:
         db.close()
     return EXIT_OK
@@ -109,26 +117,62 @@ async def _await_schema(db: Any, deadline_s: float, stop: asyncio.Event) -> None
             await asyncio.wait_for(stop.wait(), delay)
 
 
-async def _serve(db: Any, tokens: Any, host: str, port: int, deadline_s: float) -> None:
+def app_runner(app: Any, settings: Any) -> Any:
+    """The aiohttp runner of `app` with the settings' request-header timeout: aiohttp's keep-alive timer
+    runs from the connection's start and from the end of each response, and closes a connection whose
+    next request's headers are not complete by then (its default, an hour, kept half-sent requests open).
+    After a 408 for a body that did not arrive, what is left of it is read and dropped for at most
+    `body_timeout_s` more (aiohttp's lingering time, 10 s by default), then the connection is closed."""
     from aiohttp import web
 
-    from xidpipe.web.app import make_app
-
     # One access-log line per request, through the service's log handler (JSON with the request's fields).
-    runner = web.AppRunner(make_app(db, tokens), access_log=logging.getLogger("aiohttp.access"),
-                           access_log_format='%a "%r" %s %b %Tf')
+    return web.AppRunner(app, access_log=logging.getLogger("aiohttp.access"), access_log_format='%a "%r" %s %b %Tf',
+                         keepalive_timeout=settings.header_timeout_s, lingering_time=settings.body_timeout_s)
+
+
+def _metrics_endpoint(settings: Any, metrics: Any) -> Any:
+    """`/metrics` and `/healthz` on the metrics port (None when off)."""
+    from service.http import EndpointServer
+
+    if settings.metrics_port is None:
+        return None
+    try:
+        endpoint = EndpointServer(settings.metrics_host, settings.metrics_port, metrics.registry,
+                                  live=lambda: {"ok": True})
+    except OSError as exc:
+        raise Unavailable(f"cannot serve /metrics on {settings.metrics_host}:{settings.metrics_port}: "
+                          f"{exc.strerror or exc} (XIDPIPE_WEB_METRICS_PORT; 0: any free port)") from None
+    return endpoint.start()
+
+
+async def _serve(db: Any, tokens: Any, settings: Any) -> None:
+    from aiohttp import web
+
+    from service.metrics import WebMetrics
+    from xidpipe.web.app import make_app
+    from xidpipe.web.guard import Proxies, Throttle
+
+    metrics = WebMetrics()
+    app = make_app(db, tokens, proxies=Proxies(settings.trusted_proxies), metrics=metrics,
+                   throttle=Throttle(failures=settings.auth_failures_per_minute, window_s=60.0),
+                   body_timeout_s=settings.body_timeout_s)
+    runner = app_runner(app, settings)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, settings.host, settings.port)
     await site.start()
-    bound = runner.addresses[0] if runner.addresses else (host, port)
+    bound = runner.addresses[0] if runner.addresses else (settings.host, settings.port)
     shown = f"[{bound[0]}]" if ":" in str(bound[0]) else bound[0]
     print(f"xidpipe serve: listening on http://{shown}:{bound[1]}/", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    endpoint = None
     try:
-        await _await_schema(db, deadline_s, stop)  # /readyz says 503 and why meanwhile
+        endpoint = _metrics_endpoint(settings, metrics)
+        await _await_schema(db, settings.startup_deadline_s, stop)  # /readyz says 503 and why meanwhile
         await stop.wait()
     finally:
+        if endpoint is not None:
+            endpoint.stop()
         await runner.cleanup()

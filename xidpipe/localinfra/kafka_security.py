@@ -5,8 +5,8 @@ The broker listener speaks SASL_PLAINTEXT with SCRAM-SHA-512 (or SASL_SSL with a
 `tls` is on); the controller listener, which only the broker itself uses, speaks SASL_PLAINTEXT with
 PLAIN and a password only the broker's own configuration holds. The `admin` user is a super user:
 the readiness probe and the ACL set-up use it. Everyone else gets exactly the grants of
-`pipeline_grants`; a principal with no ACL on a resource is refused (`allow.everyone.if.no.acl.found`
-stays false).
+`models.kafka_grants.pipeline_grants` (what `xidpipe kafka acls apply` gives a production cluster);
+a principal with no ACL on a resource is refused (`allow.everyone.if.no.acl.found` stays false).
 """
 
 from __future__ import annotations
@@ -18,56 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from models.topics import topology
+from models.kafka_grants import Grant, pipeline_grants
 from xidpipe.localinfra.process import LocalInfraError
+
+__all__ = ["Grant", "pipeline_grants"]  # the grants live in models.kafka_grants, with their reasons
 
 MECHANISM = "SCRAM-SHA-512"
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ADMIN_USER = "admin"
 CONTROLLER_USER = "controller"
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    """One ALLOW ACL: `principal` (a SCRAM user name) may do `operation` on the resource."""
-
-    principal: str
-    operation: str  # READ, WRITE, CREATE, DESCRIBE, ...
-    resource: str  # TOPIC, GROUP, CLUSTER
-    name: str
-    pattern: str = "LITERAL"  # or PREFIXED
-
-
-def pipeline_grants(
-    *,
-    topic_prefix: str = "",
-    agent: str = "agent",
-    worker: str = "worker",
-    worker_group: str = "xidpipe-worker",
-    responder: str = "responder",
-    responder_group: str = "xidpipe-responder",
-) -> list[Grant]:
-    """The least each xidpipe client needs.
-
-    agent: write the four node topics (nothing else: not read them, not the actions topic).
-    worker: read the node topics, write their dead-letter twins, the incidents and actions topics (and
-    theirs), create the pipeline's topics, use its consumer group and Faust's own `<app id>-` topics.
-    responder: read the actions topic in its group, write the completed topic and the actions dead letters.
-    """
-    topo = topology(topic_prefix, 1)
-    grants = [Grant(agent, "WRITE", "TOPIC", t.name) for t in topo.inputs]
-    grants += [Grant(worker, "READ", "TOPIC", t.name) for t in topo.inputs]
-    grants += [Grant(worker, "WRITE", "TOPIC", t.dead_letter) for t in topo.inputs]
-    grants += [Grant(worker, "WRITE", "TOPIC", n) for t in topo.outputs for n in t.names]
-    grants += [Grant(worker, op, "TOPIC", f"{topic_prefix}xidpipe.", "PREFIXED") for op in ("CREATE", "DESCRIBE")]
-    grants += [Grant(worker, op, "TOPIC", f"{worker_group}-", "PREFIXED")
-               for op in ("READ", "WRITE", "CREATE", "DESCRIBE")]
-    grants += [Grant(worker, "READ", "GROUP", worker_group)]
-    grants += [Grant(responder, "READ", "TOPIC", topo.actions.name),
-               Grant(responder, "WRITE", "TOPIC", topo.actions.dead_letter),
-               Grant(responder, "WRITE", "TOPIC", topo.completed.name),
-               Grant(responder, "READ", "GROUP", responder_group)]
-    return grants
 
 
 def scram_arguments(users: Mapping[str, str]) -> list[str]:

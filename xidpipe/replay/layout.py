@@ -1,7 +1,7 @@
 """A recorded cluster on disk: the replay directory's layout, its version, and clear errors.
 
     DIR/
-      <node>.log      one kernel log per node, in any format `xidpipe parse` reads
+      <node>.log      one kernel log per node, in any format `xidpipe parse` reads; <node> a node name
       state.jsonl     node records (inventories, pod assignments, processes), one JSON object a line
       replay.json     optional: {"format": "xidpipe-replay", "version": 1,
                                  "node_labels": {node: {label: value}}, "pool_nodes": {pool: count}}
@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from models.node_names import node_name_problem
 from models.node_records import NodeRecord
 from models.wire import decode_node_record
 
@@ -105,6 +106,9 @@ def open_cluster_dir(root: Path) -> ClusterDir:
             if e.name.endswith(LOG_SUFFIX) and len(e.name) > len(LOG_SUFFIX)}
     if not logs:
         raise ReplayInputError(f"{root}: no kernel logs (one <node>{LOG_SUFFIX} per node) in the directory")
+    for node, path in logs.items():  # a file name names a node, as a Kubernetes node name (`models.node_names`)
+        if (problem := node_name_problem(node)) is not None:
+            raise ReplayInputError(f"{path}: {problem}")
     for path in logs.values():
         _readable(path)
     state = root / STATE_FILE

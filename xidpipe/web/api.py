@@ -60,7 +60,7 @@ INCIDENT_FILTERS: tuple[Param, ...] = (
 GPU_FILTERS: tuple[Param, ...] = (
     Param("node", "string", "the node the card sits in now"),
     Param("model", "string", "a part of the GPU model name, any case: h100"),
-    Param("state", "string", "ledger state of the card", enum=("in_service", "missing", "retired")),
+    Param("state", "string", "ledger state of the card", enum=("in_service", "missing", "retired", "conflict")),
     *_paging(),
 )
 STATS_PARAMS = (Param("since", "date-time", "only what was seen at or after this time"),

@@ -13,7 +13,7 @@ from aiohttp import web
 from service.metrics import WebMetrics
 from xidpipe.web import api, ops, pages
 from xidpipe.web.db import Database
-from xidpipe.web.guard import Proxies, Throttle, log_text, throttled
+from xidpipe.web.guard import Proxies, Throttle, body_deadline, failed_attempt, log_text
 from xidpipe.web.keys import DB_KEY, PRINCIPAL_KEY, PROXIES_KEY, SESSIONS_KEY, THROTTLE_KEY, TOKENS_KEY
 from xidpipe.web.problems import Problem, unauthorized
 from xidpipe.web.session import COOKIE_NAME, Sessions
@@ -31,7 +31,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def is_api(request: web.Request) -> bool:
-    return request.path.startswith("/api/") or request.path in ("/healthz", "/readyz", "/metrics")
+    return request.path.startswith("/api/") or request.path in ("/healthz", "/readyz")
 
 
 @web.middleware
@@ -59,16 +59,15 @@ async def _problem(request: web.Request, p: Problem) -> web.StreamResponse:
 
 def authenticate(request: web.Request) -> tuple[Principal | None, str]:
     """(principal, "bearer" | "cookie" | ""). A bearer token that is not valid is a 401 at once, and
-    counts against the client (see `throttled`)."""
+    counts against the client (a 429 when it failed too often: see `failed_attempt`)."""
     header = request.headers.get("Authorization")
     if header is not None:
-        client = throttled(request, request.app[PROXIES_KEY], request.app[THROTTLE_KEY])
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise unauthorized("the Authorization header must be `Bearer <token>`")
         who = request.app[TOKENS_KEY].verify(token.strip())
         if who is None:
-            request.app[THROTTLE_KEY].failed(client)
+            failed_attempt(request, request.app[PROXIES_KEY], request.app[THROTTLE_KEY])
             raise unauthorized("the bearer token is not valid")
         return who, "bearer"
     cookie = request.cookies.get(COOKIE_NAME)
@@ -103,6 +102,7 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Server"] = "xidpipe"  # no versions of aiohttp and Python for a scanner to match
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("Referrer-Policy", "no-referrer")
     if not is_api(request):
@@ -113,17 +113,19 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
 
 def make_app(db: Database, tokens: TokenStore, session_secret: bytes | None = None,
              proxies: Proxies | None = None, throttle: Throttle | None = None,
-             metrics: WebMetrics | None = None) -> web.Application:
+             metrics: WebMetrics | None = None, body_timeout_s: float = 10.0) -> web.Application:
     """`proxies`: the reverse proxies trusted for `X-Forwarded-Proto` and `X-Forwarded-For` (default:
-    `XIDPIPE_WEB_TRUSTED_PROXIES`, none when unset); `throttle`: failed logins and tokens allowed per
-    client (default: `XIDPIPE_WEB_AUTH_FAILURES_PER_MINUTE`, 10); `metrics`: where requests are counted
-    (`/metrics`; default: a registry of its own)."""
-    app = web.Application(middlewares=[ops.measured, errors, auth], client_max_size=64 * 1024)
+    none); `throttle`: failed logins and tokens allowed per client (default: 10 a minute); `metrics`:
+    where requests are counted (default: a registry of its own; `xidpipe serve` serves it on its
+    metrics port, not here); `body_timeout_s`: a request body's time to arrive. `xidpipe serve` gives
+    them from its settings (`ServeSettings`)."""
+    app = web.Application(middlewares=[ops.measured, errors, body_deadline(body_timeout_s), auth],
+                          client_max_size=64 * 1024)
     app[DB_KEY] = db
     app[TOKENS_KEY] = tokens
     app[SESSIONS_KEY] = Sessions(tokens, session_secret)
-    app[PROXIES_KEY] = proxies if proxies is not None else Proxies.from_environment()
-    app[THROTTLE_KEY] = throttle if throttle is not None else Throttle.from_environment()
+    app[PROXIES_KEY] = proxies if proxies is not None else Proxies()
+    app[THROTTLE_KEY] = throttle if throttle is not None else Throttle()
     api.add_routes(app)
     ops.add_routes(app, metrics)
     pages.add_routes(app)

@@ -1,27 +1,27 @@
 """What the server does with input an attacker chooses: where a login may send the browser, what a
-log line may carry, how deep a JSON body may nest, how often a client may fail to authenticate, and
-which proxies are trusted to say a request came over TLS and from whom.
+log line may carry, how deep a JSON body may nest, how long a body may take to arrive, how often a
+client may fail to authenticate, and which proxies are trusted to say a request came over TLS and from
+whom (`xidpipe.commands.serve_settings.ServeSettings`: `trusted_proxies`, `auth_failures_per_minute`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
-import os
 import re
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from xidpipe.web.problems import Problem
 
 log = logging.getLogger(__name__)
 
-TRUSTED_PROXIES_ENV = "XIDPIPE_WEB_TRUSTED_PROXIES"
-AUTH_FAILURES_ENV = "XIDPIPE_WEB_AUTH_FAILURES_PER_MINUTE"
 DEFAULT_NEXT = "/incidents"
 MAX_JSON_DEPTH = 32
 
@@ -76,11 +76,6 @@ class Proxies:
     def __init__(self, networks: Iterable[str] = ()) -> None:
         self.networks = tuple(ipaddress.ip_network(n.strip(), strict=False) for n in networks if n.strip())
 
-    @classmethod
-    def from_environment(cls) -> Proxies:
-        """From `XIDPIPE_WEB_TRUSTED_PROXIES`: addresses or networks, separated by commas."""
-        return cls(os.environ.get(TRUSTED_PROXIES_ENV, "").split(","))
-
     def trusts(self, address: str | None) -> bool:
         try:
             ip = ipaddress.ip_address(address or "")
@@ -109,9 +104,12 @@ class Proxies:
 
 
 class Throttle:
-    """At most `failures` failed logins or tokens per client in any `window_s` seconds; past that the
-    client is refused until its oldest failure in the window ages out. Memory is bounded: past
-    `max_clients`, the client seen least recently is forgotten."""
+    """At most `failures` failed logins or tokens per client in any `window_s` seconds; past that each
+    attempt of the client that fails is refused (429) until its oldest failure in the window ages out,
+    while a right token is still served: every client behind one address (an ingress without trusted
+    proxies, a NAT) shares its failures but not a lockout, and tokens carry 128 bits, so guessing is not
+    what the throttle stops. Memory is bounded: past `max_clients`, the client seen least recently is
+    forgotten."""
 
     def __init__(self, failures: int = 10, window_s: float = 60.0, max_clients: int = 50_000) -> None:
         self.failures = failures
@@ -119,18 +117,6 @@ class Throttle:
         self.max_clients = max_clients
         self._lock = threading.Lock()
         self._seen: OrderedDict[str, deque[float]] = OrderedDict()
-
-    @classmethod
-    def from_environment(cls) -> Throttle:
-        """`XIDPIPE_WEB_AUTH_FAILURES_PER_MINUTE` failures per client per minute (default 10)."""
-        text = os.environ.get(AUTH_FAILURES_ENV, "").strip()
-        try:
-            failures = int(text) if text else 10
-        except ValueError:
-            raise ValueError(f"{AUTH_FAILURES_ENV} must be a whole number, not {text[:20]!r}") from None
-        if failures < 1:
-            raise ValueError(f"{AUTH_FAILURES_ENV} must be at least 1")
-        return cls(failures=failures, window_s=60.0)
 
     def retry_after(self, client: str, now: float | None = None) -> int:
         """0 when `client` may try now, else the seconds until it may."""
@@ -155,12 +141,38 @@ class Throttle:
                 self._seen.popitem(last=False)
 
 
-def throttled(request: web.Request, proxies: Proxies, throttle: Throttle) -> str:
-    """The client's address; a 429 Problem when it failed to authenticate too often of late."""
+def failed_attempt(request: web.Request, proxies: Proxies, throttle: Throttle) -> str:
+    """Count a failed login or token against the request's client and return the client's address; a
+    429 Problem instead when the client failed too often of late."""
     client = proxies.client(request)
     wait = throttle.retry_after(client)
     if wait:
         log.warning("authentication attempt refused: too many failures from %s", log_text(client, 64))
         raise Problem(429, "Too Many Requests", f"too many failed logins or tokens from this address: try again "
                       f"in {wait} s", {"Retry-After": str(wait)})
+    throttle.failed(client)
     return client
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def body_deadline(timeout_s: float) -> Middleware:
+    """A middleware that reads a request's body within `timeout_s` (a 408, and the connection closed, past
+    it) before any handler, which then finds it read: a client sending a body slowly holds nothing long."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.body_exists:
+            try:
+                await asyncio.wait_for(request.read(), timeout_s)
+            except TimeoutError:
+                log.info("request body from %s not received within %g s", log_text(request.remote or "?", 64),
+                         timeout_s)
+                response = Problem(408, "Request Timeout", f"the request body did not arrive within {timeout_s:g} s"
+                                   ).response()
+                response.force_close()
+                return response
+        return await handler(request)
+
+    return middleware

@@ -1,7 +1,8 @@
-"""What the web server tells its operators: `/metrics` (`service.metrics.WebMetrics`: requests by route,
-method and status, and their duration), and `/readyz` (the database answers at this xidpipe's
-schema; 503 with the reason when not). `/healthz` (liveness) is the API's. None of them needs a
-token: the kubelet's probes carry none, and they show no fleet data.
+"""What the web server tells its operators: the request counts behind `/metrics`
+(`service.metrics.WebMetrics`: requests by route, method and status, and their duration, served by
+`xidpipe serve` on its metrics port, never on the public one), and `/readyz` (the database answers at
+this xidpipe's schema; 503 with the reason when not). `/healthz` (liveness) is the API's. Neither
+needs a token: the kubelet's probes carry none, and they show no fleet data.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from aiohttp import web
 
 from history.database import schema_problem
 from service.http import CHECK_TIMEOUT_S
-from service.metrics import CONTENT_TYPE, WebMetrics
+from service.metrics import WebMetrics
 from xidpipe.web.keys import DB_KEY
 
 METRICS_KEY: web.AppKey[WebMetrics] = web.AppKey("metrics", WebMetrics)
-OPS_ROUTES = frozenset({"metrics", "readyz"})
+OPS_ROUTES = frozenset({"readyz"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -43,11 +44,6 @@ async def measured(request: web.Request, handler: Handler) -> web.StreamResponse
         metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
 
 
-async def _metrics(request: web.Request) -> web.StreamResponse:
-    body = request.app[METRICS_KEY].render()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE, "Cache-Control": "no-store"})
-
-
 async def _readyz(request: web.Request) -> web.StreamResponse:
     db = request.app[DB_KEY]
     try:
@@ -63,5 +59,4 @@ async def _readyz(request: web.Request) -> web.StreamResponse:
 
 def add_routes(app: web.Application, metrics: WebMetrics | None) -> None:
     app[METRICS_KEY] = metrics or WebMetrics()
-    app.router.add_get("/metrics", _metrics, name="metrics")
     app.router.add_get("/readyz", _readyz, name="readyz")

@@ -15,7 +15,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from history.queries import GpuFilter
 from models.vocabulary import ComponentKind, values
 from xidpipe.web import api, data, svg
-from xidpipe.web.guard import log_text, safe_next, throttled
+from xidpipe.web.guard import failed_attempt, log_text, safe_next
 from xidpipe.web.keys import DB_KEY, PROXIES_KEY, SESSIONS_KEY, THROTTLE_KEY, TOKENS_KEY
 from xidpipe.web.params import parse_query
 from xidpipe.web.problems import Problem
@@ -73,13 +73,13 @@ async def login_form(request: web.Request) -> web.StreamResponse:
 
 
 async def login_submit(request: web.Request) -> web.StreamResponse:
-    client = throttled(request, request.app[PROXIES_KEY], request.app[THROTTLE_KEY])
     form = await request.post()
     token = str(form.get("token", "")).strip()
     nxt = safe_next(str(form.get("next", "")))
     who = request.app[TOKENS_KEY].verify(token) if token else None
+    client = request.app[PROXIES_KEY].client(request)
     if who is None:
-        request.app[THROTTLE_KEY].failed(client)
+        failed_attempt(request, request.app[PROXIES_KEY], request.app[THROTTLE_KEY])  # a 429 past the limit
         log.info("login refused from %s", log_text(client, 64))
         return render(request, "login.html", status=401, next=nxt, failed=True)
     log.info("login: %s (%s) from %s", who.name, who.role, log_text(client, 64))

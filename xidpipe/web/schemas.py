@@ -91,14 +91,17 @@ def components() -> dict[str, Any]:
                       "to": _s("string", enum=list(LIFECYCLE)), "at": TIME,
                       "actor": _s("string", description="the token's name, or the responder"), "reason": STR})
     card = _s("string", description="the ledger's card key: serial:<serial>, or uuid:<uuid> without a serial")
-    state = _s("string", description="in_service, missing or retired")
+    state = _s("string", description="in_service, missing, retired or conflict (another node lists it too)")
+    claimed_by = _n("string", description="in conflict: the other node that lists the card (it stays on `node` "
+                    "until that node stops listing it); null otherwise")
     gpu = obj({"card": card, "serial": NSTR, "uuid": STR, "model": NSTR, "node": STR, "pci_slot": STR,
-               "since": TIME, "state": state, "last_seen": TIME,
+               "since": TIME, "state": state, "last_seen": TIME, "claimed_by": claimed_by,
                "incidents": _s("integer", minimum=0), "hardware_incidents": _s("integer", minimum=0)})
     placement = obj({"node": STR, "pci_slot": STR, "uuid": STR, "mig_layout": arr(STR), "vbios": NSTR,
                      "driver": NSTR, "valid_from": TIME,
                      "valid_to": _n("string", format="date-time", description="null: still there")})
-    ledger_event = obj({"kind": _s("string", description="placed, moved, replaced, returned, changed, missing"),
+    ledger_event = obj({"kind": _s("string", description="placed, moved, replaced, returned, changed, missing, "
+                                   "conflict (another node lists the card), resolved (it no longer does)"),
                         "at": TIME, "card": STR, "node": STR, "pci_slot": NSTR, "reason": NSTR,
                         "previous_node": NSTR, "previous_slot": NSTR, "previous_card": NSTR})
     schemas: dict[str, Any] = {
@@ -135,7 +138,7 @@ def components() -> dict[str, Any]:
         "LedgerEvent": ledger_event,
         "GpuHistory": obj({"card": card, "serial": NSTR, "uuid": STR, "model": NSTR, "state": state, "node": STR,
                            "pci_slot": STR, "since": TIME, "first_seen": TIME, "last_seen": TIME,
-                           "missing_since": NTIME, "placements": arr(ref("Placement")),
+                           "missing_since": NTIME, "claimed_by": claimed_by, "placements": arr(ref("Placement")),
                            "events": arr(ref("LedgerEvent")), "incidents": arr(ref("Incident"))}),
         "Heatmap": obj({
             "since": _n("string", format="date-time", description="the window's start (null: empty window)"),

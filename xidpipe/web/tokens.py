@@ -1,6 +1,8 @@
 """API tokens: read-only and operator, loaded from a file of `name role token` lines.
 
 Tokens are compared in constant time (`hmac.compare_digest`) and never logged, echoed or rendered.
+A token must carry 128 bits (`token_bits`: repeats and runs count once); a file other users can read
+is used with a warning (`tokens_file_exposure`).
 With no tokens configured, `ensure_default_tokens` writes a read and an operator token once into a
 file readable only by its owner (mode 0600) and the server prints that file's path.
 """
@@ -11,6 +13,7 @@ import hmac
 import math
 import os
 import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -70,13 +73,35 @@ class TokenStore:
 
 
 def token_bits(token: str) -> float:
-    """The most bits `token` can carry: its length times log2 of the alphabet its character classes
-    span (lower case, upper case, digits, other). A random token of that alphabet carries as many;
-    a chosen one carries fewer, which no count can see, so this is an upper bound used to refuse."""
+    """The most bits `token` can carry: its unpredictable characters times log2 of the alphabet its
+    character classes span (lower case, upper case, digits, other). Unpredictable: a token that repeats
+    a shorter one (`abcdefgh` four times) counts that one only, and in a run of characters that step by
+    the same -1, 0 or +1 (`aaaa`, `abcd`, `6543`) the characters after the third count nothing. A random
+    token carries about as many bits; a chosen one fewer, which no count can see, so this is an upper
+    bound used to refuse."""
     classes = [any(c.islower() and c.isascii() for c in token), any(c.isupper() and c.isascii() for c in token),
                any(c.isdigit() and c.isascii() for c in token), any(not (c.isascii() and c.isalnum()) for c in token)]
     alphabet = sum(size for size, present in zip((26, 26, 10, 32), classes, strict=True) if present)
-    return len(token) * math.log2(alphabet) if alphabet > 1 else 0.0
+    return _unpredictable(_period(token)) * math.log2(alphabet) if alphabet > 1 else 0.0
+
+
+def _period(token: str) -> str:
+    """The shortest string that `token` repeats (`token` itself when it repeats none)."""
+    for size in range(1, len(token) // 2 + 1):
+        if token == (token[:size] * (len(token) // size + 1))[:len(token)]:
+            return token[:size]
+    return token
+
+
+def _unpredictable(text: str) -> int:
+    """The characters of `text` that no run of equal steps (-1, 0 or +1) predicts past its third."""
+    count, run, step = 0, 1, None
+    for i, c in enumerate(text):
+        d = ord(c) - ord(text[i - 1]) if i else None
+        run = run + 1 if d is not None and d == step and abs(d) <= 1 else 2 if i else 1
+        step = d
+        count += run <= 3
+    return count
 
 
 def parse_tokens(text: str, source: str = "tokens file") -> list[tuple[str, Role, str]]:
@@ -94,8 +119,10 @@ def parse_tokens(text: str, source: str = "tokens file") -> list[tuple[str, Role
         if role not in ROLES:
             raise TokenFileError(f"{source}:{n}: role must be one of {', '.join(ROLES)}, not {role!r}")
         if token_bits(token) < MIN_TOKEN_BITS or len(set(token)) < MIN_TOKEN_DISTINCT:
-            raise TokenFileError(f"{source}:{n}: the token of {name!r} carries fewer than {MIN_TOKEN_BITS} bits: "
-                                 "use a random one (`python -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
+            raise TokenFileError(f"{source}:{n}: the token of {name!r} carries fewer than {MIN_TOKEN_BITS} bits "
+                                 f"(at most {token_bits(token):.0f}: a part it repeats, or a run of consecutive or "
+                                 "equal characters, counts once): use a random one "
+                                 "(`python -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
         if name in names:
             raise TokenFileError(f"{source}:{n}: the name {name!r} appears twice")
         if token in secrets_seen:
@@ -104,6 +131,24 @@ def parse_tokens(text: str, source: str = "tokens file") -> list[tuple[str, Role
         secrets_seen.add(token)
         out.append((name, "operator" if role == "operator" else "read", token))
     return out
+
+
+def tokens_file_exposure(path: Path) -> str | None:
+    """Why other users than the server could read or change the tokens file, or None: it is readable or
+    writable by every user, or by a group the server is not in. Readable by the server's own group is
+    fine (the chart gives a Secret's file to the pod's fsGroup, mode 0440)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None  # `load_tokens` says why it cannot be read
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & (stat.S_IROTH | stat.S_IWOTH):
+        what = "readable" if mode & stat.S_IROTH else "writable"
+        return f"the tokens file {path} is {what} by every user (mode {mode:04o}): chmod 600 it"
+    if mode & (stat.S_IRGRP | stat.S_IWGRP) and st.st_gid not in {os.getgid(), os.getegid(), *os.getgroups()}:
+        what = "readable" if mode & stat.S_IRGRP else "writable"
+        return f"the tokens file {path} is {what} by group {st.st_gid}, which this server is not in (mode {mode:04o})"
+    return None
 
 
 def load_tokens(path: Path) -> TokenStore:
