@@ -39,7 +39,8 @@ from models.kernlog.messages import (
     checked_pci,
     recognise,
 )
-from models.kernlog.prefix import Prefix, parse_prefix
+from models.kernlog.origin import journal_entry_origin, message_start, prefix_origin
+from models.kernlog.prefix import Prefix, line_source, parse_prefix
 from models.kernlog.record import FaultRecord
 
 # Every line that starts a record carries one of these (NVRM: the driver's messages; SXid: NVSwitch
@@ -93,14 +94,17 @@ class KernelLogParser:
         self._lineno = 0
         self._message_cache: dict[str, Match | None] = {}
         self._prefix_cache: dict[str, Prefix] = {}
+        self._kernel_prefix: dict[str, bool] = {}
         self._correctable: dict[str, int] = {}
         # What became of the driver's lines that are no record of their own: `joined` (a body line
         # added to its record), `benign` (a documented banner), `unclassified` (error-looking lines
         # no class names; each is also a record), `orphan_body` (a body line with no record open),
         # `other` (informational lines). And lines that are no record at all: `rejected` (a number
-        # or address out of range), `overlong` (longer than MAX_LINE_CHARS, or cut by a reader).
+        # or address out of range), `overlong` (longer than MAX_LINE_CHARS, or cut by a reader),
+        # `foreign` (written by user space: a syslog tag other than `kernel`, a user facility, a journal
+        # entry of another transport; `models.kernlog.origin`).
         self.stats: dict[str, int] = dict.fromkeys(
-            ("joined", "benign", "unclassified", "orphan_body", "other", "rejected", "overlong"), 0)
+            ("joined", "benign", "unclassified", "orphan_body", "other", "rejected", "overlong", "foreign"), 0)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -193,6 +197,9 @@ class KernelLogParser:
             return self._text_line(line, n, None)
         if not isinstance(entry, dict):
             return []
+        if not journal_entry_origin(entry).kernel:
+            self.stats["foreign"] += 1
+            return []
         message = entry.get("MESSAGE")
         if isinstance(message, list):
             try:
@@ -220,6 +227,8 @@ class KernelLogParser:
 
     def _text_line(self, line: str, n: int, given: Prefix | None, raw: str | None = None) -> list[FaultRecord]:
         """One kernel message line; `given`: the prefix fields when the caller read them (journal)."""
+        if given is None and not self._from_kernel(line):
+            return []
         opened = self._open
         if opened is not None and not opened.complete and opened.expects == "fallen" and "NVRM" in line:
             m = NVRM.search(line)
@@ -296,6 +305,25 @@ class KernelLogParser:
         self._open = _Open(record, expects=expects, kmsg=kmsg, complete=match.expects != "fallen",
                            driver=match.driver, function=match.function)
         return out
+
+    def _from_kernel(self, line: str) -> bool:
+        """False (and counted) when the line's header names a writer other than the kernel: a syslog
+        tag other than `kernel`, a facility other than kern (`models.kernlog.origin`). Raw `dmesg`
+        lines (`[` first) name none. Judged once per distinct header."""
+        if line[:1] == "[":
+            return True
+        start = message_start(line)
+        ptext = line[:start]
+        kernel = self._kernel_prefix.get(ptext)
+        if kernel is None:
+            kernel = prefix_origin(line_source(ptext)).kernel
+            if start < len(line) and len(ptext) <= MAX_CACHED_CHARS:  # a message's header repeats; a head does not
+                if len(self._kernel_prefix) >= _MESSAGE_CACHE_SIZE:
+                    self._kernel_prefix.clear()
+                self._kernel_prefix[ptext] = kernel
+        if not kernel:
+            self.stats["foreign"] += 1
+        return kernel
 
     def _prefix(self, ptext: str) -> Prefix | None:
         """The prefix fields of the text in front of a message (none when it is implausibly long);
@@ -382,6 +410,8 @@ class KernelLogParser:
                 self.stats["rejected"] += 1
 
     def _aer_continuation(self, opened: _Open, line: str, n: int) -> bool:
+        if not self._from_kernel(line):
+            return False
         match = recognise(line)
         if match is None or match.kind not in ("device_line", "pcie_aer") or match.pci not in (
             opened.record.pci,
@@ -413,6 +443,8 @@ class KernelLogParser:
     def _aer_recovery(self, opened: _Open, line: str, n: int) -> bool:
         """A recovery line on a device below the reporting port joins the report; an NVIDIA device
         there makes the port a GPU's port (`details.affected` lists the GPUs named)."""
+        if not self._from_kernel(line):
+            return False
         match = recognise(line)
         if match is None or match.kind != "device_line" or not AER_RECOVERY.search(match.message):
             return False

@@ -230,6 +230,50 @@ def _uptime(text: str) -> float | None:
     return float(m["up"]) if m else None
 
 
+class LineSource(NamedTuple):
+    """Who a log line says wrote it: its syslog tag (`kernel`, `sshd`) and its syslog facility, each
+    None when the line's format carries none (raw `dmesg`, a bare message)."""
+
+    tag: str | None = None
+    facility: int | None = None
+
+
+_PRI_5424 = re.compile(r"<(?P<pri>[0-9]{1,3})>1\s")
+
+
+def line_source(prefix: str) -> LineSource:
+    """The tag and facility of the syslog header, `/dev/kmsg` record header or RFC 5424 header that
+    `prefix` (the text in front of a kernel message, or a line's head) starts with or holds.
+
+    The tag is the word after the first syslog timestamp (and its host): a message that repeats a
+    header (`sshd[12]: Invalid user Nov 25 10:00:00 h kernel: ...`) is judged by the first. Raw
+    `dmesg` forms (`[ 123.4]`, `[Tue Nov 25 ...]`) carry no tag."""
+    head = prefix[:1]
+    facility: int | None = None
+    if head.isdigit():
+        km = KMSG_HEADER.match(prefix)
+        if km:
+            return LineSource(None, int(km["prio"]) >> 3)
+    elif head == "<":
+        m5 = _RFC5424.match(prefix)
+        if m5:
+            pri = _PRI_5424.match(prefix)
+            return LineSource(m5["app"], int(pri["pri"]) >> 3 if pri else None)
+        pri = _PRI.match(prefix)
+        if pri:
+            facility = int(prefix[1 : pri.end() - 1]) >> 3
+            prefix = prefix[pri.end() :]
+            head = prefix[:1]
+    if head == "[":
+        return LineSource(None, facility)
+    stamps = [m for m in (_RFC3164.search(prefix), _ISO.search(prefix)) if m is not None]
+    if not stamps:
+        return LineSource(None, facility)
+    stamp = min(stamps, key=lambda m: m.start())
+    tag = _HOST_TAG.match(prefix[stamp.end() :])
+    return LineSource(tag["tag"] if tag else None, facility)
+
+
 _TAG_UPTIME = re.compile(r"\s+(?:[^\s:\[\]<>]+\s+)?[^\s:\[\]<>]+(?:\[[0-9]+\])?:\s*\[\s*(?P<up>[0-9]+\.[0-9]{1,9})\]")
 _PRI = re.compile(r"<[0-9]{1,3}>")
 
