@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from models.catalog import Catalog, load_catalog
+from models.kernlog.clock import time_in_range
 from models.kernlog.driver_lines import BODY, BODY_CLASSES, BODY_XIDS, TEXT_CONTINUED
 from models.kernlog.limits import (
     KMSG_SEQ_MAX,
@@ -575,6 +576,7 @@ def _us(value: Any) -> float | None:
 def _epoch_us(value: Any) -> str | None:
     us = _int_field(value)
     try:
-        return datetime.fromtimestamp(us / 1_000_000, UTC).isoformat() if us is not None else None
+        at = datetime.fromtimestamp(us / 1_000_000, UTC) if us is not None else None
     except (ValueError, OverflowError, OSError):
         return None
+    return at.isoformat() if at is not None and time_in_range(at) else None

@@ -13,7 +13,7 @@ from datetime import date, datetime
 from functools import lru_cache
 from typing import NamedTuple
 
-from models.kernlog.clock import infer_year
+from models.kernlog.clock import YEAR_MAX, YEAR_MIN, infer_year
 
 KMSG_HEADER = re.compile(r"^(?P<prio>[0-9]{1,4}),(?P<seq>[0-9]{1,20}),(?P<usec>[0-9]{1,20}),(?P<flags>[^;]{0,16});")
 _DMESG_UPTIME = re.compile(r"\[\s*(?P<up>[0-9]+\.[0-9]{1,9})(?:\s*<\s*[+-]?[0-9.]{1,24}\s*>)?\s*\]")
@@ -98,6 +98,8 @@ def _frac_us(frac: str | None) -> int:
 
 @lru_cache(maxsize=4096)
 def _valid_date(year: int, month: int, day: int) -> bool:
+    if not YEAR_MIN <= year <= YEAR_MAX:  # a year no log carries (and one UTC cannot hold with an offset)
+        return False
     try:
         date(year, month, day)
     except ValueError:
