@@ -65,3 +65,17 @@ def test_incidents_show_redacts_and_prints_no_control_characters(seeded: Seeded,
     assert not any(c in out for c in "\x1b\x07\x9b"), repr(out[:400])
     if not json_out:
         assert "evil" in out and "click" in out  # the text is kept, its control characters shown as escapes
+
+
+def test_incidents_list_redacts_reasons_and_process_names(seeded: Seeded, capsys: pytest.CaptureFixture[str]) -> None:
+    from history.tables import Incident
+    from xidpipe.cli import main
+
+    engine = sa.create_engine(seeded.url)
+    with engine.begin() as c:
+        c.execute(sa.update(Incident).where(Incident.incident_id == seeded.bert).values(
+            reason="Xid 13 from workload 'train --token=tok-77777777'", processes=["python3 password=hunter2hunter2"]))
+    engine.dispose()
+    assert main(["incidents", "list", "--json", "--database-url", seeded.url]) == 0
+    out = capsys.readouterr().out
+    assert "tok-77777777" not in out and "hunter2hunter2" not in out and "[REDACTED]" in out

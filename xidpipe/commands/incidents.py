@@ -111,6 +111,7 @@ def print_json(data: Any) -> int:
 def run_list(args: argparse.Namespace) -> int:
     from history.incident_rows import incident_to_dict
     from history.queries import IncidentFilter, list_incidents
+    from models.redact import redact
 
     f = IncidentFilter(node=args.node, gpu=args.gpu, xid=args.xid, category=args.category, status=args.status,
                        since=args.since, until=args.until, namespace=args.namespace, owner=args.owner,
@@ -118,6 +119,9 @@ def run_list(args: argparse.Namespace) -> int:
     with history_session(args) as s:
         rows, total = list_incidents(s, f, sort=args.sort, limit=args.limit, offset=args.offset)
         data = [incident_to_dict(i) for i in rows]
+    for d in data:  # as the API shows them: reasons and process names redacted
+        d["reason"] = redact(d["reason"]) if d.get("reason") else d.get("reason")
+        d["processes"] = [redact(str(p)) for p in d.get("processes") or []]
     if args.json:
         return print_json({"total": total, "offset": args.offset, "incidents": data})
     if not data:
