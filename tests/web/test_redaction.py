@@ -79,3 +79,16 @@ def test_incidents_list_redacts_reasons_and_process_names(seeded: Seeded, capsys
     assert main(["incidents", "list", "--json", "--database-url", seeded.url]) == 0
     out = capsys.readouterr().out
     assert "tok-77777777" not in out and "hunter2hunter2" not in out and "[REDACTED]" in out
+
+
+async def test_the_api_redacts_incident_reasons_and_process_names(client: TestClient, seeded: Seeded) -> None:
+    from history.tables import Incident
+
+    engine = sa.create_engine(seeded.url)
+    with engine.begin() as c:
+        c.execute(sa.update(Incident).where(Incident.incident_id == seeded.bert).values(
+            reason="Xid 13 from workload 'train --token=tok-77777777'", processes=["python3 password=hunter2hunter2"]))
+    engine.dispose()
+    for path in (f"{API}/incidents", f"{API}/incidents/{seeded.bert}"):
+        text = await (await client.get(path, headers=READ)).text()
+        assert "tok-77777777" not in text and "hunter2hunter2" not in text and "[REDACTED]" in text
