@@ -50,7 +50,9 @@ _VALUE = r"(?P<value>(?:(?:bearer|basic|token)[ \t]{1,8})?[^\s\",;&']++)"
 # `key=`, `key: `, `"key": ` at a word start; the value after it is matched only when the key is secret.
 _KEY_SEP = re.compile(rf"{_START}(?P<key>{_KEY})(?P<sep>[\"']?[ \t]{{0,16}}+[:=][ \t]{{0,16}}+)")
 _PAIR_VALUE = re.compile(rf"(?i){_QUOTED}|{_VALUE}")
-_FLAG = re.compile(rf"(?<![\w-])(?P<key>--?{_KEY})(?P<sep>[ \t]{{1,16}}+)(?:{_QUOTED}|(?P<value>[^\s\"']++))")
+# `--key value`: the next word is the value only when the flag names a secret (`--verbose --token x`).
+_FLAG_KEY = re.compile(rf"(?<![\w-])(?P<key>--?{_KEY})(?P<sep>[ \t]{{1,16}}+)")
+_FLAG_VALUE = re.compile(rf"{_QUOTED}|(?P<value>[^\s\"']++)")
 _USER_FLAG = re.compile(
     r"(?<![\w-])(?P<key>-u|-U|--user|--proxy-user)(?P<sep>[ \t]{1,16}+|=)(?P<q>[\"']?)(?P<user>[^\s:\"']{0,256}+)"
     r":(?!//)[^\s\"']++"
@@ -95,16 +97,16 @@ def _is_secret_key(key: str) -> bool:
     return _SECRET_KEY.search(key) is not None
 
 
-def _pairs(text: str) -> str:
-    """`text` with the value of every `key=value` / `key: value` pair whose key names a secret replaced.
-    The scan finds each key and its separator once; a value is matched only after a secret key, and a
-    pair found inside a value already replaced is skipped."""
+def _keyed(text: str, keys: re.Pattern[str], values: re.Pattern[str]) -> str:
+    """`text` with the value after every key `keys` finds that names a secret replaced (`key=value`,
+    `key: value`, `--key value`). The scan finds each key and its separator once; a value is matched
+    only after a secret key, and a key found inside a value already replaced is skipped."""
     out: list[str] = []
     pos = 0
-    for m in _KEY_SEP.finditer(text):
+    for m in keys.finditer(text):
         if m.start() < pos or not _is_secret_key(m["key"]):
             continue
-        value = _PAIR_VALUE.match(text, m.end())
+        value = values.match(text, m.end())
         if value is None:
             continue
         out.append(text[pos : m.end()])
@@ -114,10 +116,6 @@ def _pairs(text: str) -> str:
         return text
     out.append(text[pos:])
     return "".join(out)
-
-
-def _flag(m: re.Match[str]) -> str:
-    return _keep_key(m) if _is_secret_key(m["key"]) else m[0]
 
 
 def _password_word(m: re.Match[str]) -> str:
@@ -169,8 +167,8 @@ def pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
 def _redact_piece(text: str) -> str:
     text = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", text)
     text = _TOKENS.sub(_token, text)
-    text = _pairs(text)
-    text = _FLAG.sub(_flag, text)
+    text = _keyed(text, _KEY_SEP, _PAIR_VALUE)
+    text = _keyed(text, _FLAG_KEY, _FLAG_VALUE)
     if "sshpass" in text:
         text = _SSHPASS.sub(_keep_key, text)
     text = _PASSWORD_WORD.sub(_password_word, text)

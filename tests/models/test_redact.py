@@ -73,6 +73,8 @@ FORMS = [
     ("serve --pass pw-1234 --port 80", "pw-1234", "serve --pass [REDACTED] --port 80"),
     ("serve --token 'tok 1234'", "tok 1234", "serve --token '[REDACTED]'"),
     ("mysql -h db -ppw-1234 app", "pw-1234", "mysql -h db -p[REDACTED] app"),
+    ("train --verbose --token tok-1234 --lr 0.1", "tok-1234", "train --verbose --token [REDACTED] --lr 0.1"),
+    ("env: DB_PASSWORD=pw-1234", "pw-1234", "env: DB_PASSWORD=[REDACTED]"),
     ("/usr/bin/mysqldump -uroot -ppw-1234 app", "pw-1234", "/usr/bin/mysqldump -uroot -p[REDACTED] app"),
 ]
 
@@ -228,17 +230,23 @@ HOSTILE_UNITS = ["token", "password", "a-", "x.", "a:", "a=", "--pass ", "-u ", 
                  "\\"]
 
 
+def _cpu_seconds(text: str) -> float:
+    """The least CPU time of three runs of `redact(text)` (CPU time: other load on the machine barely
+    changes it)."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        redact(text)
+        best = min(best, time.process_time() - started)
+    return best
+
+
 @pytest.mark.parametrize("unit", HOSTILE_UNITS)
 def test_time_is_linear_in_hostile_text(unit: str) -> None:
     """200 KB of one hostile unit takes about as long per byte as 20 KB does (a quadratic pattern
     took 197 s on `token` * 40,000), and well under a second."""
-    small, large = unit * (20_000 // len(unit)), unit * (200_000 // len(unit))
-    started = time.perf_counter()
-    redact(small)
-    t_small = time.perf_counter() - started
-    started = time.perf_counter()
-    redact(large)
-    t_large = time.perf_counter() - started
+    t_small = _cpu_seconds(unit * (20_000 // len(unit)))
+    t_large = _cpu_seconds(unit * (200_000 // len(unit)))
     assert t_large < 1.0, f"{unit!r}: 200 KB took {t_large:.2f} s"
     assert t_large < 10 * t_small * 4 + 0.05, f"{unit!r}: 20 KB {t_small:.3f} s, 200 KB {t_large:.3f} s"
 
@@ -260,15 +268,15 @@ def test_a_long_argument_neither_takes_long_nor_stalls_other_threads() -> None:
     thread = threading.Thread(target=ticker)
     thread.start()
     try:
-        started = time.perf_counter()
+        started = time.process_time()
         for arg in ("token" * 6_554, "--password=" + "x" * 32_000, "a-" * 16_000):
             redact_argv(["python3", arg, "--token", arg])
-        took = time.perf_counter() - started
+        took = time.process_time() - started
     finally:
         stop.set()
         thread.join()
     assert took < 0.5
-    assert max(late) < 0.25
+    assert max(late) < 1.0  # generous for a loaded machine: the 4.4 s stall is what it catches
 
 
 @given(st.lists(st.sampled_from([f for f, _, _ in FORMS] + [t for _, t, _ in SCANNER_SECRETS if "-----" not in t]
