@@ -64,6 +64,9 @@ class SafeStream(io.TextIOBase):
     def encoding(self) -> str:  # type: ignore[override]
         return str(getattr(self.raw, "encoding", "utf-8"))
 
+    def __getattr__(self, name: str) -> Any:  # buffer, line_buffering, reconfigure, name, ...: the stream's own
+        return getattr(self.raw, name)
+
 
 @contextlib.contextmanager
 def terminal_safe() -> Iterator[None]:
