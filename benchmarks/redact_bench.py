@@ -7,14 +7,16 @@ as lines of 100 characters: the units that made patterns backtrack (`token` * 40
 and secrets of every kind back to back. Also `redact_argv` of a command line of the largest size.
 While each input is redacted a ticker thread wakes every 10 ms; `max_stall_s` is the most it woke
 late (the regex engine holds the interpreter for the length of one call, so this is the longest
-single call into it, plus the interpreter's switch interval of 5 ms). Times are wall-clock seconds,
-the best of --repeat runs.
+single call into it, plus the interpreter's switch interval of 5 ms). `seconds` are wall-clock,
+`cpu_seconds` the process's CPU time (what other load on a shared machine barely changes), each the
+best of --repeat runs; the load average at the start and end is printed beside them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import threading
@@ -64,16 +66,17 @@ class Ticker:
         self._thread.join()
 
 
-def measure(call: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """(best seconds, the ticker's largest stall over all runs)."""
-    best = float("inf")
+def measure(call: Callable[[], object], repeat: int) -> tuple[float, float, float]:
+    """(best wall seconds, best CPU seconds, the ticker's largest stall over all runs)."""
+    best = best_cpu = float("inf")
     with Ticker() as ticker:
         time.sleep(0.05)
         for _ in range(repeat):
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             call()
             best = min(best, time.perf_counter() - started)
-    return best, ticker.max_late
+            best_cpu = min(best_cpu, time.process_time() - started_cpu)
+    return best, best_cpu, ticker.max_late
 
 
 def main() -> None:
@@ -82,6 +85,7 @@ def main() -> None:
     ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="comma-separated sizes in bytes")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    load_before = os.getloadavg()[0]
     rows = []
     for unit in UNITS:
         for layout in ("one_line", "lines_of_100"):
@@ -90,21 +94,24 @@ def main() -> None:
                 text = text[:size]
                 if layout == "lines_of_100":
                     text = "\n".join(text[i : i + 99] for i in range(0, len(text), 99))
-                took, stall = measure(lambda t=text: redact(t), args.repeat)
+                took, cpu, stall = measure(lambda t=text: redact(t), args.repeat)
                 rows.append({"unit": unit[:40], "layout": layout, "bytes": size, "seconds": round(took, 4),
-                             "mb_per_s": round(size / took / 1e6, 1) if took else None,
+                             "cpu_seconds": round(cpu, 4), "mb_per_s": round(size / took / 1e6, 1) if took else None,
                              "max_stall_s": round(stall, 4)})
     big = sizes[-1]
     argv = ["python3", "train.py", "--token", "token" * (big // 10), "token" * (big // 10)]
-    argv_took, argv_stall = measure(lambda: redact_argv(argv), args.repeat)
-    worst = max(rows, key=lambda r: r["seconds"])
-    by_size = {size: max(r["seconds"] for r in rows if r["bytes"] == size) for size in sizes}
+    argv_took, argv_cpu, argv_stall = measure(lambda: redact_argv(argv), args.repeat)
+    worst = max(rows, key=lambda r: r["cpu_seconds"])
     print(json.dumps({
-        "python": platform.python_version(), "machine": platform.machine(), "repeat": args.repeat,
-        "worst_seconds_by_size": by_size,
+        "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+        "load_average": [round(load_before, 1), round(os.getloadavg()[0], 1)], "repeat": args.repeat,
+        "worst_seconds_by_size": {size: max(r["seconds"] for r in rows if r["bytes"] == size) for size in sizes},
+        "worst_cpu_seconds_by_size": {size: max(r["cpu_seconds"] for r in rows if r["bytes"] == size)
+                                      for size in sizes},
         "worst": worst,
-        "max_stall_s": max(r["max_stall_s"] for r in rows),
-        "argv": {"bytes": sum(len(a) for a in argv), "seconds": round(argv_took, 4),
+        "max_stall_s": {layout: max(r["max_stall_s"] for r in rows if r["layout"] == layout)
+                        for layout in ("one_line", "lines_of_100")},
+        "argv": {"bytes": sum(len(a) for a in argv), "seconds": round(argv_took, 4), "cpu_seconds": round(argv_cpu, 4),
                  "max_stall_s": round(argv_stall, 4)},
         "inputs": rows,
     }, indent=1))
