@@ -7,7 +7,8 @@ as lines of 100 characters: the units that made patterns backtrack (`token` * 40
 and secrets of every kind back to back. Also `redact_argv` of a command line of the largest size.
 While each input is redacted a ticker thread wakes every 10 ms; `max_stall_s` is the most it woke
 late (the regex engine holds the interpreter for the length of one call, so this is the longest
-single call into it, plus the interpreter's switch interval of 5 ms). `seconds` are wall-clock,
+single call into it, plus the interpreter's switch interval of 5 ms); `idle_max_stall_s` is the same
+ticker's largest stall while the main thread sleeps, what the machine's own load costs it. `seconds` are wall-clock,
 `cpu_seconds` the process's CPU time (what other load on a shared machine barely changes), each the
 best of --repeat runs; the load average at the start and end is printed beside them.
 """
@@ -101,6 +102,7 @@ def main() -> None:
     big = sizes[-1]
     argv = ["python3", "train.py", "--token", "token" * (big // 10), "token" * (big // 10)]
     argv_took, argv_cpu, argv_stall = measure(lambda: redact_argv(argv), args.repeat)
+    _, _, idle_stall = measure(lambda: time.sleep(1.0), args.repeat)  # what the machine's load alone costs
     worst = max(rows, key=lambda r: r["cpu_seconds"])
     print(json.dumps({
         "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
@@ -111,6 +113,7 @@ def main() -> None:
         "worst": worst,
         "max_stall_s": {layout: max(r["max_stall_s"] for r in rows if r["layout"] == layout)
                         for layout in ("one_line", "lines_of_100")},
+        "idle_max_stall_s": round(idle_stall, 4),
         "argv": {"bytes": sum(len(a) for a in argv), "seconds": round(argv_took, 4), "cpu_seconds": round(argv_cpu, 4),
                  "max_stall_s": round(argv_stall, 4)},
         "inputs": rows,
