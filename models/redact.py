@@ -165,16 +165,27 @@ def pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
 
 
 def _redact_piece(text: str) -> str:
-    text = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", text)
+    """Each rule runs only when the text holds the literal it needs (a substring test: a rule that cannot
+    match costs no pass of the regex engine over the text)."""
+    low = text.lower()
+    if "://" in text:
+        text = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", text)
     text = _TOKENS.sub(_token, text)
-    text = _keyed(text, _KEY_SEP, _PAIR_VALUE)
-    text = _keyed(text, _FLAG_KEY, _FLAG_VALUE)
-    if "sshpass" in text:
-        text = _SSHPASS.sub(_keep_key, text)
-    text = _PASSWORD_WORD.sub(_password_word, text)
-    text = _USER_FLAG.sub(lambda m: f"{m['key']}{m['sep']}{m['q']}{m['user']}:{REDACTED}", text)
-    text = _MYSQL.sub(_mysql, text)
-    return _BEARER.sub(lambda m: f"{m[1]} {REDACTED}", text)
+    if "=" in text or ":" in text:
+        text = _keyed(text, _KEY_SEP, _PAIR_VALUE)
+    if "-" in text:
+        text = _keyed(text, _FLAG_KEY, _FLAG_VALUE)
+        if "-u" in text or "-U" in text:
+            text = _USER_FLAG.sub(lambda m: f"{m['key']}{m['sep']}{m['q']}{m['user']}:{REDACTED}", text)
+        if "sshpass" in text:
+            text = _SSHPASS.sub(_keep_key, text)
+    if "passw" in low or "passphrase" in low:
+        text = _PASSWORD_WORD.sub(_password_word, text)
+    if "mysql" in low or "mariadb" in low:
+        text = _MYSQL.sub(_mysql, text)
+    if "bearer" in low or "basic" in low:
+        text = _BEARER.sub(lambda m: f"{m[1]} {REDACTED}", text)
+    return text
 
 
 def redact(text: str) -> str:
