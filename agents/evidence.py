@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.metrics import Metrics
+from agents.procfs import PROC_READ_MAX, read_bounded
 from models.kernlog.messages import XID
 from models.node_records import Evidence, EvidenceItem, GpuInfo, NodeRecord
 from models.pci import normalize_pci
@@ -172,9 +173,9 @@ class EvidenceCollector:
             items=tuple(items),
         )
 
-    def _item(self, name: str, command: tuple[str, ...], status: str, data: bytes, detail: str | None = None
-              ) -> EvidenceItem:
-        truncated = len(data) > self._max_bytes
+    def _item(self, name: str, command: tuple[str, ...], status: str, data: bytes, detail: str | None = None,
+              cut: bool = False) -> EvidenceItem:
+        truncated = cut or len(data) > self._max_bytes
         data = data[: self._max_bytes]
         return EvidenceItem(
             name=name, command=command, status=status,  # type: ignore[arg-type]
@@ -204,15 +205,20 @@ class EvidenceCollector:
                           detail=None if status == "ok" else f"exit {proc.returncode}")
 
     def _process(self, pid: int) -> list[EvidenceItem]:
+        """The faulting process's cgroup and command line, each read up to PROC_READ_MAX bytes (the
+        process chose its argv) and marked truncated past it; the argv is redacted at once."""
         base = self._proc_root / str(pid)
         items = []
         try:
-            items.append(self._item("process-cgroup", (), "ok", (base / "cgroup").read_bytes()))
+            data, cut = read_bounded(base / "cgroup", PROC_READ_MAX)
+            items.append(self._item("process-cgroup", (), "ok", data, cut=cut))
         except OSError as exc:
             items.append(self._item("process-cgroup", (), "failed", b"", detail=str(exc)))
         try:
-            argv = [a.decode("utf-8", "replace") for a in (base / "cmdline").read_bytes().split(b"\0") if a]
-            items.append(self._item("process-cmdline", (), "ok", "\n".join(redact_argv(argv)).encode()))
+            data, cut = read_bounded(base / "cmdline", PROC_READ_MAX)
+            argv = [a.decode("utf-8", "replace") for a in data.split(b"\0") if a]
+            items.append(self._item("process-cmdline", (), "ok", "\n".join(redact_argv(argv)).encode(), cut=cut,
+                                    detail=f"cut at {PROC_READ_MAX} bytes" if cut else None))
         except OSError as exc:
             items.append(self._item("process-cmdline", (), "failed", b"", detail=str(exc)))
         return items

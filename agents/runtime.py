@@ -65,7 +65,8 @@ def build_source(
     from agents.kernlog.filetail import FileSource
 
     return FileSource(settings.log_file, cursor, follow=settings.follow, replay_rate=settings.replay_rate,
-                      line_filter=line_filter, block_filter=block_filter, boot_time=settings.boot_time)
+                      line_filter=line_filter, block_filter=block_filter, boot_time=settings.boot_time,
+                      on_foreign=on_foreign)
 
 
 def _security(settings: AgentSettings) -> dict[str, Any]:

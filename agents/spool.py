@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -34,11 +35,17 @@ log = logging.getLogger(__name__)
 
 SEGMENT_BYTES = 4 * 1024 * 1024
 STATE_FILE = "spool-state.json"
+NUMBER_MAX = 2**63 - 1  # record numbers and the acknowledged position: a signed 64-bit counter, never reached
 CORRUPT_DIR = "corrupt"
 
 
 class CorruptRecord(ValueError):
     """A spool line that is not a record."""
+
+
+def _is_number(value: object) -> bool:
+    """A record number or position: an integer (not a bool or float) from 0 to NUMBER_MAX."""
+    return type(value) is int and 0 <= value <= NUMBER_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +79,7 @@ class SpoolEntry:
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             raise CorruptRecord(f"{type(exc).__name__}: {exc}") from exc
         text = (entry.topic, entry.key, entry.value, entry.record_id)
-        if (type(entry.number) is not int or entry.number < 1 or not all(isinstance(v, str) for v in text)
+        if (not _is_number(entry.number) or entry.number < 1 or not all(isinstance(v, str) for v in text)
                 or not isinstance(entry.fault, bool) or not isinstance(entry.source, str | None)
                 or not isinstance(entry.cursor, dict | None)):
             raise CorruptRecord("a field has the wrong type")
@@ -97,8 +104,15 @@ class Spool:
         self._segment_bytes = segment_bytes
         self._cond = threading.Condition()
         state = read_json(self._dir / STATE_FILE) or {}
-        self.acked: int = int(state.get("acked", 0))
-        self.state_written_at: float | None = state.get("written_at")
+        state = state if isinstance(state, dict) else {}
+        acked, written_at = state.get("acked", 0), state.get("written_at")
+        if not _is_number(acked):  # not believed: the records are sent again, never skipped
+            log.warning("spool state names no acknowledged position; resending", extra={"acked": str(acked)[:40]})
+            acked = 0
+        self.acked: int = int(acked)
+        self.state_written_at: float | None = (
+            float(written_at) if isinstance(written_at, int | float) and not isinstance(written_at, bool)
+            and math.isfinite(written_at) else None)
         self.dropped_total = 0
         self._dropped_unreported = 0
         self._closed = False

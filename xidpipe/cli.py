@@ -74,8 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _fail(args: argparse.Namespace | None, message: str, code: int) -> int:
     command = getattr(args, "command", None)
     prefix = f"xidpipe {command}" if command else "xidpipe"
+    from xidpipe.commands.output import safe
+
     with contextlib.suppress(OSError):
-        print(f"{prefix}: {message}", file=sys.stderr, flush=True)
+        print(safe(f"{prefix}: {message}"), file=sys.stderr, flush=True)
     return code
 
 
@@ -104,8 +106,11 @@ def _stdout_failed(args: argparse.Namespace, exc: OSError) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from xidpipe.commands.output import terminal_safe
+
     try:
-        code = int(args.func(args) or 0)
+        with terminal_safe():  # text from nodes never reaches the terminal as control characters
+            code = int(args.func(args) or 0)
         sys.stdout.flush()
         return code
     except CliError as exc:

@@ -8,6 +8,11 @@ different inode at the path looks for the old inode at `<path>.1` and drains it 
 
 `replay_rate` (lines per second) paces the reading for demos and benchmarks.
 
+Only lines the kernel wrote are passed on (`models.kernlog.origin.line_origin`): a syslog file holds
+every process's lines, and `logger -t alice 'NVRM: Xid ...'` or an ssh login name reads like a driver
+message. A line whose syslog tag is not `kernel`, whose facility is not kern, or a journal entry of
+another transport is dropped, reported through `on_foreign` and logged; the cursor passes over it.
+
 A line's event time is its own wall-clock stamp (syslog's, without a year, completed relative to
 the time of reading), else its uptime stamp plus `boot_time` when that is given (a recorded raw
 `dmesg` replayed with `--boot-time`).
@@ -28,6 +33,7 @@ from agents.kernlog.base import SourceGap, SourceItem, SourceLine, SourceSkip
 from agents.kernlog.inotify import DirectoryWaiter
 from models.event_time import line_event_time
 from models.kernlog.limits import MAX_LINE_CHARS, TRUNCATED_MARK
+from models.kernlog.origin import line_origin
 from models.node_records import KernelSource
 
 log = logging.getLogger(__name__)
@@ -58,14 +64,16 @@ class FileSource:
         line_filter: Callable[[str], bool] | None = None,
         block_filter: Callable[[str], bool] | None = None,
         boot_time: datetime | None = None,
+        on_foreign: Callable[[], None] | None = None,
     ) -> None:
         """`line_filter`: lines it rejects come out in bulk as SourceSkip items. `block_filter`: given
         many lines joined by newlines, False when `line_filter` would reject every one of them.
         `boot_time`: the boot the file's uptime stamps (`[ 1234.567890]`) count from; without it a
-        line with only an uptime has no event time."""
+        line with only an uptime has no event time. `on_foreign`: called for each line user space wrote."""
         self._path = path
         self._boot_time = boot_time
         self._filter = line_filter
+        self._on_foreign = on_foreign
         self._block_filter = block_filter
         self._cursor = cursor or {}
         self._follow = follow
@@ -138,16 +146,15 @@ class FileSource:
                 offset += len(line) + ends
                 if self._interval:
                     self._pace()
-                if keep is not None:
-                    text = line.rstrip(b"\r").decode("utf-8", "replace")
-                    if not keep(text):
-                        skipped.append(text)
-                        continue
-                    if skipped:
-                        yield SourceSkip({"path": spath, "inode": inode, "offset": start}, skipped)
-                        skipped = []
+                text = line.rstrip(b"\r").decode("utf-8", "replace")
+                if (keep is not None and not keep(text)) or not self._from_kernel(text, spath, start):
+                    skipped.append(text)
+                    continue
+                if skipped:
+                    yield SourceSkip({"path": spath, "inode": inode, "offset": start}, skipped)
+                    skipped = []
                 digest = content_hash(line + b"\n")
-                message = line.rstrip(b"\r").decode("utf-8", "replace") + (TRUNCATED_MARK if piece else "")
+                message = text + (TRUNCATED_MARK if piece else "")
                 yield SourceLine(
                     source="file",
                     message=message,
@@ -161,6 +168,16 @@ class FileSource:
                 )
             if skipped:
                 yield SourceSkip({"path": spath, "inode": inode, "offset": offset}, skipped)
+
+    def _from_kernel(self, text: str, path: str, offset: int) -> bool:
+        origin = line_origin(text)
+        if origin.kernel:
+            return True
+        log.warning("log line not from the kernel dropped",
+                    extra={"path": path, "offset": offset, "reason": origin.reason, "raw": text[:200]})
+        if self._on_foreign is not None:
+            self._on_foreign()
+        return False
 
     def items(self) -> Iterator[SourceItem | None]:
         if self._follow and self._waiter is None:  # watch before reading: no change can slip between

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.kernlog.base import SourceGap, SourceItem, SourceLine, SourceSkip
+from agents.procfs import PROC_SMALL_MAX, PROC_STAT_MAX, read_text
 from models.kernlog.clock import at_uptime, boot_time_from_stat
 from models.kernlog.origin import kmsg_origin
 from models.node_records import KernelSource
@@ -58,13 +59,13 @@ def parse_kmsg_record(raw: bytes) -> tuple[int, int, int, str, dict[str, str]] |
 
 
 def read_boot_id(path: Path) -> str:
-    return path.read_text().strip()
+    return read_text(path, PROC_SMALL_MAX).partition("\n")[0].strip()
 
 
 def read_boot_time(stat_path: Path = Path("/proc/stat")) -> datetime | None:
     """The running kernel's boot time (`btime` of /proc/stat, whole seconds); None when unreadable."""
     try:
-        return boot_time_from_stat(stat_path.read_text())
+        return boot_time_from_stat(read_text(stat_path, PROC_STAT_MAX))
     except OSError:
         return None
 

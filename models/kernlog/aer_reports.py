@@ -69,7 +69,12 @@ class AerReports:
     _correctable: dict[str, int]
     _other_devices: set[str]
 
+    def _from_kernel(self, line: str) -> bool:
+        raise NotImplementedError  # the parser's: whether the line's header names the kernel as its writer
+
     def _aer_continuation(self, opened: OpenRecord, line: str, n: int) -> bool:
+        if not self._from_kernel(line):
+            return False
         match = recognise(repair(line))
         if match is None or match.kind not in ("device_line", "pcie_aer") or match.pci not in (
             opened.record.pci,
@@ -103,6 +108,8 @@ class AerReports:
     def _aer_recovery(self, opened: OpenRecord, line: str, n: int) -> bool:
         """A recovery line on a device below the reporting port joins the report; an NVIDIA device
         there makes the port a GPU's port (`details.affected` lists the GPUs named)."""
+        if not self._from_kernel(line):
+            return False
         match = recognise(repair(line))
         if match is None or match.kind != "device_line" or not AER_RECOVERY.search(match.message):
             return False

@@ -14,6 +14,19 @@ from datetime import UTC, date, datetime, timedelta
 # A stamp more than this far ahead of the read time belongs to the year before: clocks and log
 # rotation can put a line a little in the future, but a December line read in January is last year's.
 FUTURE_TOLERANCE = timedelta(days=2)
+# Every time read from input lies in these years (in UTC): a machine whose clock was reset logs 1970,
+# none logs year 1, and times near year 9999 overflow when windows and offsets are added to them
+# (`0001-01-01T00:00:00+14:00` is before the first representable UTC time).
+YEAR_MIN, YEAR_MAX = 1970, 9000
+
+
+def time_in_range(at: datetime) -> bool:
+    """True when `at` (a time without zone taken as UTC) lies within YEAR_MIN..YEAR_MAX in UTC."""
+    try:
+        utc = at.astimezone(UTC) if at.tzinfo is not None else at
+    except (OverflowError, ValueError):
+        return False
+    return YEAR_MIN <= utc.year <= YEAR_MAX
 
 
 def infer_year(month: int, day: int, read_at: datetime) -> int:
@@ -35,9 +48,10 @@ def at_uptime(boot_time: datetime, uptime_s: float) -> datetime:
 def from_epoch_us(value: object) -> datetime | None:
     """A microseconds-since-the-epoch field (journald's `__REALTIME_TIMESTAMP`) as a UTC time."""
     try:
-        return datetime.fromtimestamp(int(str(value)) / 1_000_000, UTC)
+        at = datetime.fromtimestamp(int(str(value)) / 1_000_000, UTC)
     except (TypeError, ValueError, OverflowError, OSError):
         return None
+    return at if time_in_range(at) else None
 
 
 def parse_stamp(text: str | None) -> datetime | None:
@@ -47,6 +61,8 @@ def parse_stamp(text: str | None) -> datetime | None:
     try:
         at = datetime.fromisoformat(text)
     except ValueError:
+        return None
+    if not time_in_range(at):
         return None
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 

@@ -185,11 +185,18 @@ def checked_pci(text: str | None) -> str | None:
     return pci
 
 
+def _decimal(text: str, what: str) -> None:
+    """The driver prints its numbers with `%d`: a leading zero (`079`) is no number it wrote."""
+    if len(text) > 1 and text[0] == "0":
+        raise OutOfRange(f"{what} with a leading zero")
+
+
 def _match_xid(line: str) -> Match | None:
     m = XID.search(line)
     if not m:
         return None
     pci_text, code, raw_pid, name, msg = m.groups()
+    _decimal(code, "Xid code")
     xid = int(code) if len(code) <= 4 else -1
     if not in_range(xid, XID_RANGE):
         raise OutOfRange("Xid code")
@@ -231,6 +238,7 @@ def _match_sxid(line: str) -> Match | None:
     links = _LINK.search(rest)
     if links:
         d["nvlink_links"] = [int(links[1])]
+    _decimal(m["sxid"], "SXid code")
     sxid = int(m["sxid"]) if len(m["sxid"]) <= 6 else -1
     if not in_range(sxid, SXID_RANGE):
         raise OutOfRange("SXid code")

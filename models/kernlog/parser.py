@@ -19,6 +19,7 @@ from typing import Any
 
 from models.catalog import Catalog, load_catalog
 from models.kernlog.aer_reports import AerReports, OpenRecord, extend
+from models.kernlog.clock import time_in_range
 from models.kernlog.driver_lines import BODY, BODY_CLASSES, BODY_XIDS, TEXT_CONTINUED
 from models.kernlog.limits import (
     KMSG_SEQ_MAX,
@@ -43,7 +44,8 @@ from models.kernlog.messages import (
 )
 from models.kernlog.notices import continues as notice_continues
 from models.kernlog.notices import settle as settle_notice
-from models.kernlog.prefix import Prefix, parse_prefix
+from models.kernlog.origin import journal_entry_origin, message_start, prefix_origin
+from models.kernlog.prefix import Prefix, line_source, parse_prefix
 from models.kernlog.record import FaultRecord
 from models.vocabulary import Category
 
@@ -86,14 +88,17 @@ class KernelLogParser(AerReports):
         self._lineno = 0
         self._message_cache: dict[str, Match | None] = {}
         self._prefix_cache: dict[str, Prefix] = {}
+        self._kernel_prefix: dict[str, bool] = {}
         self._correctable: dict[str, int] = {}
         # What became of the driver's lines that are no record of their own: `joined` (a body line
         # added to its record), `benign` (a documented banner), `unclassified` (error-looking lines
         # no class names; each is also a record), `orphan_body` (a body line with no record open),
         # `other` (informational lines). And lines that are no record at all: `rejected` (a number
-        # or address out of range), `overlong` (longer than MAX_LINE_CHARS, or cut by a reader).
+        # or address out of range), `overlong` (longer than MAX_LINE_CHARS, or cut by a reader),
+        # `foreign` (written by user space: a syslog tag other than `kernel`, a user facility, a journal
+        # entry of another transport; `models.kernlog.origin`).
         self.stats: dict[str, int] = dict.fromkeys(
-            ("joined", "benign", "unclassified", "orphan_body", "other", "rejected", "overlong"), 0)
+            ("joined", "benign", "unclassified", "orphan_body", "other", "rejected", "overlong", "foreign"), 0)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -192,6 +197,9 @@ class KernelLogParser(AerReports):
             return self._text_line(line, n, None)
         if not isinstance(entry, dict):
             return []
+        if not journal_entry_origin(entry).kernel:
+            self.stats["foreign"] += 1
+            return []
         message = entry.get("MESSAGE")
         if isinstance(message, list):
             try:
@@ -220,6 +228,8 @@ class KernelLogParser(AerReports):
     def _text_line(self, line: str, n: int, given: Prefix | None, raw: str | None = None) -> list[FaultRecord]:
         """One kernel message line; `given`: the prefix fields when the caller read them (journal);
         `raw`: the line as written when `line` is a piece of it."""
+        if given is None and not self._from_kernel(line):
+            return []
         if raw is None:
             raw = line
         line = repair(line)
@@ -333,6 +343,25 @@ class KernelLogParser(AerReports):
         if rec.pci:
             self._known_gpus.add(rec.pci)
         return True
+
+    def _from_kernel(self, line: str) -> bool:
+        """False (and counted) when the line's header names a writer other than the kernel: a syslog
+        tag other than `kernel`, a facility other than kern (`models.kernlog.origin`). Raw `dmesg`
+        lines (`[` first) name none. Judged once per distinct header."""
+        if line[:1] == "[":
+            return True
+        start = message_start(line)
+        ptext = line[:start]
+        kernel = self._kernel_prefix.get(ptext)
+        if kernel is None:
+            kernel = prefix_origin(line_source(ptext)).kernel
+            if start < len(line) and len(ptext) <= MAX_CACHED_CHARS:  # a message's header repeats; a head does not
+                if len(self._kernel_prefix) >= _MESSAGE_CACHE_SIZE:
+                    self._kernel_prefix.clear()
+                self._kernel_prefix[ptext] = kernel
+        if not kernel:
+            self.stats["foreign"] += 1
+        return kernel
 
     def _prefix(self, ptext: str) -> Prefix | None:
         """The prefix fields of the text in front of a message (none when it is implausibly long);
@@ -497,6 +526,7 @@ def _us(value: Any) -> float | None:
 def _epoch_us(value: Any) -> str | None:
     us = _int_field(value)
     try:
-        return datetime.fromtimestamp(us / 1_000_000, UTC).isoformat() if us is not None else None
+        at = datetime.fromtimestamp(us / 1_000_000, UTC) if us is not None else None
     except (ValueError, OverflowError, OSError):
         return None
+    return at.isoformat() if at is not None and time_in_range(at) else None

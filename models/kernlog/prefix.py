@@ -13,7 +13,7 @@ from datetime import date, datetime
 from functools import lru_cache
 from typing import NamedTuple
 
-from models.kernlog.clock import infer_year
+from models.kernlog.clock import YEAR_MAX, YEAR_MIN, infer_year
 
 KMSG_HEADER = re.compile(r"^(?P<prio>[0-9]{1,4}),(?P<seq>[0-9]{1,20}),(?P<usec>[0-9]{1,20}),(?P<flags>[^;]{0,16});")
 _DMESG_UPTIME = re.compile(r"\[\s*(?P<up>[0-9]+\.[0-9]{1,9})(?:\s*<\s*[+-]?[0-9.]{1,24}\s*>)?\s*\]")
@@ -98,6 +98,8 @@ def _frac_us(frac: str | None) -> int:
 
 @lru_cache(maxsize=4096)
 def _valid_date(year: int, month: int, day: int) -> bool:
+    if not YEAR_MIN <= year <= YEAR_MAX:  # a year no log carries (and one UTC cannot hold with an offset)
+        return False
     try:
         date(year, month, day)
     except ValueError:
@@ -228,6 +230,50 @@ def _parse_prefix_general(prefix: str, year: int | None, now: datetime) -> Prefi
 def _uptime(text: str) -> float | None:
     m = _DMESG_UPTIME.search(text)
     return float(m["up"]) if m else None
+
+
+class LineSource(NamedTuple):
+    """Who a log line says wrote it: its syslog tag (`kernel`, `sshd`) and its syslog facility, each
+    None when the line's format carries none (raw `dmesg`, a bare message)."""
+
+    tag: str | None = None
+    facility: int | None = None
+
+
+_PRI_5424 = re.compile(r"<(?P<pri>[0-9]{1,3})>1\s")
+
+
+def line_source(prefix: str) -> LineSource:
+    """The tag and facility of the syslog header, `/dev/kmsg` record header or RFC 5424 header that
+    `prefix` (the text in front of a kernel message, or a line's head) starts with or holds.
+
+    The tag is the word after the first syslog timestamp (and its host): a message that repeats a
+    header (`sshd[12]: Invalid user Nov 25 10:00:00 h kernel: ...`) is judged by the first. Raw
+    `dmesg` forms (`[ 123.4]`, `[Tue Nov 25 ...]`) carry no tag."""
+    head = prefix[:1]
+    facility: int | None = None
+    if head.isdigit():
+        km = KMSG_HEADER.match(prefix)
+        if km:
+            return LineSource(None, int(km["prio"]) >> 3)
+    elif head == "<":
+        m5 = _RFC5424.match(prefix)
+        if m5:
+            pri = _PRI_5424.match(prefix)
+            return LineSource(m5["app"], int(pri["pri"]) >> 3 if pri else None)
+        pri = _PRI.match(prefix)
+        if pri:
+            facility = int(prefix[1 : pri.end() - 1]) >> 3
+            prefix = prefix[pri.end() :]
+            head = prefix[:1]
+    if head == "[":
+        return LineSource(None, facility)
+    stamps = [m for m in (_RFC3164.search(prefix), _ISO.search(prefix)) if m is not None]
+    if not stamps:
+        return LineSource(None, facility)
+    stamp = min(stamps, key=lambda m: m.start())
+    tag = _HOST_TAG.match(prefix[stamp.end() :])
+    return LineSource(tag["tag"] if tag else None, facility)
 
 
 _TAG_UPTIME = re.compile(r"\s+(?:[^\s:\[\]<>]+\s+)?[^\s:\[\]<>]+(?:\[[0-9]+\])?:\s*\[\s*(?P<up>[0-9]+\.[0-9]{1,9})\]")

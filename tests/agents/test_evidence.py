@@ -82,3 +82,49 @@ def test_at_most_one_dossier_per_gpu_per_window(tmp_path: Path) -> None:
     time.sleep(0.1)
     assert sorted(e.pci_bus_id for e in sink if isinstance(e, Evidence)) == ["0000:3b:00.0", "0000:5e:00.0"]
     assert c._metrics.get("xidpipe_agent_evidence_suppressed_total") == 1
+
+
+def _huge(path: Path, size: int, head: bytes) -> None:
+    """A sparse file of `size` bytes starting with `head` (zeros after it: no disk used)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(head)
+        fh.truncate(size)
+
+
+def test_a_huge_command_line_or_cgroup_is_read_only_up_to_its_bound(tmp_path: Path) -> None:
+    """A tenant controls its process's argv: /proc/<pid>/cmdline is read up to PROC_READ_MAX, never whole."""
+    from agents.procfs import PROC_READ_MAX
+
+    _huge(tmp_path / "4242" / "cmdline", 256 * 1024 * 1024, b"python3\0--token\0tok-123456\0" + b"a" * 4096)
+    _huge(tmp_path / "4242" / "cgroup", 256 * 1024 * 1024, f"0::/system.slice/docker-{CID}.scope\n".encode())
+    c = _collector([], tmp_path, nvidia_smi="absent-smi", lspci="absent-lspci", max_bytes=512 * 1024 * 1024)
+    began = time.monotonic()
+    ev = c.capture(FaultContext("kmsg:b:1", "0000:3b:00.0", None, 13, 4242))
+    assert time.monotonic() - began < 5
+    items = {i.name: i for i in ev.items}
+    cmdline, cgroup = items["process-cmdline"], items["process-cgroup"]
+    assert cmdline.truncated and cgroup.truncated
+    assert cmdline.size_bytes <= PROC_READ_MAX + 64 and cgroup.size_bytes <= PROC_READ_MAX
+    assert _data(cmdline).decode().splitlines()[:3] == ["python3", "--token", "[REDACTED]"]
+    assert "tok-123456" not in _data(cmdline).decode()
+
+
+def test_container_of_reads_a_bounded_cgroup(tmp_path: Path) -> None:
+    from agents.nvml.cgroup import container_of
+
+    _huge(tmp_path / "7" / "cgroup", 256 * 1024 * 1024, f"0::/system.slice/docker-{CID}.scope\n".encode())
+    began = time.monotonic()
+    assert container_of(7, tmp_path) == (CID, None)
+    assert time.monotonic() - began < 1.0
+
+
+def test_boot_id_and_boot_time_are_read_bounded(tmp_path: Path) -> None:
+    from agents.kernlog.kmsg import read_boot_id, read_boot_time
+
+    _huge(tmp_path / "boot_id", 256 * 1024 * 1024, b"6b8c1e0a-0d1c-4bb5-9c2a-0f4b2a1c9e77\n")
+    _huge(tmp_path / "stat", 256 * 1024 * 1024, b"cpu 1 2 3\nbtime 1764000000\n")
+    began = time.monotonic()
+    assert read_boot_id(tmp_path / "boot_id") == "6b8c1e0a-0d1c-4bb5-9c2a-0f4b2a1c9e77"
+    assert read_boot_time(tmp_path / "stat") is not None
+    assert time.monotonic() - began < 1.0

@@ -141,3 +141,18 @@ def test_every_piece_of_an_overlong_line_is_marked_and_parses_as_no_record(tmp_p
     assert all(m.endswith(TRUNCATED_MARK) and len(m) <= MAX_LINE_CHARS + len(TRUNCATED_MARK) for m in messages[:-1])
     assert items[-1].cursor["offset"] == len(crafted) + len(long) + len(XID) + 3
     assert [r.line for r in KernelLogParser().parse(messages)] == [len(messages)]
+
+
+def test_lines_user_space_wrote_are_dropped_counted_and_passed_over(tmp_path: Path) -> None:
+    """`logger -t alice 'NVRM: Xid ...'` or an ssh login name in syslog is no driver message."""
+    log = tmp_path / "syslog"
+    foreign = ["Nov 29 10:00:00 gpu1 alice: " + XID[XID.index("NVRM"):],
+               "Nov 29 10:00:01 gpu1 sshd[12]: Invalid user " + XID[XID.index("NVRM"):]]
+    _write(log, [foreign[0], XID, foreign[1]], "w")
+    dropped: list[int] = []
+    source = FileSource(log, None, follow=False, line_filter=lambda m: "NVRM" in m,
+                        on_foreign=lambda: dropped.append(1))
+    items = [i for i in source.items() if i is not None]
+    assert [i.message for i in items if isinstance(i, SourceLine)] == [XID]
+    assert len(dropped) == 2
+    assert items[-1].cursor["offset"] == log.stat().st_size

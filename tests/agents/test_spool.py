@@ -93,10 +93,13 @@ CORRUPTIONS = [
     b"\0" * 64 + b"\n",  # zeros a power loss left
     b'{"n":"2","t":"t","k":"node","f":false,"id":"r1","v":"x"}\n',  # valid JSON, wrong type
     b"[]\n",
+    b'{"n":100000000000000000000000000,"t":"t","k":"node","f":false,"id":"r1","v":"x"}\n',  # 1e26
+    b'{"n":1e26,"t":"t","k":"node","f":false,"id":"r1","v":"x"}\n',
 ]
 
 
-@pytest.mark.parametrize("bad", CORRUPTIONS, ids=["flipped", "zeros", "wrong-type", "not-an-object"])
+@pytest.mark.parametrize("bad", CORRUPTIONS, ids=["flipped", "zeros", "wrong-type", "not-an-object", "huge-number",
+                                                  "float-number"])
 def test_a_corrupt_record_mid_segment_is_moved_aside_on_open(tmp_path: Path, bad: bytes) -> None:
     s = _spool(tmp_path)
     for i in range(5):
@@ -140,3 +143,18 @@ def test_a_record_that_goes_bad_while_running_is_moved_aside_once_and_reading_go
     assert [e.number for e in s.pending_entries()] == [1, 3, 4]
     assert m.get("xidpipe_agent_spool_corrupt_total") == 1
     assert _add(s, 5) == 5 and [e.number for e in s.read(10)] == [5]
+
+
+@pytest.mark.parametrize("acked", ["1e26", "100000000000000000000000000", "-5", '"12"', "true", "12.5", "null"])
+def test_a_hostile_acknowledged_position_is_not_believed(tmp_path: Path, acked: str) -> None:
+    """The spool's state file says how far Kafka acknowledged; a position past any record number (or not
+    a number) is read as none: the records are sent again (the worker drops duplicates), never skipped."""
+    s = _spool(tmp_path)
+    for i in range(3):
+        _add(s, i)
+    s.close()
+    (tmp_path / "spool" / "spool-state.json").write_text(f'{{"acked": {acked}, "written_at": "soon"}}')
+    again = _spool(tmp_path)
+    assert again.acked == 0 and again.state_written_at is None
+    assert [e.number for e in again.read(10)] == [1, 2, 3]
+    assert _add(again, 4) == 4

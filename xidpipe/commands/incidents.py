@@ -111,6 +111,7 @@ def print_json(data: Any) -> int:
 def run_list(args: argparse.Namespace) -> int:
     from history.incident_rows import incident_to_dict
     from history.queries import IncidentFilter, list_incidents
+    from models.redact import redact
 
     f = IncidentFilter(node=args.node, gpu=args.gpu, xid=args.xid, category=args.category, status=args.status,
                        since=args.since, until=args.until, namespace=args.namespace, owner=args.owner,
@@ -118,6 +119,9 @@ def run_list(args: argparse.Namespace) -> int:
     with history_session(args) as s:
         rows, total = list_incidents(s, f, sort=args.sort, limit=args.limit, offset=args.offset)
         data = [incident_to_dict(i) for i in rows]
+    for d in data:  # as the API shows them: reasons and process names redacted
+        d["reason"] = redact(d["reason"]) if d.get("reason") else d.get("reason")
+        d["processes"] = [redact(str(p)) for p in d.get("processes") or []]
     if args.json:
         return print_json({"total": total, "offset": args.offset, "incidents": data})
     if not data:
@@ -142,14 +146,16 @@ def run_show(args: argparse.Namespace) -> int:
     from history.activity import actions, incident_activity
     from history.queries import incident_transitions, resolve_incident, timeline
     from models.dossier import render_json, render_markdown
+    from models.redact import redact
     from respond.dossier_builder import action_items, build_dossier
 
     with history_session(args) as s:
         row = resolve(resolve_incident, s, args.id)
         dossier = build_dossier(s, row, action_items(actions(s, row.incident_id), row.incident_id))
-        events: list[dict[str, Any]] = [
-            {"at": e.occurred_at.isoformat(), "code": e.code, "pid": e.pid, "process": e.process, "pod": e.pod,
-             "sources": e.sources, "message": e.message} for e in timeline(s, row.incident_id)]
+        events: list[dict[str, Any]] = [  # redacted as the dossier, the API and the pages redact them
+            {"at": e.occurred_at.isoformat(), "code": e.code, "pid": e.pid, "pod": e.pod, "sources": e.sources,
+             "process": redact(e.process) if e.process else e.process,
+             "message": redact(e.message) if e.message else e.message} for e in timeline(s, row.incident_id)]
         transitions = incident_transitions(s, row.incident_id)
         activity = incident_activity(s, row.incident_id)
         lifecycle, status = row.lifecycle, row.status

@@ -22,6 +22,8 @@ class LocalInfraError(RuntimeError):
     """A local service could not be fetched, started or stopped; the message says what to do."""
 
 
+_PROC_READ_MAX = 64 * 1024  # bytes read of a /proc file
+
 def free_port(host: str = LOOPBACK) -> int:
     """A TCP port that is free on `host` right now (the kernel's pick; another process may still
     take it before we bind, which start-up then reports as a busy port)."""
@@ -67,7 +69,8 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        with open(f"/proc/{pid}/stat", "rb") as fh:  # bounded: a command name is 16 bytes, the rest numbers
+            stat = fh.read(_PROC_READ_MAX).decode(errors="replace")
     except OSError:
         return False
     # The state letter follows the parenthesised command name, which may itself contain spaces.
@@ -77,7 +80,8 @@ def pid_alive(pid: int) -> bool:
 def process_cmdline(pid: int) -> list[str]:
     """The argument vector of `pid`, or [] when it is gone or unreadable."""
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:  # bounded: a process chooses its own argv
+            raw = fh.read(_PROC_READ_MAX)
     except OSError:
         return []
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]

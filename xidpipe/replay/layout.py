@@ -8,12 +8,20 @@
 
 A directory without `replay.json` is version 1. A later, incompatible layout writes its own
 version there; a replay that does not know that version refuses the directory (it never guesses).
+
+Every file read is a regular file inside DIR: a symbolic link may point within DIR, never out of it
+(a recorded cluster from elsewhere must not make replay read `/etc/passwd`), and a FIFO or a device is
+refused before it is opened (a FIFO would block the replay for ever). Every time in the state file
+lies within the years `models.kernlog.clock` bounds, every integer within 64 bits and every float is
+finite; a record out of range is refused naming its line.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from models.kernlog.clock import YEAR_MAX, YEAR_MIN, time_in_range
 from models.node_names import node_name_problem
 from models.node_records import NodeRecord
 from models.wire import decode_node_record
@@ -53,7 +62,27 @@ class ClusterDir:
         return sorted(self.logs)
 
 
+INT_MAX = 2**63 - 1  # integers of a node record: SQL stores signed 64-bit
+
+
+def _inside(root: Path, path: Path) -> None:
+    """ReplayInputError unless `path` (a name in `root`) is a regular file that resolves inside `root`."""
+    real_root = root.resolve()
+    target = path.resolve()
+    if path.is_symlink() and target != real_root and real_root not in target.parents:
+        raise ReplayInputError(f"cannot read {path}: a symbolic link out of {root} (to {target})")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ReplayInputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
+        raise ReplayInputError(f"cannot read {path}: it is a directory")
+    if not stat.S_ISREG(mode):
+        raise ReplayInputError(f"cannot read {path}: not a regular file (a FIFO, socket or device)")
+
+
 def _readable(path: Path) -> None:
+    _inside(path.parent, path)
     try:
         with open(path, "rb") as fh:
             fh.read(1)
@@ -112,9 +141,11 @@ def open_cluster_dir(root: Path) -> ClusterDir:
     for path in logs.values():
         _readable(path)
     state = root / STATE_FILE
-    if state.exists():
+    if state.is_symlink() or state.exists():
         _readable(state)
     manifest = root / MANIFEST_FILE
+    if manifest.is_symlink() or manifest.exists():
+        _readable(manifest)
     version, labels, pools = _manifest(manifest) if manifest.exists() else (1, {}, {})
     return ClusterDir(root, version, logs, state if state.exists() else None, labels, pools)
 
@@ -144,7 +175,35 @@ def state_records(cluster: ClusterDir) -> list[NodeRecord]:
     return [rec for _, _, rec in out]
 
 
+def out_of_range(value: object, where: str = "") -> str | None:
+    """Where in `value` (a record's fields as Python values) a time, integer or float is out of range, and
+    why; None when nothing is."""
+    if isinstance(value, datetime):
+        return None if time_in_range(value) else f"{where or 'a time'}: {value.isoformat()} is out of range " \
+                                                    f"(years {YEAR_MIN}-{YEAR_MAX} in UTC)"
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return None if -INT_MAX <= value <= INT_MAX else f"{where or 'a number'}: an integer out of range (64 bits)"
+    if isinstance(value, float):
+        return None if math.isfinite(value) and abs(value) <= INT_MAX else f"{where or 'a number'}: out of range"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list | tuple) else ()
+    for key, item in items:
+        problem = out_of_range(item, f"{where}.{key}" if where else str(key))
+        if problem:
+            return problem
+    return None
+
+
 def _state_record(path: Path, n: int, line: str) -> NodeRecord:
+    rec = _decode_state_record(path, n, line)
+    problem = out_of_range(rec.model_dump())
+    if problem:
+        raise ReplayInputError(f"{path}:{n}: not a node record: {problem}")
+    return rec
+
+
+def _decode_state_record(path: Path, n: int, line: str) -> NodeRecord:
     try:
         return decode_node_record(line)
     except ValidationError as exc:

@@ -27,6 +27,7 @@ from agents.kernlog.filetail import FileSource
 from agents.kernlog.prefilter import DEFAULT_FAULT_PATTERNS, DEFAULT_KEEP_PATTERNS, PreFilter
 from models.event_time import boot_times
 from models.incidents import parse_time
+from models.kernlog.clock import from_epoch_us
 from models.kernlog.prefix import parse_prefix
 from models.node_records import KernelLine, NodeRecord
 from xidpipe.replay.layout import ClusterDir, ReplayInputError, iter_state, state_records
@@ -40,10 +41,9 @@ def line_time(message: str, now: datetime) -> datetime | None:
     if message[:1] == "{":
         try:
             entry = json.loads(message)
-            us = int(entry["__REALTIME_TIMESTAMP"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, RecursionError):
             return None
-        return datetime.fromtimestamp(us / 1_000_000, UTC)
+        return from_epoch_us(entry.get("__REALTIME_TIMESTAMP")) if isinstance(entry, dict) else None
     return parse_time(parse_prefix(message[:_HEAD], None, now).timestamp)
 
 

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from history import queries as q
 from history.tables import FaultEvent, Incident
 from models.dossier import ActionItem, render_json
+from models.redact import redact
 from respond.dossier_builder import build_dossier
 
 ACTIONS_LIMIT = 200  # recorded cluster actions shown on one incident
@@ -28,11 +29,12 @@ def incident_json(i: Incident) -> dict[str, Any]:
     return {
         "incident_id": i.incident_id, "fingerprint": i.fingerprint, "node": i.node, "gpu": i.gpu,
         "gpu_uuid": i.gpu_uuid, "serial": i.serial, "pci": i.pci, "family": i.family, "status": i.status,
-        "lifecycle": i.lifecycle, "category": i.category, "reason": i.reason, "count": i.count,
+        "lifecycle": i.lifecycle, "category": i.category, "reason": redact(i.reason or "") or i.reason,
+        "count": i.count,
         "first_seen": iso(i.first_seen), "last_seen": iso(i.last_seen), "opened_at": iso(i.opened_at),
         "updated_at": iso(i.updated_at), "resolved_at": iso(i.resolved_at),
         "previous_incident_id": i.previous_incident_id, "codes": [str(c) for c in i.codes or []],
-        "pods": [str(p) for p in i.pods or []], "processes": [str(p) for p in i.processes or []],
+        "pods": [str(p) for p in i.pods or []], "processes": [redact(str(p)) for p in i.processes or []],
         "workloads": [str(w) for w in i.workloads or []], "immediate_action": i.immediate_action,
         "investigatory_action": i.investigatory_action, "cordon_requested": bool(i.cordon_requested),
         "component": i.component or "gpu", "component_id": i.component_id,
@@ -41,9 +43,10 @@ def incident_json(i: Incident) -> dict[str, Any]:
 
 
 def event_json(e: FaultEvent) -> dict[str, Any]:
+    """A fault event of the timeline; its message and process name redacted as the dossier's are."""
     return {"id": e.id, "at": iso(e.occurred_at), "code": e.code, "family": e.family, "sources": e.sources,
-            "gpu": e.gpu, "pid": e.pid, "process": e.process, "pod": e.pod, "namespace": e.namespace,
-            "workload": e.workload, "message": e.message}
+            "gpu": e.gpu, "pid": e.pid, "process": redact(e.process) if e.process else e.process, "pod": e.pod,
+            "namespace": e.namespace, "workload": e.workload, "message": redact(e.message) if e.message else e.message}
 
 
 def list_incidents(s: Session, f: q.IncidentFilter, sort: q.SortKey, limit: int, offset: int) -> dict[str, Any]:

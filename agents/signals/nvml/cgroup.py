@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from agents.procfs import PROC_READ_MAX, read_text
+
 _CONTAINER = re.compile(r"(?:^|[/-])(?:cri-containerd-|crio-|docker-|containerd-)?([0-9a-f]{64})(?:\.scope)?$")
 _POD = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 
@@ -27,6 +29,6 @@ def parse_cgroup(text: str) -> tuple[str | None, str | None]:
 
 def container_of(pid: int, proc_root: Path = Path("/proc")) -> tuple[str | None, str | None]:
     try:
-        return parse_cgroup((proc_root / str(pid) / "cgroup").read_text())
+        return parse_cgroup(read_text(proc_root / str(pid) / "cgroup", PROC_READ_MAX))
     except OSError:
         return None, None
