@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -63,7 +64,9 @@ def consume(
 
 @pytest.fixture
 def unique_node(request: pytest.FixtureRequest) -> str:
-    return f"node-{request.node.name[:40]}-{time.time_ns() % 10**9}"
+    """A node name of its own for the test (an RFC 1123 name: the test's name, lower case, `-` for the rest)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", request.node.name[:40].lower()).strip("-")
+    return f"node-{name}-{time.time_ns() % 10**9}"
 
 
 def find_nvml_header() -> Path | None:
