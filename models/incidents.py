@@ -7,7 +7,6 @@
   one, or reopens after a quiet period (a new incident linked to the resolved one).
 - `resolve_if_quiet` resolves an incident nobody has seen a fault for in the quiet period.
 - `classify_in_context` decides application vs suspected hardware from the workloads involved.
-- `actions_for` derives the action requests (cordon candidate, ticket, notification) of a change.
 """
 
 from __future__ import annotations
@@ -326,63 +325,6 @@ def classify_in_context(ctx: ClassifyContext, policy: PipelinePolicy) -> Verdict
             return Verdict(verdict.category, f"{verdict.reason}; the same workloads ran clean on other GPUs ({ran})",
                            verdict.rule)
     return verdict
-
-
-# --- actions ----------------------------------------------------------------------------------
-
-ActionKind = Literal["cordon_candidate", "ticket", "notification"]
-
-
-@dataclass(frozen=True, slots=True)
-class ActionRequest:
-    kind: ActionKind
-    operation: str  # cordon_candidate: "cordon"; ticket: "create" | "reopen" | "comment"; notification: the change
-    incident_id: str
-    node: str
-    gpu: str
-    reason: str
-    idempotency_key: str
-
-
-# Components whose incidents are never offered a cordon: an application fault follows its workload, and a
-# fleet incident is many nodes' (each node's own incident is offered).
-NOT_CORDONED = ("workload", "fleet")
-
-
-def actions_for(change: IncidentChange, *, version: int) -> list[ActionRequest]:
-    """The action requests one incident change makes (each with an idempotency key); `version` is the
-    incident row's version after the change.
-
-    Every change but a resolution offers the responder a cordon candidate (keyed by the version): the
-    YAML cordon policy, evaluated there on the incident's occurrences, is the only cordon rule set,
-    so a candidate it refuses is decided again at the next change.
-    """
-    inc = change.incident
-    out: list[ActionRequest] = []
-
-    def add(kind: ActionKind, operation: str, reason: str, key: str | None = None) -> None:
-        out.append(ActionRequest(kind, operation, inc.incident_id, inc.node, inc.gpu, reason,
-                                 key or f"{inc.incident_id}:{kind}:{operation}"))
-
-    # The cordon request goes first: it is the one action with a deadline (new work must stop landing
-    # on the GPU within a second); tickets and messages can follow it.
-    if change.kind != "resolved" and inc.component not in NOT_CORDONED:
-        add("cordon_candidate", "cordon", f"{change.kind}: {change.reason}",
-            f"{inc.incident_id}:cordon_candidate:v{version}")
-    if change.kind in ("opened", "reopened"):
-        add("ticket", "create" if change.kind == "opened" else "reopen", change.reason)
-        add("notification", change.kind, change.reason)
-    elif change.kind == "resolved":
-        add("notification", "resolved", change.reason)
-    elif change.kind == "reclassified":
-        add("notification", "reclassified", change.reason)
-        add("ticket", f"comment:{inc.category}", change.reason)
-    return out
-
-
-def action_to_dict(a: ActionRequest) -> dict[str, Any]:
-    return {"kind": a.kind, "operation": a.operation, "incident_id": a.incident_id, "node": a.node, "gpu": a.gpu,
-            "reason": a.reason, "idempotency_key": a.idempotency_key}
 
 
 def fleet_burst(family: str, nodes: Sequence[str], policy: PipelinePolicy) -> str | None:

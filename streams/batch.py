@@ -20,18 +20,18 @@ from sqlalchemy.orm import Session
 from history.incident_index import IncidentIndex
 from history.incident_rows import add_listed, incident_state, lock_open
 from history.tables import FaultEvent, Incident, OutboxMessage
+from models.actions import action_requests
 from models.correlate import Attribution, correlate
 from models.fleet import fleet_fingerprint
 from models.identity import Component, component_of, signal
 from models.incidents import (
-    ActionRequest,
     FaultObservation,
     IncidentChange,
     IncidentState,
-    actions_for,
     apply_fault,
 )
 from models.pci import normalize_pci
+from models.repeats import publish_change
 from models.stream_policy import PipelinePolicy
 from streams.classification import (
     AppContext,
@@ -99,6 +99,7 @@ class BatchTransaction:
         self.states: dict[str, IncidentState] = {}
         self.components = ComponentResolver(s, self.incidents, self.states, policy.occurrence_window_s)
         self.app_gpus: dict[tuple[str, str], datetime] = {}  # GPUs with workload faults: their latest fault
+        self.update_interval = timedelta(seconds=policy.update_interval_s)
 
     def faults(self, faults: list[FaultObservation]) -> None:
         if not faults:
@@ -366,26 +367,22 @@ class BatchTransaction:
                                    row.catalog_version)
         if kind != "opened" and kind != "reopened":
             row.version += 1
-        state = incident_state(row)
-        actions = actions_for(IncidentChange(kind, state, reason), version=row.version)  # type: ignore[arg-type]
-        others = [a for a in actions if a.kind != "cordon_candidate"]
+        change = IncidentChange(kind, incident_state(row), reason)  # type: ignore[arg-type]
         # A repeat is published at most once per update interval (a storm updates the row every batch);
-        # every other change, and any change that requests a ticket or message, at once. The cordon
-        # candidate (every change offers one) goes to the responder at once either way.
+        # every other change at once. The cordon candidate (every change offers one) goes to the
+        # responder at once either way.
         sent = self.caches.updates_sent
         now = time.monotonic()
-        if kind != "updated" or others or now - sent.get(row.incident_id, -1e9) >= self.p.update_interval_s:
+        last = sent.get(row.incident_id)
+        published = publish_change(kind, None if last is None else timedelta(seconds=now - last), self.update_interval)
+        if published:
             sent[row.incident_id] = now
             sent.move_to_end(row.incident_id)
             expired = now - self.p.update_interval_s
             while sent and (len(sent) > _UPDATES_REMEMBERED or next(iter(sent.values())) <= expired):
                 sent.popitem(last=False)
             self.outbox.append(incident_message(row, kind, reason))
-            if kind == "updated" and not others:
-                # Repeats reach the ticket sink at the update interval; it decides whether they make a
-                # (rate-limited) comment or nothing.
-                actions = [*actions, ActionRequest("ticket", f"update:v{row.version}", row.incident_id, row.node,
-                                                   row.gpu, reason, f"{row.incident_id}:ticket:update:v{row.version}")]
+        actions = action_requests(change, version=row.version, repeat_published=published)
         self.outbox.extend(action_message(a, row) for a in actions)
 
 

@@ -33,8 +33,9 @@ from history.tables import (
     SeenRecord,
     metadata,
 )
+from models.actions import action_requests, evidence_request
 from models.correlate import workload_name
-from models.incidents import ActionRequest, FaultObservation, actions_for, resolve_if_quiet
+from models.incidents import FaultObservation, resolve_if_quiet
 from models.pci import normalize_pci
 from models.stream_policy import PipelinePolicy
 from streams import outbox
@@ -130,9 +131,8 @@ class Store:
             for incident_id, record_id in self._evidence(s, [i for i in items if isinstance(i, EvidenceItem)], res):
                 row = s.get(Incident, incident_id)
                 if row is not None:  # late evidence: the ticket sink refreshes the dossier's attachments
-                    batch.outbox.append(action_message(ActionRequest(
-                        "ticket", "evidence", row.incident_id, row.node, row.gpu, "evidence arrived",
-                        f"{row.incident_id}:ticket:evidence:{record_id}"), row))
+                    batch.outbox.append(action_message(evidence_request(row.incident_id, row.node, row.gpu,
+                                                                        record_id), row))
             if faults:
                 with s.no_autoflush:  # it touches evidence only: the batch's other changes are flushed once, below
                     self._link_waiting_evidence(s, {f.node for f in faults})
@@ -282,7 +282,7 @@ class Store:
                 log.info("incident %s resolved: %s", row.incident_id, change.reason,
                          extra={"node": row.node, "gpu": row.gpu, "incident": row.incident_id})
                 messages.append(incident_message(row, "resolved", change.reason))
-                for a in actions_for(change, version=row.version):
+                for a in action_requests(change, version=row.version):
                     messages.append(action_message(a, row))
             messages.extend(sweep_fleet(s, p, now))
             messages = insert_outbox(s, messages)
