@@ -62,6 +62,7 @@ def incident_state(row: Incident) -> IncidentState:
         previous_incident_id=row.previous_incident_id, resolved_at=row.resolved_at,
         cordon_requested=row.cordon_requested, component=row.component or "gpu", component_id=row.component_id,
         occurrence_at=row.occurrence_at, occurrence_signals=tuple(row.occurrence_signals or ()),
+        gpu_uuid=row.gpu_uuid,
     )
 
 

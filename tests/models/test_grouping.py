@@ -1,4 +1,5 @@
-"""Grouping, classification in context, actions and fleet bursts as pure functions."""
+"""The grouping engine (`models.grouping`): which incident a report joins, how it is counted and
+classified, as pure functions; the observations it groups and fleet bursts (`models.incidents`)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,15 @@ from datetime import datetime
 
 import pytest
 
+from models.grouping import ClassifyContext, apply_fault, classify_in_context, same_fault
 from models.identity import Component, signal
 from models.incidents import (
-    ClassifyContext,
     IncidentChange,
     IncidentState,
-    apply_fault,
-    classify_in_context,
     fleet_burst,
     observation_from_kernel,
     observation_from_nvml,
     resolve_if_quiet,
-    same_fault,
 )
 from models.kernlog.parser import KernelLogParser
 from models.stream_policy import PipelinePolicy
