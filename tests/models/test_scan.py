@@ -45,10 +45,11 @@ def test_grouping_is_by_component_and_the_family_is_the_most_severe() -> None:
     ]
     incs = run(lines, host="n1")
     keys = [(i.host, i.pci, i.family, i.count) for i in incs]
-    # One GPU, one incident: its application faults and its ECC error; lines without a time never join
-    # an earlier occurrence (nothing says they were one fault).
+    # One GPU, one incident: its application faults and its ECC error. A line without a time takes the
+    # time of the line before it on its node, as the pipeline gives it its read time: Xid 13 and Xid 43
+    # of pid 1 are one crash (one occurrence), the ECC error the next.
     assert keys == [
-        ("n1", "0000:3b:00.0", "memory", 3),
+        ("n1", "0000:3b:00.0", "memory", 2),
         ("n1", "0000:5e:00.0", "application", 1),
         ("n2", "0000:3b:00.0", "application", 1),
     ]
@@ -60,7 +61,7 @@ def test_application_xid_repeating_on_one_gpu_is_suspected_hardware_with_evidenc
     lines.append("NVRM: Xid (PCI:0000:ca:00): 13, pid=200, name=other, Graphics Exception")
     incs = run(lines)
     assert incs[0].category == "suspected_hardware"
-    assert "job0, job1, job2" in incs[0].reason
+    assert "process:job0, process:job1, process:job2" in incs[0].reason  # without pods, a workload is its process
     assert incs[1].category == "application"
 
 
@@ -70,7 +71,8 @@ def test_node_level_line_joins_the_gpu_incident_of_its_family() -> None:
         "NVRM: nvCheckOkFailedNoLog: Check failed: GPU lost from the bus [NV_ERR_GPU_IS_LOST] (0x0000000F)",
     ]
     (inc,) = run(lines)
-    assert inc.count == 2 and inc.family == "gpu_lost"
+    assert inc.family == "gpu_lost" and inc.codes() == ["Xid 79", "driver_error"]
+    assert inc.count == 1  # one bus loss: the "GPU lost" assertion is another report of the Xid 79
 
 
 def test_no_faults_no_incidents() -> None:
