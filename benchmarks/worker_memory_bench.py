@@ -56,8 +56,8 @@ from models.node_records import (
     topic_for,
 )
 from models.topics import topology
-from streams.ingest import IngestBounds
 from streams.intake import Intake, Message
+from streams.items import ParserBounds
 from streams.store import Store
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     kinds = {t.name: k for t in topo.inputs if (k := topo.kinds_for(t.name))}
     store = Store(url)
     store.create_schema()
-    intake = Intake(store, kinds, IngestBounds(node_idle_s=args.node_idle_s))
+    intake = Intake(store, kinds, ParserBounds(node_idle_s=args.node_idle_s))
     feeder = Feeder(intake, args.batch, 8)
     if args.tracemalloc:
         tracemalloc.start()
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     feeder.flush()
     fed_s = time.monotonic() - started
     phases["steady"] = memory(args.tracemalloc)
-    parsers_steady = intake.ingest.nodes
+    parsers_steady = intake.mapper.nodes
     histories = len(store.caches.histories)
     time.sleep(args.node_idle_s)  # every node goes quiet: its open record is stored, then its parser dropped
     intake.flush_idle(args.node_idle_s)
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {
         "nodes": args.nodes, "gpus_per_node": GPUS, "lines_per_node": args.lines, "messages": feeder.messages,
         "fault_events": faults_stored, "fed_s": round(fed_s, 1),
-        "parsers_steady": parsers_steady, "parsers_after_expiry": intake.ingest.nodes,
+        "parsers_steady": parsers_steady, "parsers_after_expiry": intake.mapper.nodes,
         "node_histories_cached": histories,
         "rss_mb": {k: round(v["rss"] / 2**20, 1) for k, v in phases.items()},
         "rss_mb_per_1000_nodes": {p: mb_per_k(p, "rss") for p in ("node_state", "steady", "after_expiry")},
@@ -230,7 +230,7 @@ def run_fleet(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     kinds = {t.name: k for t in topo.inputs if (k := topo.kinds_for(t.name))}
     store = Store(url)
     store.create_schema()
-    intake = Intake(store, kinds, IngestBounds())
+    intake = Intake(store, kinds, ParserBounds())
     feeder = Feeder(intake, args.batch, 12)
     fleet = Fleet(args.nodes)
     tracemalloc.start()

@@ -6,7 +6,7 @@ engine decides (resolve the incident a recurrence follows, open one, count a rep
 application faults that stay with their GPU into the GPU's incident and counts the incidents they
 left again (`models.grouping.gpus_keeping_faults`, `recount_events`), and classifies every incident
 with what its workloads did (`models.grouping.incident_verdict`). What the stream reads from SQL
-for those decisions (`streams.classification`) is computed here from the table's own reports.
+for those decisions (`streams.classify_inputs`) is computed here from the table's own reports.
 """
 
 from __future__ import annotations

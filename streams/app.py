@@ -10,7 +10,7 @@ Delivery is at least once. A batch is acknowledged only after its transaction co
 transaction drops records already handled, so a redelivered batch changes nothing. A kernel line
 whose multi-line record is still open in its node's parser is *held*: it, and every later message
 of its partition, is acknowledged only once that record is stored (`_Acks`), so the committed
-offset never passes it, nor stands inside a stored record (`streams.ingest`). A worker that dies,
+offset never passes it, nor stands inside a stored record (`streams.items`). A worker that dies,
 stops or loses the partition leaves the record's lines to whoever reads the partition next, who
 parses the whole record again; what a worker kept of a partition it lost is dropped, and events
 of it that were fetched before the rebalance are left alone. Messages to publish are
@@ -34,13 +34,13 @@ import sqlalchemy as sa
 
 from models.topics import Topology, topology
 from streams.decode import DeadLetter
-from streams.ingest import IngestBounds, Ref
 from streams.intake import IntakeResult, Message
+from streams.intake_process import IntakeProcess, IntakeUnavailable
+from streams.items import ParserBounds, Ref
 from streams.observe import HEARTBEAT_S, WorkerObserver
 from streams.outbox import Outgoing
 from streams.settings import WorkerSettings
 from streams.store import BatchResult
-from streams.store_process import AsyncStore, StoreUnavailable
 from streams.topics import ssl_context
 
 log = logging.getLogger(__name__)
@@ -127,9 +127,9 @@ class Pipeline:
         self._sent: list[int] = []  # outbox ids published, not yet marked sent
         self._sent_since = 0.0  # when the oldest of them was published (monotonic)
         self.kinds = {t.name: t_kinds for t in topo.inputs if (t_kinds := topo.kinds_for(t.name))}
-        self.store = AsyncStore(settings.database_url, settings.policy, settings.cluster, kinds=self.kinds,
+        self.store = IntakeProcess(settings.database_url, settings.policy, settings.cluster, kinds=self.kinds,
                                 process=settings.store_process, log_level=logging.getLogger().level,
-                                bounds=IngestBounds(settings.parser_max_nodes, settings.parser_node_idle_s,
+                                bounds=ParserBounds(settings.parser_max_nodes, settings.parser_node_idle_s,
                                                     settings.parser_remembered_nodes))
         self._batch_id = 0
         self._acks = _Acks()
@@ -286,7 +286,7 @@ class Pipeline:
         while True:
             try:
                 return await self.store.handle(batch_id, messages, sent, per_message)
-            except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError, StoreUnavailable) as exc:
+            except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError, IntakeUnavailable) as exc:
                 log.warning("database unavailable (%s); retrying in %.1f s", type(exc).__name__, delay)
                 self.observe.store_failed("unavailable", f"database unavailable: {type(exc).__name__}")
                 await asyncio.sleep(delay)

@@ -1,10 +1,12 @@
-"""The SQL adapter: batches of items in, committed fault events, incidents and outbox rows out.
+"""The store: the SQL transaction around the grouping engine. Batches of items in, committed fault
+events, incidents and outbox rows out.
 
 One batch is one transaction: duplicates are dropped, state and evidence are stored, the faults go
-through `streams.batch.BatchTransaction` (attribution, merging, grouping, classification, fleet
-view), and the messages to publish are written to the outbox in the same transaction. The sweep
-resolves what went quiet. `streams.store_process.AsyncStore` runs all of it on one database
-thread or process, so the event loop never waits on SQL.
+through `streams.grouping.IncidentGrouping` (attribution, merging, the grouping engine
+`models.grouping` on the transaction's locked rows, fleet view), and the messages to publish are
+written to the outbox in the same transaction. The sweep resolves what went quiet.
+`streams.intake_process.IntakeProcess` runs all of it on one database thread or process, so the
+event loop never waits on SQL.
 """
 
 from __future__ import annotations
@@ -39,10 +41,10 @@ from models.incidents import FaultObservation, resolve_if_quiet
 from models.pci import normalize_pci
 from models.stream_policy import PipelinePolicy
 from streams import outbox
-from streams.batch import BatchTransaction, StoreCaches
 from streams.decode import DeadLetter
 from streams.fleet import sweep_fleet
-from streams.ingest import EvidenceItem, FaultItem, Item, StateItem
+from streams.grouping import IncidentGrouping, StoreCaches
+from streams.items import EvidenceItem, FaultItem, Item, StateItem
 from streams.outbox import (
     Outgoing,
     action_message,
@@ -78,7 +80,7 @@ class BatchResult:
 
 
 class Store:
-    """Synchronous; call it from one thread (AsyncStore does)."""
+    """Synchronous; call it from one thread (IntakeProcess does)."""
 
     def __init__(self, url: str, policy: PipelinePolicy | None = None, cluster: str = "default") -> None:
         self.engine = make_engine(url)
@@ -123,7 +125,7 @@ class Store:
             late = self._states(s, [i for i in items if isinstance(i, StateItem)], res)
             faults = self._new_faults(s, [i.observation for i in items if isinstance(i, FaultItem)], res)
             s.flush()
-            batch = BatchTransaction(s, self.policy, self.cluster, self.caches, now)
+            batch = IncidentGrouping(s, self.policy, self.cluster, self.caches, now)
             batch.repair(late)
             batch.faults(faults)
             res.faults, res.merged = batch.faults_stored, batch.faults_merged

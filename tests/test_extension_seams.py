@@ -2,8 +2,8 @@
 
 The signal: a sensor registered in `agents.signals` publishes its own record kind through the real
 agent (spool, topic, key); the record kind and its mapping, registered in `models.signals`, carry it
-through the stream's decoding and ingest into the store, where it opens an incident. The sink: a
-chat destination registered in `respond.sinks.registry` is what `build_sinks` sends notices through.
+through the stream's decoding, its item mapper and the store, where it opens an incident. The sink:
+a chat destination registered in `respond.sinks.registry` is what `build_sinks` sends notices through.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from respond.sinks.build import build_sinks
 from respond.sinks.ports import Destination, Posted
 from respond.sinks.settings import SinkSettings
 from streams.decode import DeadLetter, decode_message
-from streams.ingest import FaultItem, Ingest
+from streams.items import FaultItem, ItemMapper
 from streams.store import Store
 from tests.respond.sinks.conftest import Clock, make_notice
 
@@ -104,7 +104,7 @@ def test_a_registered_signal_travels_from_its_sensor_to_an_incident(thermal_sign
     record = decode_message(topic=entry.topic, partition=0, offset=0, key=entry.key.encode(),
                             value=entry.value.encode(), kinds=kinds)
     assert not isinstance(record, DeadLetter), record
-    items = Ingest().items(record, entry.topic)
+    items = ItemMapper().items(record, entry.topic)
     assert [type(i) for i in items] == [FaultItem]
 
     store = Store(f"sqlite:///{tmp_path / 'x.db'}")

@@ -32,8 +32,8 @@ import pytest
 
 from models.node_records import KernelLine, NodeRecord, encode_node_record, topic_for
 from models.topics import topology
-from streams.ingest import IngestBounds
 from streams.intake import Intake, Message
+from streams.items import ParserBounds
 from streams.runner import WorkerProcess, consumer_lag, produce
 from streams.settings import WorkerSettings
 from streams.store import Store
@@ -119,7 +119,7 @@ def reference(records: list[NodeRecord], url: str) -> None:
     kinds = {t.name: k for t in topo.inputs if (k := topo.kinds_for(t.name))}
     store = Store(url, cluster="lab")
     store.create_schema()
-    intake = Intake(store, kinds, IngestBounds())
+    intake = Intake(store, kinds, ParserBounds())
     offsets: dict[str, int] = {}
     messages = []
     for rec in records:

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Ingest, Item
+from streams.items import Item, ItemMapper
 from streams.store import Store
 from tests.streams.records import T0, Kmsg, inventory, pods, processes, s
 
@@ -27,9 +27,9 @@ WAIT_S = 60.0  # generous on a loaded machine; the test waits on events, never s
 
 
 def _items(records: list[NodeRecord]) -> list[Item]:
-    ingest = Ingest()
-    out: list[Item] = [i for r in records for i in ingest.items(r, "topic")]
-    return out + ingest.flush_all()
+    mapper = ItemMapper()
+    out: list[Item] = [i for r in records for i in mapper.items(r, "topic")]
+    return out + mapper.flush_all()
 
 
 @pytest.fixture

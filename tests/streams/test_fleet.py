@@ -21,7 +21,7 @@ from respond.sinks.build import build_sinks
 from respond.sinks.model import IncidentNotice
 from respond.sinks.outbox import OutboxChat
 from respond.sinks.settings import SinkSettings
-from streams.ingest import Ingest, Item
+from streams.items import Item, ItemMapper
 from streams.store import BatchResult, Store
 from tests.streams.records import T0, Kmsg, inventory, s
 
@@ -39,11 +39,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 def burst(store: Store, nodes: list[str], at: datetime, xid: int = 79) -> list[BatchResult]:
     out = []
     for n, node in enumerate(nodes):
-        ingest = Ingest()
+        mapper = ItemMapper()
         items: list[Item] = []
         for r in (inventory(node, T0), Kmsg(node).xid(0, xid, at + s(n))):
-            items.extend(ingest.items(r, "topic"))
-        items.extend(ingest.flush_all())
+            items.extend(mapper.items(r, "topic"))
+        items.extend(mapper.flush_all())
         out.append(store.process(items))
     return out
 

@@ -22,7 +22,7 @@ import pytest
 
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Ingest, Item
+from streams.items import Item, ItemMapper
 from streams.store import Store
 from tests.streams.records import T0, Kmsg, inventory, s
 from tests.streams.test_concurrent_store import _race
@@ -37,9 +37,9 @@ def _records(node: str) -> list[NodeRecord]:
 
 
 def _items(nodes: list[str]) -> list[Item]:
-    ingest = Ingest()
-    items = [i for node in nodes for r in _records(node) for i in ingest.items(r, "topic")]
-    return items + ingest.flush_all()
+    mapper = ItemMapper()
+    items = [i for node in nodes for r in _records(node) for i in mapper.items(r, "topic")]
+    return items + mapper.flush_all()
 
 
 def _shuffled(seed: int) -> list[list[str]]:
@@ -103,8 +103,8 @@ def test_a_far_burst_of_its_own_opens_a_new_incident(url: str) -> None:
         store.process(_items(["a", "b", "c"]))
         far = [inventory(n, T0 - s(600)) for n in ("x", "y")]
         far += [Kmsg(n).xid(0, 79, T0 + s(3000 + i), text="GPU has fallen off the bus.") for i, n in enumerate("xy")]
-        ingest = Ingest()
-        store.process([i for r in far for i in ingest.items(r, "topic")] + ingest.flush_all())
+        mapper = ItemMapper()
+        store.process([i for r in far for i in mapper.items(r, "topic")] + mapper.flush_all())
         store.process(_items(["f"]))
         first, second = store.fleet_incidents()
         assert (first["status"], first["nodes"]) == ("resolved", ["a", "b", "c"])

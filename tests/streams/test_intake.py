@@ -17,10 +17,10 @@ from models.stream_policy import PipelinePolicy
 from models.topics import topology
 from streams.app import _Acks, _Batches
 from streams.decode import DeadLetter
-from streams.ingest import FaultItem, StateItem
 from streams.intake import Intake, IntakeResult, Message, bad_field
+from streams.intake_process import IntakeProcess
+from streams.items import FaultItem, StateItem
 from streams.store import Store
-from streams.store_process import AsyncStore
 from tests.streams.records import T0, Kmsg, pci, s
 
 TOPO = topology("t.", 2)
@@ -46,7 +46,7 @@ def test_a_retried_batch_is_parsed_once_and_stored_once(tmp_path: Path) -> None:
     again = it.handle(1, batch, [])  # as after a transient error: the same items, already stored
     assert first.faults == 3 and again.faults == 0 and again.duplicates == 3
     assert len(it.store.fault_events()) == 3
-    assert it.ingest._parsers["n1"].lineno == 3  # each line went through the node's parser once
+    assert it.mapper._parsers["n1"].lineno == 3  # each line went through the node's parser once
     it.dispose()
 
 
@@ -73,7 +73,7 @@ def test_a_batch_that_fails_is_stored_message_by_message(tmp_path: Path) -> None
 
 def test_thread_store_marks_published_rows_in_the_next_transaction(tmp_path: Path) -> None:
     async def run() -> None:
-        st = AsyncStore(f"sqlite:///{tmp_path / 'a.db'}", kinds=KINDS, process=False)
+        st = IntakeProcess(f"sqlite:///{tmp_path / 'a.db'}", kinds=KINDS, process=False)
         await st.create_schema()
         k = Kmsg("n4")
         res = await st.handle(1, messages([k.xid(0, 48, T0, 7, "p")]))

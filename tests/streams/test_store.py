@@ -11,7 +11,7 @@ import pytest
 
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Item
+from streams.items import Item
 from streams.store import BatchResult, Store
 from tests.streams.records import T0, Kmsg, inventory, items_of, nvml_xid, pods, processes, s, serial, uuid
 

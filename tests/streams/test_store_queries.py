@@ -1,5 +1,5 @@
 """A batch's reads of the incidents do not grow with its faults: the incidents its reports can join
-are read together (`ComponentResolver.prefetch`), not one query per report."""
+are read together (`RowLookup.prefetch`), not one query per report."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Item
+from streams.items import Item
 from streams.store import Store
 from tests.streams.records import T0, Kmsg, inventory, items_of, pods, processes, s
 

@@ -1,9 +1,12 @@
-"""The fault handling of one transaction: attribution, merging, grouping, classification, fleet view.
+"""The grouping engine (`models.grouping`) run on one transaction's incident rows.
 
 Faults are attributed with the node state valid at their time (`models.correlate`), kernel and
-NVML reports of one fault are merged (`streams.pairing`), incidents are grouped and classified
-(`models.incidents`, `streams.classification`), fleet bursts are counted (`streams.fleet`), and
-the messages to publish are collected for the outbox of the same transaction.
+NVML reports of one fault are merged (`streams.pairing`), the incident rows the reports can change
+are locked and read (`streams.incident_lookup`), and each report is grouped by the engine and its
+decision written to the rows; at the end application faults that stay with their GPU move to its
+incident (`streams.regroup`), incidents are classified with what SQL says of their workloads
+(`streams.classify_inputs`), fleet bursts are counted (`streams.fleet`), and the messages to
+publish are collected for the outbox of the same transaction (`models.actions`, `models.repeats`).
 """
 
 from __future__ import annotations
@@ -38,10 +41,10 @@ from models.incidents import FaultObservation, IncidentChange, IncidentState
 from models.pci import normalize_pci
 from models.repeats import publish_change
 from models.stream_policy import PipelinePolicy
-from streams.classification import application_contexts, driver_versions, gpu_contexts, workload_spreads
-from streams.components import RowLookup
+from streams.classify_inputs import application_contexts, driver_versions, gpu_contexts, workload_spreads
 from streams.fault_rows import EventDraft, FaultEventWriter, event_draft
 from streams.fleet import FleetBursts
+from streams.incident_lookup import RowLookup
 from streams.node_history import HistoryCache, NodeHistories, history_cache
 from streams.outbox import action_message, incident_message, insert_outbox
 from streams.pairing import merge, other_source, partner_candidates
@@ -76,7 +79,7 @@ class _Touched:
     observations: list[FaultObservation] = field(default_factory=list)
 
 
-class BatchTransaction:
+class IncidentGrouping:
     """The fault handling of one transaction, on the session `s`; `now` is the batch's arrival time."""
 
     def __init__(self, s: Session, policy: PipelinePolicy, cluster: str, caches: StoreCaches, now: datetime) -> None:

@@ -1,4 +1,5 @@
-"""The intake and store for the event loop: a store process of its own (or one thread), one call at a time."""
+"""The intake (`streams.intake.Intake`, with its store) for the event loop: in a process of its own (the
+worker's `store_process`) or on one thread, one call at a time."""
 
 from __future__ import annotations
 
@@ -12,32 +13,32 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from models.stream_policy import PipelinePolicy
-from streams.ingest import IngestBounds
 from streams.intake import Intake, IntakeResult, Message
+from streams.items import ParserBounds
 from streams.outbox import Outgoing
 from streams.store import Store
 
 log = logging.getLogger(__name__)
 
 
-class StoreUnavailable(Exception):
+class IntakeUnavailable(Exception):
     """The store's process died; a new one is started, and the call can be retried."""
 
 
-class AsyncStore:
-    """The intake and store for the event loop, which only awaits.
+class IntakeProcess:
+    """The intake and its store for the event loop, which only awaits.
 
     By default they run in a process of their own, started with the worker: decoding, parsing and
     the database work then run on another core than the stream, which CPython's one-thread-at-a-time
     interpreter would otherwise share between them. With `process=False` they run on one thread of
     the calling process. Either way one call runs at a time, in the order made. A store process
-    that dies is replaced; the call it was running raises `StoreUnavailable` and can be retried (its
+    that dies is replaced; the call it was running raises `IntakeUnavailable` and can be retried (its
     transaction was rolled back).
     """
 
     def __init__(self, url: str, policy: PipelinePolicy | None = None, cluster: str = "default", *,
                  kinds: dict[str, frozenset[str]] | None = None, process: bool = True,
-                 log_level: int = logging.INFO, bounds: IngestBounds | None = None) -> None:
+                 log_level: int = logging.INFO, bounds: ParserBounds | None = None) -> None:
         self._args = (url, (policy or PipelinePolicy()).model_dump(mode="json"), cluster, dict(kinds or {}),
                       log_level, bounds)
         self._process = process
@@ -64,7 +65,7 @@ class AsyncStore:
                 log.error("the store process died; starting another")
                 executor.shutdown(wait=False)
                 self._executor = self._new_executor()
-            raise StoreUnavailable("the store process died") from exc
+            raise IntakeUnavailable("the store process died") from exc
 
     async def start(self) -> None:
         """Start the store process now rather than at the first call."""
@@ -111,7 +112,7 @@ _PROCESS_INTAKE: Intake | None = None  # in the store process: the one Intake
 
 
 def _start_store_process(url: str, policy: dict[str, Any], cluster: str, kinds: dict[str, frozenset[str]],
-                         log_level: int, bounds: IngestBounds | None, worker_pid: int) -> None:
+                         log_level: int, bounds: ParserBounds | None, worker_pid: int) -> None:
     """In the store process: die with the worker, leave signals to it, log like it, open the store."""
     import signal
     import sys
