@@ -59,6 +59,7 @@ from models.topics import topology
 from streams.intake import Intake, Message
 from streams.items import ParserBounds
 from streams.store import Store
+from tests import store_reads
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 GPUS = 8
@@ -194,7 +195,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             return None
         return round((phases[phase][key] - phases["start"][key]) * per_k / 2**20, 2)
 
-    faults_stored = len(store.fault_events())
+    faults_stored = len(store_reads.fault_events(store))
     store.dispose()
     return {
         "nodes": args.nodes, "gpus_per_node": GPUS, "lines_per_node": args.lines, "messages": feeder.messages,
@@ -261,7 +262,7 @@ def run_fleet(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     def mb_per_k(key: str, since: str) -> float:
         return round((phases["end"][key] - phases[since][key]) * per_k / 2**20, 2)
 
-    faults_stored = len(store.fault_events())
+    faults_stored = len(store_reads.fault_events(store))
     result = {
         "nodes": args.nodes, "simulated_s": args.fleet_s, "database": sa_backend(url), "messages": feeder.messages,
         "published": dict(fleet.counts), "fault_events": faults_stored, "fed_s": round(fed_s, 1),

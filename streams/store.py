@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.engine import make_engine
-from history.incident_rows import incident_state, incident_to_dict, lock_conflict, row_dict
+from history.incident_rows import incident_state, lock_conflict
 from history.ledger_store import apply_inventories
 from history.tables import (
     EvidenceRecord,
@@ -33,7 +33,6 @@ from history.tables import (
     NodeState,
     OutboxMessage,
     SeenRecord,
-    metadata,
 )
 from models.actions import action_requests, evidence_request
 from models.correlate import workload_name
@@ -301,28 +300,3 @@ class Store:
     def prune_sent(self, keep_s: float) -> int:
         """Delete outbox rows sent more than `keep_s` seconds ago (a bounded number per call)."""
         return outbox.prune_sent(self.engine, keep_s)
-
-    # -- reads (tests, the demo, the API) --------------------------------------------------------
-
-    def incidents(self) -> list[dict[str, Any]]:
-        with Session(self.engine) as s:
-            rows = s.scalars(sa.select(Incident).order_by(Incident.opened_at, Incident.incident_id)).all()
-            return [incident_to_dict(r) for r in rows]
-
-    def fault_events(self) -> list[dict[str, Any]]:
-        with Session(self.engine) as s:
-            rows = s.scalars(sa.select(FaultEvent).order_by(FaultEvent.id)).all()
-            return [row_dict(r) for r in rows]
-
-    def fleet_incidents(self) -> list[dict[str, Any]]:
-        """The incidents of component `fleet`, oldest first."""
-        with Session(self.engine) as s:
-            rows = s.scalars(sa.select(Incident).where(Incident.component == "fleet")
-                             .order_by(Incident.first_seen, Incident.incident_id)).all()
-            return [incident_to_dict(r) for r in rows]
-
-    def counts(self) -> dict[str, int]:
-        with Session(self.engine) as s:
-            return {t.name: int(s.execute(sa.select(sa.func.count()).select_from(t)).scalar() or 0)
-                    for t in metadata.sorted_tables}
-

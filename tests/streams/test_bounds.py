@@ -10,6 +10,7 @@ from models.node_records import KernelLine, encode_node_record
 from streams.intake import Intake, Message
 from streams.items import FaultItem, ItemMapper, ParserBounds, StateItem
 from streams.store import Store
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, pci, s, uuid
 
 TOPIC = "xidpipe.node.kernel"
@@ -54,13 +55,13 @@ def test_an_idle_nodes_open_record_is_stored_and_its_lines_released_before_its_p
     msgs = [Message(TOPIC, 0, off, b"n1", encode_node_record(rec)) for off, rec in enumerate((identity, serial, line))]
     res = intake.handle(1, msgs, [])
     assert res.held == [(TOPIC, 0, 2)]  # the Xid 119 waits for its body lines
-    assert store.fault_events() == []
+    assert store_reads.fault_events(store) == []
     flushed = intake.flush_idle(3600.0)  # not quiet for an hour: nothing is closed as merely idle
     assert flushed.released == [] and intake.mapper.nodes == 1
     _wait_past(2.0)
     flushed = intake.flush_idle(3600.0)
     assert flushed.released == [(TOPIC, 0, 2)]
-    assert [e["record_id"] for e in store.fault_events()] == [line.record_id]
+    assert [e["record_id"] for e in store_reads.fault_events(store)] == [line.record_id]
     assert intake.mapper.nodes == 0
     assert (intake.mapper.expired.idle, intake.mapper.expired.records_closed) == (1, 1)
     # What the dropped parser knew of the node's GPUs comes back with the node's next line.

@@ -37,6 +37,7 @@ from streams.items import ParserBounds
 from streams.runner import WorkerProcess, consumer_lag, produce
 from streams.settings import WorkerSettings
 from streams.store import Store
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, inventory, pci, pods, s, serial, uuid
 from tests.streams.scaleout_workload import CLOSING, CLOSING_LINES, canonical
 from tests.streams.workers import worker_settings, worker_starter
@@ -284,7 +285,7 @@ def _run(settings: WorkerSettings, start: Callable[..., WorkerProcess], tmp: Pat
     reference([r for r in every if r.node in faults], ref_url)
     store = Store(settings.database_url)
     try:
-        node_states = store.counts()["node_state"]
+        node_states = store_reads.counts(store)["node_state"]
     finally:
         store.dispose()
     return CatchUp(total, faults, idle_mb, memory.peak_mb, memory.hwm_mb, total / reading, node_states,

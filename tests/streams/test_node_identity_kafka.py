@@ -34,6 +34,7 @@ from streams.runner import WorkerProcess, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
 from streams.worker import prepare
+from tests import store_reads
 from tests.services import SecuredKafka
 from tests.streams.records import Kmsg
 
@@ -126,7 +127,7 @@ def test_a_record_for_another_node_never_becomes_an_incident(
 
     store = Store(postgres_database, settings.policy, settings.cluster)
     try:
-        incidents = store.incidents()
+        incidents = store_reads.incidents(store)
     finally:
         store.dispose()
     assert {i["node"] for i in incidents} == {honest}, incidents

@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from models.stream_policy import PipelinePolicy
 from streams.items import ItemMapper
 from streams.store import Store
+from tests import store_reads
 from tests.streams.records import Kmsg, inventory, s
 from tests.web.conftest import READ, READ_TOKEN
 from tests.web.seed import DAY0, Seeded
@@ -41,7 +42,7 @@ def history(seeded: Seeded) -> WithFleet:
     records = [r for n, node in enumerate(RACK)
                for r in (inventory(node, DAY0), Kmsg(node).xid(0, 79, BURST_AT + s(n)))]
     store.process([it for r in records for it in mapper.items(r, "topic")] + mapper.flush_all())
-    (fleet,) = store.fleet_incidents()
+    (fleet,) = store_reads.fleet_incidents(store)
     store.dispose()
     return WithFleet(seeded.url, fleet["incident_id"])
 

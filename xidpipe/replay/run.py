@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.cordon_inputs import cordon_request
+from history.incident_rows import all_incidents
 from history.tables import Incident
 from models.cordon_policy import CordonPolicy
 from models.node_records import NodeRecord, topic_for
@@ -182,7 +183,7 @@ def run_replay(
             for rec in records:
                 feeder.add(rec)
             feeder.finish()
-            incidents = [incident_view(r) for r in store.incidents() if not r.get("merged_into")]
+            incidents = [incident_view(r) for r in all_incidents(store.engine) if not r.get("merged_into")]
             outcomes = sink_outcomes(store.engine, feeder.requests.tickets, feeder.requests.messages,
                                      sinks or SinkSettings(), cluster_name)
         finally:
