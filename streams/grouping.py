@@ -80,7 +80,7 @@ class _Touched:
 
 
 class IncidentGrouping:
-    """The fault handling of one transaction, on the session `s`; `now` is the batch's arrival time."""
+    """The grouping engine on one transaction's incident rows (session `s`); `now` is the batch's arrival time."""
 
     def __init__(self, s: Session, policy: PipelinePolicy, cluster: str, caches: StoreCaches, now: datetime) -> None:
         self.s = s
