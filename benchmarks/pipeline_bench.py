@@ -42,6 +42,7 @@ from streams.runner import WorkerProcess, consumer_lag, produce
 from streams.settings import WorkerSettings
 from streams.store import Store
 from streams.worker import prepare
+from tests import store_reads
 
 XID_TEXT = {13: "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address",
             48: "An uncorrectable double bit error (DBE) has been detected on GPU",
@@ -101,8 +102,8 @@ def bench_throughput(bootstrap: str, db_url: str, work: Path, events: int) -> di
         worker.terminate()
     store = Store(db_url)
     try:
-        rows = store.fault_events()
-        incidents = [i for i in store.incidents() if i["node"].startswith("node-")]
+        rows = store_reads.fault_events(store)
+        incidents = [i for i in store_reads.incidents(store) if i["node"].startswith("node-")]
     finally:
         store.dispose()
     mine = [r for r in rows if r["record_id"].startswith("kmsg:bench:")]
@@ -303,7 +304,7 @@ def bench_storm(bootstrap: str, db_url: str, work: Path, lines_n: int, seconds: 
         worker.terminate()
     store = Store(db_url)
     try:
-        incidents = [i for i in store.incidents() if i["node"] == "storm-node"]
+        incidents = [i for i in store_reads.incidents(store) if i["node"] == "storm-node"]
     finally:
         store.dispose()
     return {

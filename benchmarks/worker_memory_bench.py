@@ -56,9 +56,10 @@ from models.node_records import (
 )
 from models.topics import topology
 from models.wire import topic_for
-from streams.ingest import IngestBounds
 from streams.intake import Intake, Message
+from streams.items import ParserBounds
 from streams.store import Store
+from tests import store_reads
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 GPUS = 8
@@ -166,7 +167,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     kinds = {t.name: k for t in topo.inputs if (k := topo.kinds_for(t.name))}
     store = Store(url)
     store.create_schema()
-    intake = Intake(store, kinds, IngestBounds(node_idle_s=args.node_idle_s))
+    intake = Intake(store, kinds, ParserBounds(node_idle_s=args.node_idle_s))
     feeder = Feeder(intake, args.batch, 8)
     if args.tracemalloc:
         tracemalloc.start()
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     feeder.flush()
     fed_s = time.monotonic() - started
     phases["steady"] = memory(args.tracemalloc)
-    parsers_steady = intake.ingest.nodes
+    parsers_steady = intake.mapper.nodes
     histories = len(store.caches.histories)
     time.sleep(args.node_idle_s)  # every node goes quiet: its open record is stored, then its parser dropped
     intake.flush_idle(args.node_idle_s)
@@ -194,12 +195,12 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             return None
         return round((phases[phase][key] - phases["start"][key]) * per_k / 2**20, 2)
 
-    faults_stored = len(store.fault_events())
+    faults_stored = len(store_reads.fault_events(store))
     store.dispose()
     return {
         "nodes": args.nodes, "gpus_per_node": GPUS, "lines_per_node": args.lines, "messages": feeder.messages,
         "fault_events": faults_stored, "fed_s": round(fed_s, 1),
-        "parsers_steady": parsers_steady, "parsers_after_expiry": intake.ingest.nodes,
+        "parsers_steady": parsers_steady, "parsers_after_expiry": intake.mapper.nodes,
         "node_histories_cached": histories,
         "rss_mb": {k: round(v["rss"] / 2**20, 1) for k, v in phases.items()},
         "rss_mb_per_1000_nodes": {p: mb_per_k(p, "rss") for p in ("node_state", "steady", "after_expiry")},
@@ -230,7 +231,7 @@ def run_fleet(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     kinds = {t.name: k for t in topo.inputs if (k := topo.kinds_for(t.name))}
     store = Store(url)
     store.create_schema()
-    intake = Intake(store, kinds, IngestBounds())
+    intake = Intake(store, kinds, ParserBounds())
     feeder = Feeder(intake, args.batch, 12)
     fleet = Fleet(args.nodes)
     tracemalloc.start()
@@ -261,7 +262,7 @@ def run_fleet(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     def mb_per_k(key: str, since: str) -> float:
         return round((phases["end"][key] - phases[since][key]) * per_k / 2**20, 2)
 
-    faults_stored = len(store.fault_events())
+    faults_stored = len(store_reads.fault_events(store))
     result = {
         "nodes": args.nodes, "simulated_s": args.fleet_s, "database": sa_backend(url), "messages": feeder.messages,
         "published": dict(fleet.counts), "fault_events": faults_stored, "fed_s": round(fed_s, 1),

@@ -1,5 +1,5 @@
-"""Incident rows as the pure code and the messages see them: their state, their listed values, a dict;
-and the lock a transaction takes on the open incidents it may change."""
+"""Incident rows as the pure code and the messages see them: their state, their listed values, a dict
+(one, or every incident of a run); and the lock a transaction takes on the open incidents it may change."""
 
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ def incident_state(row: Incident) -> IncidentState:
         previous_incident_id=row.previous_incident_id, resolved_at=row.resolved_at,
         cordon_requested=row.cordon_requested, component=row.component or "gpu", component_id=row.component_id,
         occurrence_at=row.occurrence_at, occurrence_signals=tuple(row.occurrence_signals or ()),
+        gpu_uuid=row.gpu_uuid,
     )
 
 
@@ -80,3 +81,11 @@ def row_dict(row: Any) -> dict[str, Any]:
 
 def incident_to_dict(row: Incident) -> dict[str, Any]:
     return row_dict(row)
+
+
+def all_incidents(engine: sa.Engine) -> list[dict[str, Any]]:
+    """Every incident of the database as a dict (`incident_to_dict`), in the order they opened: what
+    the demo, `xidpipe replay` and `streams.runner.run_pipeline_once` report of a run of their own."""
+    with Session(engine) as s:
+        rows = s.scalars(sa.select(Incident).order_by(Incident.opened_at, Incident.incident_id))
+        return [incident_to_dict(r) for r in rows]

@@ -1,6 +1,6 @@
 """What follows a cordon attempt: retry it later, hold it until the breaker is reset, or nothing.
 
-The responder offers an incident's cordon on every change of the incident (`models.incidents.actions_for`)
+The responder offers an incident's cordon on every change of the incident (`models.actions.action_requests`)
 and decides it with `models.cordon.decide_cordon`. This module decides, purely, whether the attempt
 leaves a cordon pending:
 

@@ -3,10 +3,11 @@ when the kernel's own clock is known.
 
 - `line_event_time`: the time a whole log line carries (a wall-clock stamp, or an uptime plus the
   boot time), for the agent's file source;
-- `record_time`: the time of a parsed record, with the clock it came from: its own wall-clock stamp
-  (for a stamp without a year, the agent's event time of the line, whose year was completed
-  relative to the read rather than to the parse), else its uptime plus the line's boot time, else
-  the event time the agent computed for the line, else (nothing better known) the time it was read;
+- `record_time` (`record_event_time`): the time of a parsed record, with the clock it came from: its
+  own wall-clock stamp (for a stamp without a year, the agent's event time of the line, whose year
+  was completed relative to the read rather than to the parse), else its uptime plus the line's boot
+  time, else the event time the agent computed for the line, else (nothing better known) the time
+  it was read;
 - `boot_times`: the boot time of each node named by recorded node state (`GpuInventory.boot_time`).
 """
 
@@ -63,17 +64,24 @@ def line_event_time(text: str, *, read_at: datetime, boot_time: datetime | None)
 
 def record_time(rec: FaultRecord, line: KernelLine) -> EventTime:
     """The event time of a record parsed from `line` (its first line)."""
+    return record_event_time(rec, boot_time=line.boot_time, line_at=line.event_at, read_at=line.observed_at)
+
+
+def record_event_time(rec: FaultRecord, *, boot_time: datetime | None, line_at: datetime | None,
+                      read_at: datetime) -> EventTime:
+    """The event time of a record, given its node's boot time, the event time of its first line as
+    its reader knew it (`line_at`) and the time it was read (`read_at`, the last resort)."""
     stamp = parse_stamp(rec.timestamp)
-    if stamp is not None and rec.format in _YEARLESS and line.event_at is not None:
+    if stamp is not None and rec.format in _YEARLESS and line_at is not None:
         # The agent completed the year relative to when it read the line; the parser only knows its own now.
-        return EventTime(line.event_at, "line")
+        return EventTime(line_at, "line")
     if stamp is not None:
         return EventTime(stamp, "stamp")
-    if rec.uptime_s is not None and line.boot_time is not None:
-        return EventTime(at_uptime(line.boot_time, rec.uptime_s), "uptime")
-    if line.event_at is not None:
-        return EventTime(line.event_at, "line")
-    return EventTime(line.observed_at, "read")
+    if rec.uptime_s is not None and boot_time is not None:
+        return EventTime(at_uptime(boot_time, rec.uptime_s), "uptime")
+    if line_at is not None:
+        return EventTime(line_at, "line")
+    return EventTime(read_at, "read")
 
 
 def boot_times(records: Iterable[NodeRecordBase]) -> dict[str, datetime]:

@@ -11,8 +11,9 @@ decisions over an incident of component `fleet`.
 - `fleet_change` decides what a fleet burst does to the cluster's fleet incident of its family:
   open one, add the nodes that joined, or resolve a burst that ended and open a new one.
 - `breaker_incident` is the fleet incident a breaker trip raises.
-- `fleet_actions` are the action requests of a fleet incident's change: its ticket and its one
-  message to the infrastructure channel, never a cordon (a fleet incident names no node).
+
+A fleet incident's changes make their action requests as every incident's do (`models.actions`):
+its ticket and its one message to the infrastructure channel, never a cordon (it names no node).
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Literal
 
 from models.identity import incident_fingerprint
-from models.incidents import ActionRequest, IncidentChange, IncidentState, fleet_burst, new_incident_id
+from models.incidents import IncidentChange, IncidentState, fleet_burst, new_incident_id
 from models.stream_policy import PipelinePolicy
 from models.vocabulary import Category, ComponentKind
 
@@ -44,7 +44,8 @@ def _fresh(cluster: str, component_id: str, family: str, nodes: Sequence[str], c
     return IncidentState(
         incident_id=new_incident_id(fp, at), fingerprint=fp, node=cluster, gpu=FLEET, family=family,
         status="open", count=len(set(nodes)), first_seen=first_seen, last_seen=at, category=Category.FLEET,
-        reason=reason, codes=tuple(dict.fromkeys(codes)), previous_incident_id=previous,
+        reason=reason, codes=tuple(dict.fromkeys(codes)), previous_incident_id=previous, component=ComponentKind.FLEET,
+        component_id=component_id,
     )
 
 
@@ -186,21 +187,3 @@ def breaker_incident(*, cluster: str, at: datetime, pool: str, reason: str, fami
     where = f"pool {pool}" if pool else "the cluster"
     why = f"cordon circuit breaker tripped in {where}: {reason}; nodes: {shown}"
     return _fresh(cluster, BREAKER, family, nodes, codes, at, at, why, previous)
-
-
-def fleet_actions(change: IncidentChange) -> list[ActionRequest]:
-    """The action requests of a fleet incident's change: on opening (or reopening) its ticket and its
-    message to the infrastructure channel, on resolution the message's update; a new node joining
-    changes the incident (its messages on the incidents topic) but sends no second message. Never a
-    cordon candidate: a fleet incident is no node's."""
-    inc = change.incident
-
-    def req(kind: Literal["ticket", "notification"], operation: str) -> ActionRequest:
-        return ActionRequest(kind, operation, inc.incident_id, inc.node, inc.gpu, change.reason,
-                             f"{inc.incident_id}:{kind}:{operation}")
-
-    if change.kind in ("opened", "reopened"):
-        return [req("ticket", "create" if change.kind == "opened" else "reopen"), req("notification", change.kind)]
-    if change.kind == "resolved":
-        return [req("notification", "resolved")]
-    return []

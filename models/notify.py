@@ -2,9 +2,9 @@
 
 Alerts are grouped by `group_by` labels. A new group waits `group_wait` (so the alerts of one event
 arrive together), a changed group is re-sent no sooner than `group_interval` after the last send,
-an unchanged group is repeated every `repeat_interval`, and silenced alerts are dropped. The
-decision carries its reason; the notification log (what was sent, when, and its thread) is written
-by the caller only after a successful send.
+an unchanged group is repeated every `repeat_interval` (both `models.repeats.repeat_gate`), and
+silenced alerts are dropped. The decision carries its reason; the notification log (what was sent,
+when, and its thread) is written by the caller only after a successful send.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
+
+from models.repeats import repeat_gate
 
 MatchOp = Literal["=", "!=", "=~", "!~"]
 _MATCHER = re.compile(r"^\s*(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(?P<op>=~|!~|!=|=)\s*(?P<value>.*?)\s*$")
@@ -157,8 +159,9 @@ def decide(
                             not_before=ready, silenced=tuple(silenced))
         return Decision("send", f"new group of {len(firing)} firing alert(s)", tuple(live), silenced=tuple(silenced))
     if digest != sent.content_hash:
-        ready = sent.sent_at + policy.group_interval
-        if now < ready:
+        gate = repeat_gate(now - sent.sent_at, policy.group_interval)
+        if not gate.due:
+            ready = now + gate.wait
             return Decision("wait", f"group changed; group_interval ({_fmt(policy.group_interval)}) since the "
                                     f"last send at {sent.sent_at.isoformat()} not over", not_before=ready,
                             silenced=tuple(silenced))
@@ -167,8 +170,9 @@ def decide(
                         silenced=tuple(silenced))
     if not firing:
         return Decision("suppress", "all alerts resolved and already notified", silenced=tuple(silenced))
-    ready = sent.sent_at + policy.repeat_interval
-    if now < ready:
+    gate = repeat_gate(now - sent.sent_at, policy.repeat_interval)
+    if not gate.due:
+        ready = now + gate.wait
         return Decision("suppress", f"already notified at {sent.sent_at.isoformat()}; repeat after "
                                     f"{ready.isoformat()}", not_before=ready, silenced=tuple(silenced))
     return Decision("update", f"still firing: repeat_interval ({_fmt(policy.repeat_interval)}) elapsed",

@@ -8,8 +8,8 @@ facts (the incident→ticket map in SQL, the ticket's status in Jira) and carrie
   Jira accepts (`xidpipe-fp-<hex>`), so a lost map is recovered by a JQL search on that label.
 - `decide_ticket` returns create / comment / reopen / link / attach / none:
   * create: the first ticket for an incident whose class calls for one;
-  * comment: repeats (at most one comment per `comment_interval`; the repeats in between are
-    folded into the next comment, never dropped) and reclassifications (at once);
+  * comment: repeats (at most one comment per `comment_interval`, `models.repeats.repeat_gate`; the
+    repeats in between are folded into the next comment, never dropped) and reclassifications (at once);
   * reopen or link: a recurrence after the previous incident's ticket was resolved (the policy
     says which), or new faults on a ticket someone resolved while the incident was still open;
   * attach: evidence that arrived after the ticket was created;
@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.repeats import repeat_gate
 from models.vocabulary import Category, Family
 
 TICKET_CATEGORIES = frozenset({Category.HARDWARE, Category.DRIVER, Category.INTERCONNECT, Category.SUSPECTED_HARDWARE,
@@ -232,9 +233,9 @@ def decide_ticket(
                                       f"{s.category} ({s.count} occurrence(s) so far).",
                               attach=new_evidence, fields=fields)
     if new_faults > 0:
-        last = state.last_comment_at or state.created_at
-        ready = last + policy.comment_interval
-        if now >= ready:
+        gate = repeat_gate(now - (state.last_comment_at or state.created_at), policy.comment_interval)
+        ready = now + gate.wait
+        if gate.due:
             return TicketDecision("comment", f"{new_faults} repeat(s) since the last update of {state.key}",
                                   key=state.key, comment=_repeat_comment(s, state), attach=new_evidence,
                                   fields=fields)

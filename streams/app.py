@@ -11,7 +11,7 @@ its transaction committed, and the transaction drops records already handled, so
 batch changes nothing. A kernel line whose multi-line record is still open in its node's parser is
 *held*: it, and every later message of its partition, is acknowledged only once that record is
 stored (`streams.committer.Acks`), so the committed offset never passes it, nor stands inside a
-stored record (`streams.ingest`). A worker that dies, stops or loses the partition leaves the
+stored record (`streams.items`). A worker that dies, stops or loses the partition leaves the
 record's lines to whoever reads the partition next, who parses the whole record again; what a
 worker kept of a partition it lost is dropped, and events of it that were fetched before the
 rebalance are left alone. Faust's own wait for unacknowledged events at a rebalance or shutdown is
@@ -42,13 +42,13 @@ from models.dead_letter import DeadLetter
 from models.topics import Topology, topology
 from streams.committer import Acks, Batches, current_events
 from streams.faust_transport import use_fetch_wait
-from streams.ingest import IngestBounds
 from streams.intake import IntakeResult, Message
+from streams.intake_process import IntakeProcess
+from streams.items import ParserBounds, Ref
 from streams.observe import HEARTBEAT_S, WorkerObserver
 from streams.outbox import Outgoing
 from streams.settings import WorkerSettings
 from streams.store import BatchResult, StoreRetry
-from streams.store_process import AsyncStore
 from streams.topics import ssl_context
 
 log = logging.getLogger(__name__)
@@ -130,10 +130,10 @@ class Pipeline:
         self._sent: list[int] = []  # outbox ids published, not yet marked sent
         self._sent_since = 0.0  # when the oldest of them was published (monotonic)
         self.kinds = {t.name: t_kinds for t in topo.inputs if (t_kinds := topo.kinds_for(t.name))}
-        self.store = AsyncStore(settings.database_url, settings.policy, settings.cluster, kinds=self.kinds,
+        self.store = IntakeProcess(settings.database_url, settings.policy, settings.cluster, kinds=self.kinds,
                                 process=settings.store_process, log_level=logging.getLogger().level,
                                 log_format=settings.log_format,
-                                bounds=IngestBounds(settings.parser_max_nodes, settings.parser_node_idle_s,
+                                bounds=ParserBounds(settings.parser_max_nodes, settings.parser_node_idle_s,
                                                     settings.parser_remembered_nodes))
         self._batch_id = 0
         self._acks = Acks()

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from streams.ingest import Ref
+from streams.items import Ref
 
 
 def current_events(events: Sequence[Any], generation: int | None) -> tuple[Sequence[Any], int]:

@@ -15,12 +15,12 @@ from history.fleet_incidents import fleet_faults, latest_fleet, lock_fleet_count
 from history.incident_index import IncidentIndex
 from history.incident_rows import incident_state
 from history.tables import Incident, OutboxMessage
+from models.actions import action_requests
 from models.fleet import (
     BREAKER,
     FLEET,
     FleetFault,
     fleet_absorbed,
-    fleet_actions,
     fleet_burst_around,
     fleet_change,
     fleet_fingerprint,
@@ -149,7 +149,7 @@ class FleetBursts:
 
     def _emit(self, row: Incident, change: IncidentChange) -> None:
         self.outbox.append(incident_message(row, change.kind, change.reason))
-        self.outbox.extend(action_message(a, row) for a in fleet_actions(change))
+        self.outbox.extend(action_message(a, row) for a in action_requests(change, version=row.version))
 
 
 def sweep_fleet(s: Session, policy: PipelinePolicy, now: datetime) -> list[OutboxMessage]:
@@ -169,7 +169,7 @@ def sweep_fleet(s: Session, policy: PipelinePolicy, now: datetime) -> list[Outbo
         log.info("fleet incident %s resolved: %s", row.incident_id, change.reason,
                  extra={"incident": row.incident_id, "cluster": row.node, "family": row.family})
         out.append(incident_message(row, "resolved", change.reason))
-        out.extend(action_message(a, row) for a in fleet_actions(change))
+        out.extend(action_message(a, row) for a in action_requests(change, version=row.version))
     return out
 
 

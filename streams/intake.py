@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from history.tables import EvidenceRecord, FaultEvent, NodeState
 from models.dead_letter import DeadLetter
 from streams.decode import decode_message
-from streams.ingest import EvidenceItem, FaultItem, Ingest, IngestBounds, Item, Ref
+from streams.items import EvidenceItem, FaultItem, Item, ItemMapper, ParserBounds, Ref
 from streams.outbox import Outgoing
 from streams.store import BatchResult, Store, StoreRetry
 
@@ -64,15 +64,15 @@ class IntakeResult(BatchResult):
 class Intake:
     """Input messages in, one transaction out: decode, parse (one kernel-log parser per node) and store.
 
-    It runs where the store runs (see `streams.store_process.AsyncStore`), so the stream's event loop
+    It runs where the store runs (see `streams.intake_process.IntakeProcess`), so the stream's event loop
     only hands over the messages' bytes. A batch is decoded and parsed once: a retry of the same batch
     (after a transient database error) stores the same items, and the parsers see each line once.
     """
 
-    def __init__(self, store: Store, kinds: dict[str, frozenset[str]], bounds: IngestBounds | None = None) -> None:
+    def __init__(self, store: Store, kinds: dict[str, frozenset[str]], bounds: ParserBounds | None = None) -> None:
         self.store = store
         self.kinds = kinds
-        self.ingest = Ingest(bounds)  # per-node parsers, bounded in number and idle time
+        self.mapper = ItemMapper(bounds)  # per-node parsers, bounded in number and idle time
         self._prepared: _Prepared | None = None
         self._unstored: tuple[list[Item], list[Ref]] = ([], [])  # closed by `flush_idle`, not yet stored
 
@@ -85,7 +85,7 @@ class Intake:
         messages that fail); `StoreRetry` is raised for the caller to retry."""
         if self._prepared is None or self._prepared.batch_id != batch_id:
             prepared_, dead_ = self._prepare(messages)
-            self._prepared = _Prepared(batch_id, prepared_, dead_, *self.ingest.holds())
+            self._prepared = _Prepared(batch_id, prepared_, dead_, *self.mapper.holds())
         p = self._prepared
         prepared, dead = p.items, p.dead
         if not prepared:  # nothing to store (lines that are no faults, dead letters): no transaction
@@ -131,7 +131,7 @@ class Intake:
                 dead.append(rec)
                 continue
             try:
-                items = self.ingest.items(rec, msg.topic, (msg.topic, msg.partition, msg.offset))
+                items = self.mapper.items(rec, msg.topic, (msg.topic, msg.partition, msg.offset))
             except Exception as exc:  # a record the pure code cannot handle: keep it, say why, go on
                 log.exception("record %s of %s could not be mapped", rec.record_id, rec.node)
                 dead.append(dead_letter(msg, "processing_error", f"{type(exc).__name__}: {exc}"))
@@ -148,24 +148,24 @@ class Intake:
 
     def flush_idle(self, idle_s: float) -> IntakeResult:
         """Store the kernel records of nodes quiet for `idle_s` seconds, and those of the nodes whose
-        parsers expire (idle past `IngestBounds.node_idle_s`, or past `max_nodes`: see `Ingest.flush_idle`).
+        parsers expire (idle past `ParserBounds.node_idle_s`, or past `max_nodes`: see `ItemMapper.flush_idle`).
 
         If the transaction fails, the records (and the messages they release) are stored by the next call.
         """
         items, released = self._unstored
-        items = items + self.ingest.flush_idle(idle_s)
-        released = released + self.ingest.holds()[1]  # closing records holds no new line
+        items = items + self.mapper.flush_idle(idle_s)
+        released = released + self.mapper.holds()[1]  # closing records holds no new line
         self._unstored = (items, released)
         result = self.store.process(items) if items else BatchResult()
         self._unstored = ([], [])
         return IntakeResult.of(result, released=released)
 
     def forget(self, partitions: Iterable[tuple[str, int]]) -> int:
-        """The worker no longer reads `partitions`: drop what its open records held (see `Ingest.forget`)."""
+        """The worker no longer reads `partitions`: drop what its open records held (see `ItemMapper.forget`)."""
         gone = set(partitions)
         items, released = self._unstored
         self._unstored = (items, [r for r in released if r[:2] not in gone])
-        return self.ingest.forget(gone)
+        return self.mapper.forget(gone)
 
     def create_schema(self) -> None:
         self.store.create_schema()

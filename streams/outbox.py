@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from history.incident_rows import incident_to_dict
 from history.tables import Incident, OutboxMessage
-from models.incidents import action_to_dict
+from models.actions import ActionRequest, action_to_dict
 
 
 def utcnow() -> datetime:
@@ -40,7 +40,7 @@ def incident_message(row: Incident, change: str, reason: str) -> OutboxMessage:
     )
 
 
-def action_message(a: Any, row: Incident) -> OutboxMessage:
+def action_message(a: ActionRequest, row: Incident) -> OutboxMessage:
     body = action_to_dict(a)
     body.update({"family": row.family, "category": row.category, "gpu_uuid": row.gpu_uuid, "serial": row.serial,
                  "pci": row.pci, "count": row.count, "pods": list(row.pods or []),

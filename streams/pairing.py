@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 from history.incident_rows import add_listed
 from history.tables import FaultEvent, Incident
 from models.correlate import Attribution
-from models.incidents import FaultObservation, same_fault
+from models.grouping import same_fault
+from models.incidents import FaultObservation
 
 log = logging.getLogger(__name__)
 

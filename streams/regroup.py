@@ -2,10 +2,10 @@
 
 An application-class fault of a known workload first joins its workload's incident. When the same
 GPU then repeats such faults across different workloads that faulted on no other GPU
-(`models.identity.stays_with_gpu`: NVIDIA's workflow for Xid 13, 31, 43, ...), the faults are the
-GPU's: its incident (opened if needed) takes their fault events, and a workload incident left with
-none is resolved as merged into it. Later application faults on that GPU join it directly
-(`streams.components`).
+(`models.grouping.gpus_keeping_faults`: NVIDIA's workflow for Xid 13, 31, 43, ...), the faults are
+the GPU's: its incident (opened if needed) takes their fault events, and a workload incident left
+with none is resolved as merged into it. Later application faults on that GPU join it directly
+(`models.grouping.Grouper.place`).
 
 The other way: an application fault read before the node state that names its pod (state and
 kernel lines travel on different topics) opens its GPU's incident for want of a workload. When the
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,25 +26,13 @@ from sqlalchemy.orm import Session
 
 from history.incident_rows import MAX_LISTED
 from history.tables import FaultEvent, Incident
-from models.identity import Component, joins_occurrence, signal, stays_with_gpu
+from models.grouping import recount_events
+from models.identity import Component
 from models.incidents import component_gpu, new_incident_id
 from models.stream_policy import PipelinePolicy
 from models.vocabulary import ComponentKind
-from streams.classification import AppContext
 
 log = logging.getLogger(__name__)
-
-def gpus_keeping_faults(contexts: dict[tuple[str, str], AppContext],
-                        policy: PipelinePolicy) -> dict[tuple[str, str], list[str]]:
-    """The (node, GPU)s whose application faults stay with them, with the workloads that faulted
-    only there."""
-    out: dict[tuple[str, str], list[str]] = {}
-    for pair, ctx in contexts.items():
-        only_here = [w for w in ctx.workloads if ctx.fault_gpus.get(w, 0) < 2]
-        if stays_with_gpu(len(only_here), ctx.count, repeat_threshold=policy.repeat_threshold,
-                          min_distinct_workloads=policy.min_distinct_workloads):
-            out[pair] = only_here
-    return out
 
 
 def move_to_gpu(s: Session, node: str, gpu: str, workloads: list[str], *, row: Incident | None, since: datetime,
@@ -119,12 +107,8 @@ def _moved(s: Session, row: Incident, events: Sequence[Any], left: set[str], now
 
 def recount(s: Session, row: Incident, policy: PipelinePolicy) -> int:
     """An incident's count, times, codes, pods, processes and workloads from its fault events, in
-    time order (after events moved).
-
-    An incident of application faults only counts its occurrences again, in time order, as grouping
-    its events in that order does (`models.identity.joins_occurrence`): the reports of one crash on
-    several GPUs of a workload are one occurrence there, two in two GPU incidents. Any other keeps
-    the marks its reports got when they were grouped."""
+    time order (after events moved); its occurrences as the engine counts them again
+    (`models.grouping.recount_events`)."""
     events = s.execute(sa.select(FaultEvent.id, FaultEvent.occurred_at, FaultEvent.code, FaultEvent.family,
                                  FaultEvent.sources, FaultEvent.counted, FaultEvent.namespace, FaultEvent.pod,
                                  FaultEvent.container, FaultEvent.pid, FaultEvent.process, FaultEvent.workload)
@@ -134,17 +118,16 @@ def recount(s: Session, row: Incident, policy: PipelinePolicy) -> int:
     row.pods = _listed(f"{e.namespace}/{e.pod}/{e.container}" if e.pod else None for e in events)
     row.processes = _listed(f"{e.process or '?'}[{e.pid}]" if e.pid is not None else None for e in events)
     row.workloads = _listed(e.workload for e in events)
-    if all(e.family == "application" for e in events):
-        counted, (row.occurrence_at, signals) = _occurrences(events, policy)
+    counts = recount_events(events, policy)
+    if counts.occurrence is not None:  # counted again in time order: the events' marks follow
+        row.occurrence_at, signals = counts.occurrence
         row.occurrence_signals = list(signals)
-        changed = [e.id for e in events if counted[e.id] != (e.counted is not False)]
         for flag in (True, False):
-            ids = [i for i in changed if counted[i] is flag]
+            ids = [e.id for e, c in zip(events, counts.counted, strict=True)
+                   if c is flag and c != (e.counted is not False)]
             if ids:
                 s.execute(sa.update(FaultEvent).where(FaultEvent.id.in_(ids)).values(counted=flag))
-    else:
-        counted = {e.id: e.counted is not False for e in events}
-    row.count = sum(counted.values())
+    row.count = counts.count
     if events:  # every report, counted or not, as grouping sets them
         row.first_seen, row.last_seen = events[0].occurred_at, max(e.occurred_at for e in events)
     return row.count
@@ -152,24 +135,6 @@ def recount(s: Session, row: Incident, policy: PipelinePolicy) -> int:
 
 def _listed(values: Iterable[str | None]) -> list[str]:
     return list(dict.fromkeys(v for v in values if v))[:MAX_LISTED]
-
-
-def _occurrences(events: Sequence[Any], policy: PipelinePolicy
-                 ) -> tuple[dict[int, bool], tuple[datetime | None, tuple[str, ...]]]:
-    """Per event (in time order): whether it starts an occurrence (counts) or is another report of
-    the one before; and the last occurrence (its start and signals)."""
-    out: dict[int, bool] = {}
-    at: datetime | None = None
-    signals: tuple[str, ...] = ()
-    for e in events:
-        sig = signal(e.family, "kernel" if "kernel" in (e.sources or "kernel") else e.sources, e.code)
-        if joins_occurrence(at, signals, e.occurred_at, sig, policy.occurrence_window_s, policy.duplicate_window_s):
-            signals = signals if sig in signals else (*signals, sig)
-            out[e.id] = False
-        else:
-            at, signals = e.occurred_at, (sig,)
-            out[e.id] = True
-    return out, (at, signals)
 
 
 def _open(s: Session, comp: Component, events: Sequence[Any], now: datetime) -> Incident:
@@ -190,7 +155,3 @@ def _open(s: Session, comp: Component, events: Sequence[Any], now: datetime) -> 
     s.add(row)
     s.flush()
     return row
-
-
-def window_start(until: datetime, policy: PipelinePolicy) -> datetime:
-    return until - timedelta(seconds=policy.classify_window_s)

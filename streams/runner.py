@@ -17,13 +17,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from history.engine import make_engine
+from history.incident_rows import all_incidents
 from models.kafka_security import KafkaClientSecurity
 from models.node_records import NodeRecord, encode_node_record
 from models.topics import Topology, topology
 from models.wire import topic_for
 from service.config import env_name
 from streams.settings import WorkerSettings
-from streams.store import Store
 from streams.topics import aiokafka_security
 from streams.worker import prepare
 
@@ -221,8 +222,8 @@ def run_pipeline_once(
         worker.terminate()
     finally:
         worker.kill()
-    store = Store(db_url, settings.policy, settings.cluster)
+    engine = make_engine(db_url)
     try:
-        return store.incidents()
+        return all_incidents(engine)
     finally:
-        store.dispose()
+        engine.dispose()

@@ -1,10 +1,12 @@
-"""The SQL adapter: batches of items in, committed fault events, incidents and outbox rows out.
+"""The store: the SQL transaction around the grouping engine. Batches of items in, committed fault
+events, incidents and outbox rows out.
 
 One batch is one transaction: duplicates are dropped, state and evidence are stored, the faults go
-through `streams.batch.BatchTransaction` (attribution, merging, grouping, classification, fleet
-view), and the messages to publish are written to the outbox in the same transaction. The sweep
-resolves what went quiet. `streams.store_process.AsyncStore` runs all of it on one database
-thread or process, so the event loop never waits on SQL.
+through `streams.grouping.IncidentGrouping` (attribution, merging, the grouping engine
+`models.grouping` on the transaction's locked rows, fleet view), and the messages to publish are
+written to the outbox in the same transaction. The sweep resolves what went quiet.
+`streams.intake_process.IntakeProcess` runs all of it on one database thread or process, so the
+event loop never waits on SQL.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.engine import make_engine
-from history.incident_rows import incident_state, incident_to_dict, lock_conflict, row_dict
+from history.incident_rows import incident_state, lock_conflict
 from history.ledger_store import apply_inventories
 from history.tables import (
     EvidenceRecord,
@@ -29,17 +31,17 @@ from history.tables import (
     NodeState,
     OutboxMessage,
     SeenRecord,
-    metadata,
 )
+from models.actions import action_requests, evidence_request
 from models.correlate import workload_name
 from models.dead_letter import DeadLetter
-from models.incidents import ActionRequest, FaultObservation, actions_for, resolve_if_quiet
+from models.incidents import FaultObservation, resolve_if_quiet
 from models.pci import normalize_pci
 from models.stream_policy import PipelinePolicy
 from streams import outbox
-from streams.batch import BatchTransaction, StoreCaches
 from streams.fleet import sweep_fleet
-from streams.ingest import EvidenceItem, FaultItem, Item, StateItem
+from streams.grouping import IncidentGrouping, StoreCaches
+from streams.items import EvidenceItem, FaultItem, Item, StateItem
 from streams.outbox import (
     Outgoing,
     action_message,
@@ -112,7 +114,7 @@ class BatchResult:
 
 
 class Store:
-    """Synchronous; call it from one thread (AsyncStore does)."""
+    """Synchronous; call it from one thread (IntakeProcess does)."""
 
     def __init__(self, url: str, policy: PipelinePolicy | None = None, cluster: str = "default") -> None:
         self.engine = make_engine(url)
@@ -153,7 +155,7 @@ class Store:
             late = self._states(s, [i for i in items if isinstance(i, StateItem)], res)
             faults = self._new_faults(s, [i.observation for i in items if isinstance(i, FaultItem)], res)
             s.flush()
-            batch = BatchTransaction(s, self.policy, self.cluster, self.caches, now)
+            batch = IncidentGrouping(s, self.policy, self.cluster, self.caches, now)
             batch.repair(late)
             batch.faults(faults)
             res.faults, res.merged = batch.faults_stored, batch.faults_merged
@@ -161,9 +163,8 @@ class Store:
             for incident_id, record_id in self._evidence(s, [i for i in items if isinstance(i, EvidenceItem)], res):
                 row = s.get(Incident, incident_id)
                 if row is not None:  # late evidence: the ticket sink refreshes the dossier's attachments
-                    batch.outbox.append(action_message(ActionRequest(
-                        "ticket", "evidence", row.incident_id, row.node, row.gpu, "evidence arrived",
-                        f"{row.incident_id}:ticket:evidence:{record_id}"), row))
+                    batch.outbox.append(action_message(evidence_request(row.incident_id, row.node, row.gpu,
+                                                                        record_id), row))
             if faults:
                 with s.no_autoflush:  # it touches evidence only: the batch's other changes are flushed once, below
                     self._link_waiting_evidence(s, {f.node for f in faults})
@@ -313,7 +314,7 @@ class Store:
                 log.info("incident %s resolved: %s", row.incident_id, change.reason,
                          extra={"node": row.node, "gpu": row.gpu, "incident": row.incident_id})
                 messages.append(incident_message(row, "resolved", change.reason))
-                for a in actions_for(change, version=row.version):
+                for a in action_requests(change, version=row.version):
                     messages.append(action_message(a, row))
             messages.extend(sweep_fleet(s, p, now))
             messages = insert_outbox(s, messages)
@@ -330,28 +331,3 @@ class Store:
     def prune_sent(self, keep_s: float) -> int:
         """Delete outbox rows sent more than `keep_s` seconds ago (a bounded number per call)."""
         return outbox.prune_sent(self.engine, keep_s)
-
-    # -- reads (tests, the demo, the API) --------------------------------------------------------
-
-    def incidents(self) -> list[dict[str, Any]]:
-        with Session(self.engine) as s:
-            rows = s.scalars(sa.select(Incident).order_by(Incident.opened_at, Incident.incident_id)).all()
-            return [incident_to_dict(r) for r in rows]
-
-    def fault_events(self) -> list[dict[str, Any]]:
-        with Session(self.engine) as s:
-            rows = s.scalars(sa.select(FaultEvent).order_by(FaultEvent.id)).all()
-            return [row_dict(r) for r in rows]
-
-    def fleet_incidents(self) -> list[dict[str, Any]]:
-        """The incidents of component `fleet`, oldest first."""
-        with Session(self.engine) as s:
-            rows = s.scalars(sa.select(Incident).where(Incident.component == "fleet")
-                             .order_by(Incident.first_seen, Incident.incident_id)).all()
-            return [incident_to_dict(r) for r in rows]
-
-    def counts(self) -> dict[str, int]:
-        with Session(self.engine) as s:
-            return {t.name: int(s.execute(sa.select(sa.func.count()).select_from(t)).scalar() or 0)
-                    for t in metadata.sorted_tables}
-

@@ -75,6 +75,22 @@ def test_scan_json(tmp_path: Path) -> None:
     assert inc["fingerprint"].startswith("v2:") and inc["component"] == "gpu"
 
 
+def test_scan_with_recorded_state_attributes_faults_to_their_pods(tmp_path: Path) -> None:
+    samples = Path(__file__).resolve().parents[1] / "xidpipe" / "samples" / "cluster"
+    log = str(samples / "gpu-node-01.log")
+    proc = xidpipe("scan", "--json", "--state", str(samples / "state.jsonl"), log)
+    assert proc.returncode == 1, proc.stderr
+    (job,) = json.loads(proc.stdout)  # the job that crashed on two GPUs: its workload's incident
+    assert (job["component"], job["component_id"]) == ("workload", "team-vision/resnet-train/trainer")
+    assert job["pods"] == ["team-vision/resnet-train-0/trainer", "team-vision/resnet-train-1/trainer"]
+    alone = json.loads(xidpipe("scan", "--json", log).stdout)  # no pods known: each GPU's faults are its own
+    assert sorted(i["component"] for i in alone) == ["gpu", "gpu"]
+    bad = tmp_path / "state.jsonl"
+    bad.write_text('{"kind": "nothing"}\n')
+    proc = xidpipe("scan", "--state", str(bad), log)
+    assert proc.returncode == 2 and f"{bad}:1: not a node record".encode() in proc.stderr
+
+
 def test_bad_input_never_crashes_nor_invents_a_fault(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.bin"
     garbage.write_bytes(bytes(range(256)) * 4000 + b"\xff\xfe\x00NVRM\x00Xid (\x80\x81" + b"\n" * 3)

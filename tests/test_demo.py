@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests import store_reads
 from xidpipe.localinfra.kafka import cache_dir, jars_complete
 
 pytestmark = pytest.mark.kafka
@@ -142,7 +143,7 @@ def assert_replay_gives_the_demos_incidents(db: Path) -> None:
 
     store = Store(f"sqlite:///{db}")
     try:
-        demo = [incident_view(r) for r in store.incidents() if not r.get("merged_into")]
+        demo = [incident_view(r) for r in store_reads.incidents(store) if not r.get("merged_into")]
     finally:
         store.dispose()
     replayed = run_replay(sample_dir()).incidents

@@ -13,6 +13,7 @@ import pytest
 from models.cordon import pool_allowance
 from models.cordon_policy import CordonPolicy, Drain
 from models.node_records import KernelLine, PodAssignments
+from tests import store_reads
 from xidpipe.cli import main
 from xidpipe.replay import ReplayInputError, run_replay
 from xidpipe.replay.layout import open_cluster_dir
@@ -231,7 +232,7 @@ def test_a_named_database_keeps_the_history_and_must_start_empty(cluster: Path, 
 
     store = Store(url)
     try:
-        stored = {i["incident_id"] for i in store.incidents() if not i["merged_into"]}
+        stored = {i["incident_id"] for i in store_reads.incidents(store) if not i["merged_into"]}
         assert stored == {i["id"] for i in first.incidents}
     finally:
         store.dispose()

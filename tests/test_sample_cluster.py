@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 
 from models.cordon_policy import CordonPolicy
+from models.scan import scan
+from xidpipe.commands.scan import collect
+from xidpipe.replay.layout import read_state
 from xidpipe.replay.run import ReplayResult, run_replay
 
 SAMPLES = Path(str(resources.files("xidpipe") / "samples" / "cluster"))
@@ -83,3 +86,17 @@ def test_one_ticket_per_physical_fault_and_the_job_s_owner_gets_the_message(repl
     assert message["channel"] != "#gpu-infra"  # the job's team (or the default channel), not the hardware channel
     hardware = {m["incident_id"] for m in replayed.sinks.messages if m["channel"] == "#gpu-infra"}
     assert hardware == {t["id"] for t in ticketed}
+
+
+@pytest.mark.parametrize("log", sorted(SAMPLES.glob("*.log")), ids=lambda p: p.stem)
+def test_scan_finds_the_incidents_replay_finds(replayed: ReplayResult, log: Path) -> None:
+    """`xidpipe scan LOG --state state.jsonl` and the pipeline (replay) run one grouping engine: the
+    same incidents, component by component, with the same codes, occurrence counts, families and
+    categories."""
+    scanned = scan(collect([str(log)], None, None), state=read_state(SAMPLES / "state.jsonl"))
+    got = sorted((i.component, i.state.component_id, tuple(i.codes()), i.count, i.family, i.category)
+                 for i in scanned)
+    want = sorted((i["component"], i["component_id"], tuple(i["codes"]), i["count"], i["family"], i["classification"])
+                  for i in replayed.incidents if i["node"] == log.stem)
+    assert want, f"replay found no incident on {log.stem}"
+    assert got == want

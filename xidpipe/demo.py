@@ -32,6 +32,7 @@ from pydantic import SecretStr
 from sqlalchemy.orm import Session
 
 from agents.kernlog.filetail import content_hash
+from history.incident_rows import all_incidents
 from history.ledger_store import rebuild_ledger
 from history.tables import GpuCard
 from models.event_time import boot_times
@@ -240,7 +241,7 @@ def run_demo(say: Callable[[str], None] = print, timeout: float = 110.0) -> dict
             cards = s.scalar(sa.select(sa.func.count()).select_from(GpuCard)) or 0
         say(f"Ledger: {cards} GPU cards with their placements")
         # Incidents merged into another (a job's faults found to stay with a GPU) are part of that one.
-        incidents = [i for i in store.incidents() if not i.get("merged_into")]
+        incidents = [i for i in all_incidents(store.engine) if not i.get("merged_into")]
     finally:
         store.dispose()
     return {"incidents": incidents, "seconds": time.monotonic() - started,

@@ -23,7 +23,7 @@ from history.queries import (
     transition_incident,
 )
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Ingest
+from streams.items import ItemMapper
 from streams.store import Store
 from tests.streams.records import T0, Kmsg, inventory, pods, s, serial
 
@@ -42,8 +42,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         a.xid(1, 31, T0 + s(20), 12, "resnet"),
         b.xid(2, 79, T0 + s(30)),
     ]
-    ingest = Ingest()
-    st.process([it for r in records for it in ingest.items(r, "topic")] + ingest.flush_all())
+    mapper = ItemMapper()
+    st.process([it for r in records for it in mapper.items(r, "topic")] + mapper.flush_all())
     with Session(st.engine) as ses, ses.begin():
         rebuild_ledger(ses)
     yield st

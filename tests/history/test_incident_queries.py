@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Ingest
+from streams.items import ItemMapper
 from streams.store import Store
 from tests.streams.records import T0, Kmsg, inventory, pods, s, serial
 
@@ -28,8 +28,8 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> str:
         a.xid(1, 31, T0 + s(20), 12, "resnet"),
         b.xid(2, 79, T0 + s(30)),
     ]
-    ingest = Ingest()
-    items = [it for r in records for it in ingest.items(r, "topic")] + ingest.flush_all()
+    mapper = ItemMapper()
+    items = [it for r in records for it in mapper.items(r, "topic")] + mapper.flush_all()
     store.process(items)
     store.dispose()
     return url

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from history.queries import heatmap
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Ingest
+from streams.items import ItemMapper
 from streams.store import Store
 from tests.streams.records import T0, Kmsg, inventory, pods, s, serial, uuid
 from xidpipe.cli import main
@@ -25,8 +25,8 @@ MODEL = "NVIDIA H100 80GB HBM3"
 
 
 def feed(store: Store, records: Iterable[NodeRecord]) -> None:
-    ingest = Ingest()
-    items = [it for r in records for it in ingest.items(r, "topic")] + ingest.flush_all()
+    mapper = ItemMapper()
+    items = [it for r in records for it in mapper.items(r, "topic")] + mapper.flush_all()
     store.process(items)
 
 

@@ -2,7 +2,7 @@
 
 A sensor registered in `agents.signals` publishes its own record kind through the real agent (spool,
 topic, key); the record kind and its mapping, registered in `models.signals`, carry it through the
-stream's decoding and ingest into the store, where it opens an incident.
+stream's decoding, its item mapper and the store, where it opens an incident.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from models.incidents import FaultObservation
 from models.node_records import NVML_TOPIC, NodeRecordBase
 from models.topics import topology
 from streams.decode import decode_message
-from streams.ingest import FaultItem, Ingest
+from streams.items import FaultItem, ItemMapper
 from streams.store import Store
 
 T0 = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
@@ -121,7 +121,7 @@ def test_a_registered_signal_travels_from_its_sensor_to_an_incident(thermal_sign
     record = decode_message(topic=entry.topic, partition=0, offset=0, key=entry.key.encode(),
                             value=entry.value.encode(), kinds=kinds)
     assert not isinstance(record, DeadLetter), record
-    items = Ingest().items(record, entry.topic)
+    items = ItemMapper().items(record, entry.topic)
     assert [type(i) for i in items] == [FaultItem]
 
     store = Store(f"sqlite:///{tmp_path / 'x.db'}")
@@ -258,7 +258,7 @@ def test_the_documented_signal_and_sensor_work_as_written(
         record = decode_message(topic=entry.topic, partition=0, offset=0, key=entry.key.encode(),
                                 value=entry.value.encode(), kinds=topology().kinds_for(entry.topic))
         assert isinstance(record, model.ThermalThrottle)
-        [item] = Ingest().items(record, entry.topic)
+        [item] = ItemMapper().items(record, entry.topic)
         assert isinstance(item, FaultItem)
         assert (item.observation.family, item.observation.gpu_uuid, item.observation.occurred_at) == (
             "thermal", "GPU-7f00", T0)

@@ -17,7 +17,8 @@ from models.node_records import (
     PodAssignments,
 )
 from models.signals.nvml.records import NvmlEvent
-from streams.ingest import Ingest, Item
+from streams.items import ItemMapper, Item
+from streams.items import Item, ItemMapper
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
@@ -103,10 +104,10 @@ def s(seconds: float) -> timedelta:
 
 
 def items_of(records: Iterable[NodeRecord]) -> list[Item]:
-    """The store items the ingest makes of `records` (open records flushed at the end)."""
-    ingest = Ingest()
+    """The store items the item mapper makes of `records` (open records flushed at the end)."""
+    mapper = ItemMapper()
     out: list[Item] = []
     for r in records:
-        out.extend(ingest.items(r, "topic"))
-    out.extend(ingest.flush_all())
+        out.extend(mapper.items(r, "topic"))
+    out.extend(mapper.flush_all())
     return out

@@ -96,7 +96,7 @@ def workload() -> tuple[list[NodeRecord], list[NodeRecord], list[NodeRecord]]:
     """(node state, phase one, phase two): inventories, pods and processes; each node's first lines; the
     rest of the lines. The state is stored before any line is published: state read after a fault
     attributes it, but a GPU incident opened under the GPU's PCI address keeps that key, and a merged
-    incident is left behind (see `BatchTransaction.repair`): the two runs would differ in those.
+    incident is left behind (see `IncidentGrouping.repair`): the two runs would differ in those.
 
     Within a phase the nodes' lines are interleaved by time, as many agents publish them."""
     state: list[NodeRecord] = []

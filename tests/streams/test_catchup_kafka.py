@@ -33,12 +33,14 @@ import pytest
 from models.node_records import KernelLine, NodeRecord, encode_node_record
 from models.topics import topology
 from models.wire import topic_for
-from streams.ingest import IngestBounds
+from streams.items import ParserBounds
 from streams.intake import Intake, Message
+from streams.items import ParserBounds
 from streams.runner import WorkerProcess, consumer_lag, produce
 from streams.settings import WorkerSettings
 from streams.store import Store
 from tests.polling import poll
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, inventory, pci, pods, s, serial, uuid
 from tests.streams.scaleout_workload import CLOSING, CLOSING_LINES, canonical
 from tests.streams.workers import worker_settings, worker_starter
@@ -121,7 +123,7 @@ def reference(records: list[NodeRecord], url: str) -> None:
     kinds = {t.name: k for t in topo.inputs if (k := topo.kinds_for(t.name))}
     store = Store(url, cluster="lab")
     store.create_schema()
-    intake = Intake(store, kinds, IngestBounds())
+    intake = Intake(store, kinds, ParserBounds())
     offsets: dict[str, int] = {}
     messages = []
     for rec in records:
@@ -286,7 +288,7 @@ def _run(settings: WorkerSettings, start: Callable[..., WorkerProcess], tmp: Pat
     reference([r for r in every if r.node in faults], ref_url)
     store = Store(settings.database_url)
     try:
-        node_states = store.counts()["node_state"]
+        node_states = store_reads.counts(store)["node_state"]
     finally:
         store.dispose()
     return CatchUp(total, faults, idle_mb, memory.peak_mb, memory.hwm_mb, total / reading, node_states,

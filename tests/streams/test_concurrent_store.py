@@ -18,18 +18,19 @@ import sqlalchemy as sa
 
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Ingest, Item
+from streams.items import Item, ItemMapper
 from streams.store import Store
 from tests.polling import poll
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, inventory, pods, processes, s
 
 WAIT_S = 60.0  # generous on a loaded machine; the test waits on events, never sleeps its way through
 
 
 def _items(records: list[NodeRecord]) -> list[Item]:
-    ingest = Ingest()
-    out: list[Item] = [i for r in records for i in ingest.items(r, "topic")]
-    return out + ingest.flush_all()
+    mapper = ItemMapper()
+    out: list[Item] = [i for r in records for i in mapper.items(r, "topic")]
+    return out + mapper.flush_all()
 
 
 @pytest.fixture
@@ -99,10 +100,10 @@ def test_a_workload_incident_counts_the_faults_of_two_workers_at_once(stores: tu
     one, two = stores
     one.process(_items(_app_fault("w-0", 0)))
     _race(one, two, _items(_app_fault("w-1", 1)), _items(_app_fault("w-2", 2)), postgres_database)
-    (workload,) = [i for i in one.incidents() if i["component"] == "workload"]
+    (workload,) = [i for i in store_reads.incidents(one) if i["component"] == "workload"]
     assert workload["count"] == 3, workload
-    assert sorted(e["node"] for e in one.fault_events()) == ["w-0", "w-1", "w-2"]
-    assert {e["incident_id"] for e in one.fault_events()} == {workload["incident_id"]}
+    assert sorted(e["node"] for e in store_reads.fault_events(one)) == ["w-0", "w-1", "w-2"]
+    assert {e["incident_id"] for e in store_reads.fault_events(one)} == {workload["incident_id"]}
 
 
 def test_a_fleet_incident_keeps_the_nodes_of_two_workers_at_once(stores: tuple[Store, Store],
@@ -114,8 +115,8 @@ def test_a_fleet_incident_keeps_the_nodes_of_two_workers_at_once(stores: tuple[S
                                                                            "off the bus.")])
 
     one.process(lost("rack-0", 0) + lost("rack-1", 1))
-    (fleet,) = one.fleet_incidents()
+    (fleet,) = store_reads.fleet_incidents(one)
     assert fleet["nodes"] == ["rack-0", "rack-1"]
     _race(one, two, lost("rack-2", 2), lost("rack-3", 3), postgres_database)
-    (fleet,) = one.fleet_incidents()
+    (fleet,) = store_reads.fleet_incidents(one)
     assert fleet["nodes"] == ["rack-0", "rack-1", "rack-2", "rack-3"] and fleet["count"] == 4, fleet

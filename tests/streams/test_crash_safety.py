@@ -22,6 +22,7 @@ from streams.runner import WorkerProcess, consumer_lag, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
 from tests.polling import poll
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, inventory, pci, s, uuid
 from tests.streams.workers import worker_settings, worker_starter
 
@@ -42,7 +43,7 @@ def workers(settings: WorkerSettings, tmp_path: Path) -> Iterator[Callable[..., 
 
 
 def events_of(store: Store, node: str) -> list[dict[str, Any]]:
-    return [e for e in store.fault_events() if e["node"] == node]
+    return [e for e in store_reads.fault_events(store) if e["node"] == node]
 
 
 @pytest.mark.parametrize("stop", ["sigkill", "sigterm"])
@@ -77,7 +78,7 @@ def test_a_record_open_when_its_batch_committed_survives_the_worker(
         wait_caught_up(settings, 60, worker)
         time.sleep(1.0)  # a duplicate, if any, would be stored by now
         events = events_of(store, "bus-0")
-        incidents = [i for i in store.incidents() if i["node"] == "bus-0"]
+        incidents = [i for i in store_reads.incidents(store) if i["node"] == "bus-0"]
         calm = events_of(store, "calm-0")
     finally:
         store.dispose()

@@ -12,6 +12,7 @@ import pytest
 from models.node_records import GpuProcess, GpuProcesses, KernelLine, NodeRecord
 from models.stream_policy import PipelinePolicy
 from streams.store import Store
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, inventory, items_of, pci, pods, s, uuid
 
 HOUR = timedelta(hours=1)
@@ -33,10 +34,10 @@ def test_a_backlog_read_an_hour_late_is_attributed_to_the_pods_of_the_faults_tim
     read_late = k.xid(1, 13, T0 + HOUR + s(10), 4242, "python3")  # read (and stamped observed_at) late
     line = read_late.model_copy(update={"event_at": T0 + s(10), "boot_time": T0 - s(100)})
     store.process(items_of([*state, line]))
-    (event,) = store.fault_events()
+    (event,) = store_reads.fault_events(store)
     assert (event["namespace"], event["pod"]) == ("ml", "train-0")
     assert datetime.fromisoformat(event["occurred_at"]) == T0 + s(10)
-    (inc,) = store.incidents()
+    (inc,) = store_reads.incidents(store)
     assert inc["pods"] == ["ml/train-0/main"]
 
     # Read time as the fault's time would have named the pod that came later.
@@ -44,7 +45,7 @@ def test_a_backlog_read_an_hour_late_is_attributed_to_the_pods_of_the_faults_tim
     store.process(items_of([inventory("late2", T0), pods("late2", T0 + s(1), {1: ("ml", "train-0", "main")}),
                           pods("late2", T0 + HOUR, {1: ("web", "serve-0", "srv")}),
                           k2.xid(1, 13, T0 + HOUR + s(10), 4242, "python3")]))
-    assert {e["pod"] for e in store.fault_events() if e["node"] == "late2"} == {"serve-0"}
+    assert {e["pod"] for e in store_reads.fault_events(store) if e["node"] == "late2"} == {"serve-0"}
 
 
 def test_a_raw_dmesg_line_is_placed_by_its_uptime_and_the_boot_time(store: Store) -> None:
@@ -54,7 +55,7 @@ def test_a_raw_dmesg_line_is_placed_by_its_uptime_and_the_boot_time(store: Store
                               "Graphics Exception", boot_time=boot)
     store.process(items_of([inventory("dm", T0), pods("dm", T0 + s(1), {0: ("ml", "train-0", "main")}),
                           pods("dm", T0 + 2 * HOUR, {0: ("ml", "other-0", "main")}), line]))
-    (event,) = store.fault_events()
+    (event,) = store_reads.fault_events(store)
     assert datetime.fromisoformat(event["occurred_at"]) == T0 + s(10)
     assert event["pod"] == "train-0"
 
@@ -73,7 +74,7 @@ def test_two_pods_sharing_a_gpu_are_told_apart_by_the_pod_uid_of_the_faulting_pr
         GpuProcess(gpu_uuid=uuid(node, 1), pid=201, pod_uid=uid_b),  # b-0 alone on GPU 1: its UID is learnt
     ))
     store.process(items_of([inventory(node, T0), shared, procs, k.xid(0, 13, T0 + s(10), 200, "python3")]))
-    (event,) = store.fault_events()
+    (event,) = store_reads.fault_events(store)
     assert (event["namespace"], event["pod"]) == ("ml", "b-0")
     assert event["attribution"]["pod"]["source"] == "pod_uid"
     assert uid_b in event["attribution"]["pod"]["reason"]
@@ -86,7 +87,7 @@ def test_pods_assigned_before_the_history_span_still_attribute_a_fault(tmp_path:
         k = Kmsg("long")  # a job that has held its GPU for longer than the history span
         st.process(items_of([inventory("long", T0), pods("long", T0 + s(1), {2: ("ml", "pretrain-0", "main")}),
                            k.xid(2, 13, T0 + 3 * HOUR, 7, "python3")]))
-        (event,) = st.fault_events()
+        (event,) = store_reads.fault_events(st)
         assert (event["gpu_uuid"], event["pod"]) == (uuid("long", 2), "pretrain-0")
     finally:
         st.dispose()

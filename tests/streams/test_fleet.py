@@ -21,8 +21,9 @@ from respond.sinks.build import build_sinks
 from respond.sinks.model import IncidentNotice
 from respond.sinks.outbox import OutboxChat
 from respond.sinks.settings import SinkSettings
-from streams.ingest import Ingest, Item
+from streams.items import Item, ItemMapper
 from streams.store import BatchResult, Store
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, inventory, s
 
 
@@ -39,11 +40,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 def burst(store: Store, nodes: list[str], at: datetime, xid: int = 79) -> list[BatchResult]:
     out = []
     for n, node in enumerate(nodes):
-        ingest = Ingest()
+        mapper = ItemMapper()
         items: list[Item] = []
         for r in (inventory(node, T0), Kmsg(node).xid(0, xid, at + s(n))):
-            items.extend(ingest.items(r, "topic"))
-        items.extend(ingest.flush_all())
+            items.extend(mapper.items(r, "topic"))
+        items.extend(mapper.flush_all())
         out.append(store.process(items))
     return out
 
@@ -54,11 +55,11 @@ def fleet_messages(results: list[BatchResult]) -> list[dict[str, Any]]:
 
 def test_a_family_on_three_nodes_is_one_fleet_incident(store: Store) -> None:
     results = burst(store, ["rack-0", "rack-1"], T0 + s(10))
-    assert store.fleet_incidents() == [] and fleet_messages(results) == []  # two nodes: no fleet incident
+    assert store_reads.fleet_incidents(store) == [] and fleet_messages(results) == []  # two nodes: no fleet incident
 
     results = burst(store, ["rack-2", "rack-3"], T0 + s(20))
 
-    (fleet,) = store.fleet_incidents()
+    (fleet,) = store_reads.fleet_incidents(store)
     assert (fleet["component"], fleet["component_id"], fleet["node"], fleet["gpu"]) == ("fleet", "gpu_lost", "c1",
                                                                                         "fleet")
     assert fleet["category"] == "fleet" and fleet["status"] == "open" and fleet["family"] == "gpu_lost"
@@ -70,14 +71,15 @@ def test_a_family_on_three_nodes_is_one_fleet_incident(store: Store) -> None:
         ("opened", None, None), (None, "ticket", "create"), (None, "notification", "opened"), ("updated", None, None)]
     assert all(m.get("kind") != "cordon_candidate" for m in messages)
     # The nodes' own incidents stay what they were: one GPU incident each.
-    assert sorted(i["node"] for i in store.incidents() if i["component"] != "fleet") == [f"rack-{n}" for n in range(4)]
+    own = sorted(i["node"] for i in store_reads.incidents(store) if i["component"] != "fleet")
+    assert own == [f"rack-{n}" for n in range(4)]
 
 
 def test_a_new_burst_after_the_window_resolves_and_reopens(store: Store) -> None:
     burst(store, ["a", "b", "c"], T0)
     results = burst(store, ["d", "e", "f"], T0 + timedelta(hours=2))
 
-    first, second = store.fleet_incidents()
+    first, second = store_reads.fleet_incidents(store)
     assert first["status"] == "resolved" and second["status"] == "open"
     assert second["previous_incident_id"] == first["incident_id"] and second["nodes"] == ["d", "e", "f"]
     kinds = [(m.get("change"), m.get("operation")) for m in fleet_messages(results) if m.get("kind") != "ticket"]
@@ -91,7 +93,7 @@ def test_the_sweep_resolves_a_quiet_fleet_incident(store: Store) -> None:
     out = [o.payload for o in store.sweep(now + timedelta(seconds=601)) if o.key == "c1"]
     assert [(m.get("change"), m.get("kind"), m.get("operation")) for m in out] == [
         ("resolved", None, None), (None, "notification", "resolved")]
-    (fleet,) = store.fleet_incidents()
+    (fleet,) = store_reads.fleet_incidents(store)
     assert fleet["status"] == "resolved"
 
 

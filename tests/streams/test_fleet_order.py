@@ -22,8 +22,9 @@ import pytest
 
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Ingest, Item
+from streams.items import Item, ItemMapper
 from streams.store import Store
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, inventory, s
 from tests.streams.test_concurrent_store import _race
 
@@ -37,9 +38,9 @@ def _records(node: str) -> list[NodeRecord]:
 
 
 def _items(nodes: list[str]) -> list[Item]:
-    ingest = Ingest()
-    items = [i for node in nodes for r in _records(node) for i in ingest.items(r, "topic")]
-    return items + ingest.flush_all()
+    mapper = ItemMapper()
+    items = [i for node in nodes for r in _records(node) for i in mapper.items(r, "topic")]
+    return items + mapper.flush_all()
 
 
 def _shuffled(seed: int) -> list[list[str]]:
@@ -86,7 +87,7 @@ def test_every_read_order_makes_the_same_fleet_incident(url: str, order: str) ->
     store = _store(url)
     try:
         results = [store.process(_items(batch)) for batch in batches]
-        (fleet,) = store.fleet_incidents()
+        (fleet,) = store_reads.fleet_incidents(store)
         assert _opened(results) == [("gpu_lost", "opened")]
         assert (fleet["status"], fleet["nodes"], fleet["count"], fleet["codes"]) == ("open", MEMBERS, 5, ["Xid 79"])
         assert (fleet["first_seen"], fleet["last_seen"]) == ((T0 + s(100)).isoformat(), (T0 + s(1400)).isoformat())
@@ -103,10 +104,10 @@ def test_a_far_burst_of_its_own_opens_a_new_incident(url: str) -> None:
         store.process(_items(["a", "b", "c"]))
         far = [inventory(n, T0 - s(600)) for n in ("x", "y")]
         far += [Kmsg(n).xid(0, 79, T0 + s(3000 + i), text="GPU has fallen off the bus.") for i, n in enumerate("xy")]
-        ingest = Ingest()
-        store.process([i for r in far for i in ingest.items(r, "topic")] + ingest.flush_all())
+        mapper = ItemMapper()
+        store.process([i for r in far for i in mapper.items(r, "topic")] + mapper.flush_all())
         store.process(_items(["f"]))
-        first, second = store.fleet_incidents()
+        first, second = store_reads.fleet_incidents(store)
         assert (first["status"], first["nodes"]) == ("resolved", ["a", "b", "c"])
         assert (second["status"], second["nodes"], second["count"]) == ("open", ["f", "x", "y"], 3)
         assert second["previous_incident_id"] == first["incident_id"]
@@ -125,7 +126,7 @@ def test_two_workers_below_the_threshold_each_open_it_together(postgres_database
     try:
         one.process(_items(["a"]))
         _race(one, two, _items(["b"]), _items(["c"]), postgres_database)
-        (fleet,) = one.fleet_incidents()
+        (fleet,) = store_reads.fleet_incidents(one)
         assert (fleet["nodes"], fleet["count"]) == (["a", "b", "c"], 3), fleet
         assert fleet["first_seen"] == _at("a").isoformat() and fleet["last_seen"] == _at("c").isoformat()
     finally:

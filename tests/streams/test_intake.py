@@ -14,10 +14,13 @@ from history.tables import OutboxMessage
 from models.node_records import Evidence, encode_node_record
 from models.stream_policy import PipelinePolicy
 from models.topics import topology
-from streams.ingest import FaultItem, StateItem
+from models.dead_letter import DeadLetter
+from streams.items import FaultItem, StateItem
 from streams.intake import Intake, IntakeResult, Message, bad_field
+from streams.intake_process import IntakeProcess
+from streams.items import FaultItem, StateItem
 from streams.store import Store
-from streams.store_process import AsyncStore
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, pci, s
 
 TOPO = topology("t.", 2)
@@ -42,8 +45,8 @@ def test_a_retried_batch_is_parsed_once_and_stored_once(tmp_path: Path) -> None:
     first = it.handle(1, batch, [])
     again = it.handle(1, batch, [])  # as after a transient error: the same items, already stored
     assert first.faults == 3 and again.faults == 0 and again.duplicates == 3
-    assert len(it.store.fault_events()) == 3
-    assert it.ingest._parsers["n1"].lineno == 3  # each line went through the node's parser once
+    assert len(store_reads.fault_events(it.store)) == 3
+    assert it.mapper._parsers["n1"].lineno == 3  # each line went through the node's parser once
     it.dispose()
 
 
@@ -64,13 +67,13 @@ def test_a_batch_that_fails_is_stored_message_by_message(tmp_path: Path) -> None
     k = Kmsg("n3")
     batch = messages([k.xid(0, 13, T0 + s(i), 7, "p") for i in range(2)])
     res = it.handle(1, batch, [], per_message=True)
-    assert res.dead_letters == [] and len(it.store.fault_events()) == 2
+    assert res.dead_letters == [] and len(store_reads.fault_events(it.store)) == 2
     it.dispose()
 
 
 def test_thread_store_marks_published_rows_in_the_next_transaction(tmp_path: Path) -> None:
     async def run() -> None:
-        st = AsyncStore(f"sqlite:///{tmp_path / 'a.db'}", kinds=KINDS, process=False)
+        st = IntakeProcess(f"sqlite:///{tmp_path / 'a.db'}", kinds=KINDS, process=False)
         await st.create_schema()
         k = Kmsg("n4")
         res = await st.handle(1, messages([k.xid(0, 48, T0, 7, "p")]))
@@ -112,7 +115,7 @@ def test_the_lines_of_an_open_record_are_held_until_a_transaction_stores_it(tmp_
     flushed = it.flush_idle(0.0)
     assert flushed.faults == 1 and flushed.held == []
     assert sorted(flushed.released) == [(first[0].topic, 0, o) for o in (0, 1, 3)]
-    (notice,) = [e for e in it.store.fault_events() if e["node"] == "n5"]
+    (notice,) = [e for e in store_reads.fault_events(it.store) if e["node"] == "n5"]
     assert notice["kind"] == "gpu_fallen_off_bus" and notice["pci"] == pci(1)
     assert it.flush_idle(0.0).released == []  # released once
     it.dispose()
@@ -126,7 +129,7 @@ def test_a_revoked_partition_takes_its_open_records_along(tmp_path: Path) -> Non
     assert it.forget([(TOPO.kernel.name, 0)]) == 2  # both nodes of the partition: the open record's and n6
     flushed = it.flush_idle(0.0)
     assert flushed.faults == 0 and flushed.released == []  # nothing stored: the next reader parses it
-    assert [e["node"] for e in it.store.fault_events()] == ["n6"]
+    assert [e["node"] for e in store_reads.fault_events(it.store)] == ["n6"]
     it.dispose()
 
 
@@ -193,7 +196,7 @@ def test_a_message_whose_records_fail_together_is_stored_record_by_record(tmp_pa
     items = [i for _, its in it._prepare(batch)[0] for i in its]
     res = IntakeResult()
     assert len(it._store_each(items, res, split=True)) == 1  # one record failed, the other was stored
-    assert [e["pid"] for e in it.store.fault_events()] == [7]
+    assert [e["pid"] for e in store_reads.fault_events(it.store)] == [7]
     it.dispose()
 
 

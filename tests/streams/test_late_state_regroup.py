@@ -13,6 +13,7 @@ import pytest
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
 from streams.store import Store
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, inventory, items_of, pods, s
 
 
@@ -30,7 +31,7 @@ def store(db_url: str) -> Iterator[Store]:
 
 
 def open_by_component(store: Store) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(i["component"], i["component_id"]): i for i in store.incidents() if i["status"] == "open"}
+    return {(i["component"], i["component_id"]): i for i in store_reads.incidents(store) if i["status"] == "open"}
 
 
 def job_on_two_gpus(node: str) -> tuple[list[NodeRecord], list[NodeRecord]]:
@@ -57,10 +58,10 @@ def test_a_job_read_before_its_pods_is_one_workload_incident_as_in_the_other_ord
     assert job["category"] == "application" and job["count"] == 1 and job["gpu"] == "workload", job
     assert set(job["codes"]) == {"Xid 13", "Xid 43", "Xid 31"}
     assert job["pods"] == ["vision/resnet-train-0/trainer", "vision/resnet-train-1/trainer"]
-    merged = [i for i in store.incidents() if i["component"] == "gpu"]
+    merged = [i for i in store_reads.incidents(store) if i["component"] == "gpu"]
     assert len(merged) == 2 and {i["merged_into"] for i in merged} == {job["incident_id"]}
     assert all(i["status"] == "resolved" and "read after them" in i["reason"] for i in merged)
-    assert {e["incident_id"] for e in store.fault_events()} == {job["incident_id"]}
+    assert {e["incident_id"] for e in store_reads.fault_events(store)} == {job["incident_id"]}
     changes = sorted((o.payload["change"], o.payload["incident"]["component"]) for o in res.outgoing
                      if o.stream == "incidents")
     assert changes == [("opened", "workload"), ("resolved", "gpu"), ("resolved", "gpu")]
@@ -107,7 +108,7 @@ def test_a_hardware_incident_keeps_its_application_faults(store: Store) -> None:
     store.process(items_of([inventory("late-4", T0), pods("late-4", T0 + s(1), {0: ("ml", "train-0", "main")})]))
     (after,) = open_by_component(store).values()
     assert after["incident_id"] == before["incident_id"] and after["component"] == "gpu"
-    assert after["pods"] == ["ml/train-0/main"] and len(store.fault_events()) == 3
+    assert after["pods"] == ["ml/train-0/main"] and len(store_reads.fault_events(store)) == 3
 
 
 def test_the_sample_cluster_read_state_last_gives_the_incidents_of_state_first(tmp_path: Path) -> None:
@@ -127,7 +128,7 @@ def test_the_sample_cluster_read_state_last_gives_the_incidents_of_state_first(t
         for i in range(0, len(order), 200):
             st.process(items_of(order[i:i + 200]))
         seen.append(sorted((i["node"], i["component"], i["component_id"], i["category"], i["count"], i["pods"])
-                           for i in st.incidents() if i["status"] == "open"))
+                           for i in store_reads.incidents(st) if i["status"] == "open"))
         st.dispose()
     assert seen[0] == seen[1], seen
     assert ("gpu-node-01", "workload", "team-vision/resnet-train/trainer") in [i[:3] for i in seen[1]]

@@ -17,6 +17,7 @@ from models.node_records import DeviceAssignment, EccCounts, GpuInfo, GpuProcess
 from models.stream_policy import PipelinePolicy
 from streams.node_history import compact, history_cache
 from streams.store import Store
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, inventory, items_of, pods, processes, s
 
 NODE = "n1"
@@ -120,7 +121,7 @@ def test_the_cache_is_bounded_in_bytes_and_a_history_past_it_is_read_again(store
     assert 0 < len(store.caches.histories) <= 3
     assert nodes[0] not in store.caches.histories  # the least recently used went first
     store.process(items_of([Kmsg(nodes[0], seq=3000).xid(1, 31, T0 + s(40), 4242, "python3")]))
-    pods_of = {(e["node"], e["xid"]): e["pod"] for e in store.fault_events()}
+    pods_of = {(e["node"], e["xid"]): e["pod"] for e in store_reads.fault_events(store)}
     assert all(pods_of[(n, 13)] == f"job-{n}" for n in nodes)
     assert pods_of[(nodes[0], 31)] == f"job-{nodes[0]}"  # read from node_states again
     assert nodes[0] in store.caches.histories

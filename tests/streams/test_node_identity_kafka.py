@@ -35,6 +35,7 @@ from streams.store import Store
 from streams.worker import prepare
 from tests.kube import agent_pod_token, kubeconfig_for, stream_token
 from tests.polling import poll_async
+from tests import store_reads
 from tests.services import SecuredKafka
 from tests.streams.records import Kmsg
 
@@ -94,7 +95,7 @@ def test_a_record_for_another_node_never_becomes_an_incident(
 
     store = Store(postgres_database, settings.policy, settings.cluster)
     try:
-        incidents = store.incidents()
+        incidents = store_reads.incidents(store)
     finally:
         store.dispose()
     assert {i["node"] for i in incidents} == {honest}, incidents

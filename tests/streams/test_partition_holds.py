@@ -1,5 +1,5 @@
 """The committed offset of a partition never stands inside a record, so its next reader parses every
-record whole (`streams.ingest._PartitionHolds`).
+record whole (`streams.items._PartitionHolds`).
 
 Nodes share a partition, so their multi-line records interleave: one node's SXid group or AER report
 can be stored whole while another node's record, opened between its lines, is still open. A worker
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from models.node_records import NodeRecord
-from streams.ingest import FaultItem, Ingest, Item
+from streams.items import FaultItem, Item, ItemMapper
 from tests.streams.records import T0, Kmsg
 from tests.streams.scaleout_workload import NODES, _gpu_lost, _node_lines, _sxid
 
@@ -42,24 +42,24 @@ def _key(item: Item) -> Any:
     return getattr(item, "record_id", None)
 
 
-def _read(lines: list[NodeRecord], start: int, stop: int, batch: int) -> tuple[Ingest, set[Any], int]:
+def _read(lines: list[NodeRecord], start: int, stop: int, batch: int) -> tuple[ItemMapper, set[Any], int]:
     """A reader of offsets [start, stop) in batches: what it stored, and its committed offset (the
     first line it still holds, as `streams.committer.Acks` acknowledges)."""
-    ingest = Ingest()
+    mapper = ItemMapper()
     stored: set[Any] = set()
     held: set[int] = set()
     for first in range(start, stop, batch):
         for offset in range(first, min(first + batch, stop)):
-            stored.update(_key(i) for i in ingest.items(lines[offset], TOPIC, (TOPIC, 0, offset)))
-        now_held, released = ingest.holds()
+            stored.update(_key(i) for i in mapper.items(lines[offset], TOPIC, (TOPIC, 0, offset)))
+        now_held, released = mapper.holds()
         held |= {r[2] for r in now_held}
         held -= {r[2] for r in released}
-    return ingest, stored, min(held, default=stop)
+    return mapper, stored, min(held, default=stop)
 
 
 def _whole(lines: list[NodeRecord]) -> set[Any]:
-    ingest, stored, _ = _read(lines, 0, len(lines), 1)
-    return stored | {_key(i) for i in ingest.flush_all()}
+    mapper, stored, _ = _read(lines, 0, len(lines), 1)
+    return stored | {_key(i) for i in mapper.flush_all()}
 
 
 @pytest.mark.parametrize("batch", [1, 4, 17])
@@ -83,18 +83,18 @@ def test_a_stored_record_around_an_open_one_is_held_until_the_open_one_is_stored
     group = list(_sxid(sxid, T0, 32))
     report = list(_gpu_lost(aer, T0))
     lines = [group[0], report[0], group[1], group[2], sxid.line("xfs remounted", T0, fault=False)]
-    ingest = Ingest()
+    mapper = ItemMapper()
     for offset, line in enumerate(lines):
-        ingest.items(line, TOPIC, (TOPIC, 0, offset))
-    held, released = ingest.holds()
+        mapper.items(line, TOPIC, (TOPIC, 0, offset))
+    held, released = mapper.holds()
     # The SXid group is stored, but the AER report opened inside it: the group's lines stay held, so the
     # committed offset stops at the group's first line, not at the report's inside the group.
     assert sorted(r[2] for r in held) == [0, 1, 2, 3, 4] and released == []
     for offset, line in enumerate(report[1:], start=len(lines)):
-        ingest.items(line, TOPIC, (TOPIC, 0, offset))
-    ingest.items(aer.line("xfs remounted", T0, fault=False), TOPIC, (TOPIC, 0, 99))
-    ingest.flush_all()
-    held, released = ingest.holds()
+        mapper.items(line, TOPIC, (TOPIC, 0, offset))
+    mapper.items(aer.line("xfs remounted", T0, fault=False), TOPIC, (TOPIC, 0, 99))
+    mapper.flush_all()
+    held, released = mapper.holds()
     assert held == [] and {0, 1, 2, 3, 4} <= {r[2] for r in released}
 
 
@@ -109,12 +109,12 @@ def test_a_record_ends_on_its_last_line_not_on_the_line_that_closed_it() -> None
 
 def test_a_revoked_partition_leaves_no_parser_and_no_hold_behind() -> None:
     lines = _partition_lines(range(0, 12))
-    ingest = Ingest()
+    mapper = ItemMapper()
     for offset, line in enumerate(lines[:40]):
-        ingest.items(line, TOPIC, (TOPIC, 0, offset))
-    ingest.items(Kmsg("elsewhere").line("xfs remounted", T0, fault=False), TOPIC, (TOPIC, 1, 0))
-    held, _ = ingest.holds()
+        mapper.items(line, TOPIC, (TOPIC, 0, offset))
+    mapper.items(Kmsg("elsewhere").line("xfs remounted", T0, fault=False), TOPIC, (TOPIC, 1, 0))
+    held, _ = mapper.holds()
     assert held
-    assert ingest.forget([(TOPIC, 0)]) == 12  # every node of the partition, open record or not
-    assert ingest.nodes == 1 and ingest.holds() == ([], [])
-    assert ingest.flush_all() == []  # nothing of the partition is stored after the revocation
+    assert mapper.forget([(TOPIC, 0)]) == 12  # every node of the partition, open record or not
+    assert mapper.nodes == 1 and mapper.holds() == ([], [])
+    assert mapper.flush_all() == []  # nothing of the partition is stored after the revocation

@@ -23,6 +23,7 @@ from streams.runner import WorkerProcess, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
 from tests.polling import poll
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, inventory, nvml_xid, pods, processes, s, serial, uuid
 from tests.streams.workers import worker_settings, worker_starter
 
@@ -96,9 +97,9 @@ def test_end_to_end_with_a_poison_message(settings: WorkerSettings, workers: Cal
     wait_caught_up(settings, 90, worker)
     store = Store(settings.database_url)
     try:
-        poll("four incidents", lambda: len(store.incidents()) == 4, 30, worker)
-        incidents = {(i["node"], i["gpu_uuid"], i["family"]): i for i in store.incidents()}
-        events = store.fault_events()
+        poll("four incidents", lambda: len(store_reads.incidents(store)) == 4, 30, worker)
+        incidents = {(i["node"], i["gpu_uuid"], i["family"]): i for i in store_reads.incidents(store)}
+        events = store_reads.fault_events(store)
         unsent = poll("outbox drained", lambda: not store.unsent(older_than_s=-1) or None, 30, worker)
         assert unsent
     finally:
@@ -189,7 +190,7 @@ def _one_process(records: list[NodeRecord], settings: WorkerSettings,
     try:
         store.create_schema()
         feed(store, items_of(records))
-        return {(i["node"], i["gpu_uuid"], i["family"]): i["count"] for i in store.incidents()
+        return {(i["node"], i["gpu_uuid"], i["family"]): i["count"] for i in store_reads.incidents(store)
                 if i["component"] != "fleet"}
     finally:
         store.dispose()
@@ -218,15 +219,15 @@ def test_sigterm_and_sigkill_mid_stream_lose_and_duplicate_nothing(
     store = Store(settings.database_url)
     try:
         first = workers()
-        poll("first events", lambda: store.counts()["fault_events"] > 200, 60, first)
+        poll("first events", lambda: store_reads.counts(store)["fault_events"] > 200, 60, first)
         assert first.terminate(30) == 0  # SIGTERM: clean stop mid-stream
         assert producer.is_alive()
 
         second = workers()
-        seen = store.counts()["fault_events"]
-        poll("more events", lambda: store.counts()["fault_events"] > seen + 200, 60, second)
+        seen = store_reads.counts(store)["fault_events"]
+        poll("more events", lambda: store_reads.counts(store)["fault_events"] > seen + 200, 60, second)
         second.kill()  # SIGKILL mid-stream: no commit, no goodbye
-        assert producer.is_alive() and store.counts()["fault_events"] < len(faults)
+        assert producer.is_alive() and store_reads.counts(store)["fault_events"] < len(faults)
 
         third = workers()
         producer.join(120)
@@ -234,8 +235,8 @@ def test_sigterm_and_sigkill_mid_stream_lose_and_duplicate_nothing(
         wait_caught_up(settings, 120, third)
         poll("outbox drained", lambda: not store.unsent(older_than_s=-1) or None, 30, third)
 
-        events = store.fault_events()
-        incidents = store.incidents()
+        events = store_reads.fault_events(store)
+        incidents = store_reads.incidents(store)
         assert third.terminate(30) == 0
     finally:
         producer.join(5)
@@ -263,9 +264,10 @@ def test_quiet_incident_is_resolved_and_a_recurrence_reopens_it(
     store = Store(st.database_url)
     try:
         first = poll("the incident resolved by the sweep",
-                     lambda: [i for i in store.incidents() if i["status"] == "resolved"], 60, worker)[0]
+                     lambda: [i for i in store_reads.incidents(store) if i["status"] == "resolved"], 60, worker)[0]
         produce(st.bootstrap_servers, topo, [k.xid(0, 94, T0 + s(600), text="Contained")])
-        incidents = poll("the recurrence", lambda: len(store.incidents()) == 2 and store.incidents(), 30, worker)
+        incidents = poll("the recurrence",
+                         lambda: len(store_reads.incidents(store)) == 2 and store_reads.incidents(store), 30, worker)
         assert worker.terminate(30) == 0
     finally:
         worker.kill()

@@ -32,6 +32,7 @@ from streams.runner import WorkerProcess, consumer_lag, produce
 from streams.settings import WorkerSettings
 from streams.store import Store
 from tests.polling import poll
+from tests import store_reads
 from tests.services import fresh_postgres_database
 from tests.streams.scaleout_workload import NODES, canonical, workload
 from tests.streams.workers import worker_settings
@@ -152,7 +153,7 @@ def _state_stored(settings: WorkerSettings, state: list[NodeRecord], workers: Wo
     try:
         def stored() -> bool:
             workers.check()
-            return store.counts()["node_state"] >= len(state)
+            return store_reads.counts(store)["node_state"] >= len(state)
 
         poll("node state stored", stored, WAIT_S)
     finally:
@@ -187,7 +188,7 @@ def _run_scaled(settings: WorkerSettings, state: list[NodeRecord], first: list[N
         # kmsg line waits for its continuation, an AER report or SXid group for its next lines): its
         # lines, and the later messages of their partitions, stay uncommitted.
         want = {n for i, n in enumerate(NODES) if i % 6 in (1, 3)}  # the nodes with a complete fault in it
-        poll("phase one stored", lambda: {e["node"] for e in store.fault_events()} >= want, WAIT_S)
+        poll("phase one stored", lambda: {e["node"] for e in store_reads.fault_events(store)} >= want, WAIT_S)
         assert consumer_lag(settings.bootstrap_servers, settings) > 0, "the open records' lines are committed"
         three[0].kill()  # SIGKILL mid-stream: it holds open records of its partitions
 

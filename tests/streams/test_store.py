@@ -11,8 +11,9 @@ import pytest
 
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Item
+from streams.items import Item
 from streams.store import BatchResult, Store
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, inventory, items_of, nvml_xid, pods, processes, s, serial, uuid
 
 
@@ -83,14 +84,14 @@ def test_attribution_merge_and_redelivery(store: Store) -> None:
     items = items_of(records)
     (first,) = feed(store, items)
     assert (first.faults, first.merged, first.states) == (2, 1, 3)
-    events = store.fault_events()
+    events = store_reads.fault_events(store)
     assert len(events) == 2
     e = events[0]
     assert e["sources"] == "kernel+nvml" and e["raw"].startswith("NVRM: Xid")
     assert (e["gpu_uuid"], e["serial"], e["pci"]) == (uuid("n1", 0), serial("n1", 0), "0000:18:00.0")
     assert (e["namespace"], e["pod"], e["container"], e["pid"]) == ("ml", "train-7d9f8c6b5-abcde", "main", 4242)
     assert e["attribution"]["process"]["container_id"] == "cri-4242"
-    (inc,) = store.incidents()
+    (inc,) = store_reads.incidents(store)
     # An application fault of a known pod is its workload's: two faults (the NVML twin counted once).
     assert inc["component"] == "workload" and inc["component_id"] == "ml/train/main"
     assert inc["count"] == 2 and inc["family"] == "application" and inc["category"] == "application"
@@ -104,7 +105,7 @@ def test_attribution_merge_and_redelivery(store: Store) -> None:
     assert again.duplicates == len(items)
     twin = items_of([nvml_xid("n1", 0, 13, T0 + s(10.3), 1)])
     assert store.process(twin).duplicates == 1
-    assert len(store.fault_events()) == 2 and store.incidents()[0]["count"] == 2
+    assert len(store_reads.fault_events(store)) == 2 and store_reads.incidents(store)[0]["count"] == 2
 
 
 def test_storm_is_one_incident_and_identity_lines_name_the_gpu(store: Store) -> None:
@@ -114,7 +115,7 @@ def test_storm_is_one_incident_and_identity_lines_name_the_gpu(store: Store) -> 
                 for i in range(3000)]
     results = feed(store, items_of(records))
     assert sum(r.faults for r in results) == 3000
-    (inc,) = store.incidents()
+    (inc,) = store_reads.incidents(store)
     assert inc["count"] == 3000 and inc["status"] == "open" and inc["family"] == "memory"
     assert (inc["gpu_uuid"], inc["serial"]) == (uuid("n2", 1), serial("n2", 1))
     assert (inc["component"], inc["component_id"]) == ("gpu", uuid("n2", 1))
@@ -143,16 +144,16 @@ def test_gpu_that_fails_different_workloads_is_suspected_hardware(store: Store) 
     results = feed(store, items_of(records), batch=3)
     # Each crash first joins its job's incident; the third makes the pattern: the faults stay with the
     # GPU, whose incident takes them, and the jobs' incidents are resolved as merged into it.
-    (inc,) = [i for i in store.incidents() if i["status"] == "open"]
+    (inc,) = [i for i in store_reads.incidents(store) if i["status"] == "open"]
     assert (inc["component"], inc["node"], inc["gpu_uuid"]) == ("gpu", "n3", uuid("n3", 0))
     assert inc["category"] == "suspected_hardware", inc["reason"]
     assert "3 different workloads" in inc["reason"] and "ran clean on other GPUs" in inc["reason"]
     assert inc["rule"] == "application:stays-with-gpu" and inc["count"] == 3
     assert inc["workloads"] == ["ml/a/w", "ml/b/w", "ml/c/w"]
-    merged = [i for i in store.incidents() if i["status"] == "resolved"]
+    merged = [i for i in store_reads.incidents(store) if i["status"] == "resolved"]
     assert {i["component"] for i in merged} == {"workload"} and len(merged) >= 2
     assert {i["merged_into"] for i in merged} == {inc["incident_id"]}
-    assert {e["incident_id"] for e in store.fault_events()} == {inc["incident_id"]}
+    assert {e["incident_id"] for e in store_reads.fault_events(store)} == {inc["incident_id"]}
     kinds = {(o.payload.get("kind"), o.payload.get("operation")) for r in results for o in r.outgoing}
     assert ("cordon_candidate", "cordon") in kinds and ("notification", "opened") in kinds
 
@@ -168,7 +169,7 @@ def test_workload_that_follows_across_gpus_is_application(store: Store) -> None:
         records.append(_app_fault(k, g, t + 5, 2000 + g))
         records.append(_app_fault(k, g, t + 6, 2000 + g))
     results = feed(store, items_of(records), batch=2)
-    (inc,) = store.incidents()
+    (inc,) = store_reads.incidents(store)
     assert (inc["component"], inc["component_id"], inc["category"]) == ("workload", "ml/bad/w", "application")
     assert inc["count"] == 6 and "follows the workload" in inc["reason"] and "3 GPUs" in inc["reason"]
     assert not any(o.payload.get("kind") == "cordon_candidate" for r in results for o in r.outgoing)
@@ -178,7 +179,7 @@ def test_quiet_then_recurrence_reopens_with_a_link_and_sweep_resolves(store: Sto
     k = Kmsg("n5")
     feed(store, items_of([inventory("n5", T0), k.xid(2, 79, T0 + s(1))]))
     feed(store, items_of([k.xid(2, 79, T0 + s(2000))]))  # after the 600 s quiet period
-    old, new = store.incidents()
+    old, new = store_reads.incidents(store)
     assert old["status"] == "resolved" and new["status"] == "open"
     assert new["previous_incident_id"] == old["incident_id"] and old["fingerprint"] == new["fingerprint"]
 
@@ -187,7 +188,7 @@ def test_quiet_then_recurrence_reopens_with_a_link_and_sweep_resolves(store: Sto
     assert store.sweep(datetime.now(UTC)) == []  # arrival time is now: not quiet yet
     out = store.sweep(datetime.now(UTC) + timedelta(seconds=601))
     assert {o.payload.get("change") or o.payload.get("operation") for o in out} == {"resolved"}
-    assert [i["status"] for i in store.incidents()] == ["resolved", "resolved"]
+    assert [i["status"] for i in store_reads.incidents(store)] == ["resolved", "resolved"]
     assert store.sweep(datetime.now(UTC) + timedelta(seconds=700)) == []
 
 
@@ -196,7 +197,7 @@ def test_fleet_burst_is_one_fleet_incident(store: Store) -> None:
     for n in range(4):
         node = f"rack-{n}"
         results += feed(store, items_of([inventory(node, T0), Kmsg(node).xid(0, 79, T0 + s(10 + n))]))
-    (fleet,) = store.fleet_incidents()
+    (fleet,) = store_reads.fleet_incidents(store)
     assert fleet["family"] == "gpu_lost" and fleet["node"] == "c1" and fleet["status"] == "open"
     assert fleet["component"] == "fleet" and fleet["nodes"] == ["rack-0", "rack-1", "rack-2", "rack-3"]
     ours = [o for r in results for o in r.outgoing if o.stream == "incidents" and o.key == "c1"]
@@ -225,7 +226,7 @@ def test_evidence_links_to_its_fault(store: Store) -> None:
     assert [(o["kind"], o["operation"], o["node"]) for o in offers] == [("ticket", "evidence", "n7")]
     again = store.process(items_of([ev]))
     assert again.duplicates == 1 and not [o for o in again.outgoing if o.stream == "actions"]
-    counts = store.counts()
+    counts = store_reads.counts(store)
     assert counts["evidence"] == 1
     from sqlalchemy import select
     from sqlalchemy.orm import Session
@@ -242,18 +243,18 @@ def test_evidence_links_to_its_fault(store: Store) -> None:
 def test_state_read_after_the_fault_still_attributes_it(store: Store) -> None:
     k = Kmsg("n8")
     feed(store, items_of([k.xid(1, 79, T0 + s(10))]))  # the kernel topic was read first
-    (before,) = store.incidents()
+    (before,) = store_reads.incidents(store)
     assert before["gpu_uuid"] is None and before["gpu"] == "0000:38:00.0"
     (res,) = feed(store, items_of([inventory("n8", T0), pods("n8", T0 + s(5), {1: ("ml", "infer-0", "srv")})]))
     assert [o.payload["change"] for o in res.outgoing] == ["attributed"]
-    (after,) = store.incidents()
+    (after,) = store_reads.incidents(store)
     assert (after["gpu_uuid"], after["serial"], after["pods"]) == (uuid("n8", 1), serial("n8", 1), ["ml/infer-0/srv"])
-    (event,) = store.fault_events()
+    (event,) = store_reads.fault_events(store)
     assert (event["gpu_uuid"], event["pod"]) == (uuid("n8", 1), "infer-0")
     # Later faults of the same GPU join the incident opened under its PCI address (the GPU is now known
     # by its UUID); a report of the same bus loss would not count again, a later loss does.
     feed(store, items_of([k.xid(1, 79, T0 + s(5 * 60))]))
-    (same,) = store.incidents()
+    (same,) = store_reads.incidents(store)
     assert same["incident_id"] == after["incident_id"] and same["count"] == 2
 
 
@@ -261,10 +262,10 @@ def test_nvml_report_first_then_kernel_line_is_one_event_with_the_kernel_details
     k = Kmsg("n9")
     feed(store, items_of([inventory("n9", T0), processes("n9", T0, {77: 2}), nvml_xid("n9", 2, 13, T0 + s(5), 1)]))
     feed(store, items_of([k.xid(2, 13, T0 + s(5.5), 77, "trainer")]))
-    (event,) = store.fault_events()
+    (event,) = store_reads.fault_events(store)
     assert event["sources"] == "kernel+nvml" and event["raw"].startswith("NVRM: Xid")
     assert (event["pid"], event["process"], event["nvml_record_id"]) == (77, "trainer", "nvml:n9:1")
-    (inc,) = store.incidents()
+    (inc,) = store_reads.incidents(store)
     assert inc["count"] == 1 and inc["processes"] == ["trainer[77]"]
 
 

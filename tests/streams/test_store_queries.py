@@ -1,5 +1,5 @@
 """A batch's reads of the incidents do not grow with its faults: the incidents its reports can join
-are read together (`ComponentResolver.prefetch`), not one query per report."""
+are read together (`RowLookup.prefetch`), not one query per report."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import sqlalchemy as sa
 
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Item
+from streams.items import Item
 from streams.store import Store
+from tests import store_reads
 from tests.streams.records import T0, Kmsg, inventory, items_of, pods, processes, s
 
 GPUS = 4
@@ -70,11 +71,11 @@ def test_the_incidents_a_batch_joins_are_read_together(store: Store, nodes: int)
     kmsg: dict[str, Kmsg] = {}
     store.process(items_of(state(names)))
     opening = incident_reads(store, items_of(faults(kmsg, names, 10)))
-    incidents = store.incidents()
+    incidents = store_reads.incidents(store)
     assert len(incidents) == nodes * (GPUS + 1)  # per GPU its own, per node its job's (a workload)
     joining = incident_reads(store, items_of(faults(kmsg, names, 400)))  # the same components again: they join
-    assert len(store.incidents()) == len(incidents)
-    counts = sorted(i["count"] for i in store.incidents())
+    assert len(store_reads.incidents(store)) == len(incidents)
+    counts = sorted(i["count"] for i in store_reads.incidents(store))
     assert counts == [2] * nodes * GPUS + [2 * GPUS] * nodes
     # Reads per transaction that do not depend on how many nodes and GPUs the batch spans.
     assert opening <= 12 and joining <= 12, (opening, joining)
@@ -88,5 +89,5 @@ def test_late_state_of_several_nodes_attributes_only_the_faults_it_is_valid_for(
         inventory("lb", T0 + s(60)), pods("lb", T0 + s(65), {1: ("ml", "infer-1", "srv")}),  # after lb's
     ]))
     assert [(o.payload["change"], o.payload["incident"]["node"]) for o in res.outgoing] == [("attributed", "la")]
-    pods_of = {e["node"]: e["pod"] for e in store.fault_events()}
+    pods_of = {e["node"]: e["pod"] for e in store_reads.fault_events(store)}
     assert pods_of == {"la": "infer-0", "lb": None}

@@ -13,7 +13,7 @@ from history.ledger_store import apply_inventory, rebuild_ledger
 from history.tables import Incident
 from models.ledger import GpuSighting
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Ingest
+from streams.items import ItemMapper
 from streams.store import Store
 from tests.streams.records import T0, Kmsg, inventory, pci, pods, s, serial, uuid
 
@@ -49,8 +49,8 @@ def seed(url: str) -> Seeded:
         b.xid(1, 48, DAY0 + timedelta(days=1, hours=2), text="An uncorrectable double bit error"),
         c.xid(0, 79, DAY0 + timedelta(days=2)),
     ]
-    ingest = Ingest()
-    items = [it for r in records for it in ingest.items(r, "topic")] + ingest.flush_all()
+    mapper = ItemMapper()
+    items = [it for r in records for it in mapper.items(r, "topic")] + mapper.flush_all()
     store.process(items, now=DAY0 + timedelta(days=2, hours=1))
     with Session(store.engine) as session, session.begin():
         rebuild_ledger(session)

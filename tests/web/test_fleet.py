@@ -13,8 +13,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from models.stream_policy import PipelinePolicy
-from streams.ingest import Ingest
+from streams.items import ItemMapper
 from streams.store import Store
+from tests import store_reads
 from tests.streams.records import Kmsg, inventory, s
 from tests.web.conftest import READ, READ_TOKEN
 from tests.web.seed import DAY0, Seeded
@@ -37,11 +38,11 @@ class WithFleet:
 def history(seeded: Seeded) -> WithFleet:
     """The seeded history, and Xid 79 on three more nodes within a minute: a fleet incident."""
     store = Store(seeded.url, PipelinePolicy(fleet_min_nodes=3), cluster="prod-east")
-    ingest = Ingest()
+    mapper = ItemMapper()
     records = [r for n, node in enumerate(RACK)
                for r in (inventory(node, DAY0), Kmsg(node).xid(0, 79, BURST_AT + s(n)))]
-    store.process([it for r in records for it in ingest.items(r, "topic")] + ingest.flush_all())
-    (fleet,) = store.fleet_incidents()
+    store.process([it for r in records for it in mapper.items(r, "topic")] + mapper.flush_all())
+    (fleet,) = store_reads.fleet_incidents(store)
     store.dispose()
     return WithFleet(seeded.url, fleet["incident_id"])
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
+from models.node_records import NodeRecord
 from models.scan import scan
 from models.vocabulary import ComponentKind
 from xidpipe.commands.exits import EXIT_OK, Unavailable
 from xidpipe.commands.scan import collect, print_table
+from xidpipe.replay.layout import STATE_FILE, read_state
 
 SAMPLE_YEAR = 2026
 
@@ -25,7 +28,7 @@ def register(sub: Any) -> None:
         "Re-creates var/xidpipe.db and var/outbox.",
     )
     p.add_argument("--scan-only", action="store_true",
-                   help="only run `xidpipe scan` over the sample logs (no Kafka, no worker)")
+                   help="only run `xidpipe scan` over the sample logs and their recorded state (no Kafka, no worker)")
     p.add_argument("--timeout", type=float, default=110.0, help="give up after this many seconds (default 110)")
     p.set_defaults(func=run)
 
@@ -35,9 +38,13 @@ def sample_files() -> list[str]:
     return sorted(str(p) for p in root.iterdir() if p.name.endswith(".log"))
 
 
+def sample_state() -> list[NodeRecord]:
+    return read_state(Path(str(resources.files("xidpipe").joinpath("samples", "cluster", STATE_FILE))))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.scan_only:
-        incidents = scan(collect(sample_files(), None, SAMPLE_YEAR))
+        incidents = scan(collect(sample_files(), None, SAMPLE_YEAR), state=sample_state())
         print_table(incidents)
         return EXIT_OK
     from xidpipe.demo import DB, OUTBOX, run_demo

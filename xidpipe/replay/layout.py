@@ -159,18 +159,24 @@ def record_time(rec: NodeRecord) -> datetime:
 
 def state_records(cluster: ClusterDir) -> list[NodeRecord]:
     """The state file's records in time order (read whole: snapshots are written only on change)."""
-    if cluster.state is None:
-        return []
+    return read_state(cluster.state) if cluster.state is not None else []
+
+
+def read_state(path: Path) -> list[NodeRecord]:
+    """A state file's node records (one JSON object a line) in time order; ReplayInputError names
+    the line that is not a node record."""
     out: list[tuple[datetime, int, NodeRecord]] = []
     try:
-        with open(cluster.state, encoding="utf-8", errors="replace") as fh:
+        with open(path, encoding="utf-8", errors="replace") as fh:
             for n, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
-                rec = _state_record(cluster.state, n, line)
+                rec = _state_record(path, n, line)
                 out.append((record_time(rec), n, rec))
+    except IsADirectoryError:
+        raise ReplayInputError(f"cannot read {path}: it is a directory") from None
     except OSError as exc:
-        raise ReplayInputError(f"cannot read {cluster.state}: {exc.strerror or exc}") from None
+        raise ReplayInputError(f"cannot read {path}: {exc.strerror or exc}") from None
     out.sort(key=lambda t: (t[0], t[1]))
     return [rec for _, _, rec in out]
 

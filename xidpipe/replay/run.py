@@ -1,7 +1,7 @@
 """Run a recorded cluster through the stream worker's engine in one process, without Kafka.
 
 The records (`xidpipe.replay.records`) go through what the worker's intake runs for each message
-(`streams.ingest.Ingest`: one kernel-log parser per node) and into `streams.store.Store` in batches,
+(`streams.items.ItemMapper`: one kernel-log parser per node) and into `streams.store.Store` in batches,
 one transaction each, on a database of the replay's own. The action requests the store writes to
 its outbox are what a responder would receive: each cordon candidate is decided at once
 (`xidpipe.replay.cordons`), and the ticket and chat requests are decided at the end, on the
@@ -22,13 +22,14 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.cordon_inputs import cordon_request
+from history.incident_rows import all_incidents
 from history.tables import Incident
 from models.cordon_policy import CordonPolicy
 from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
 from models.wire import topic_for
 from respond.sinks.settings import SinkSettings
-from streams.ingest import Ingest, Item
+from streams.items import Item, ItemMapper
 from streams.outbox import Outgoing
 from streams.store import Store
 from xidpipe.replay.cordons import DryRunCluster
@@ -105,7 +106,7 @@ class _Feeder:
         self.store = store
         self.cluster = cluster
         self.batch_items = batch_items
-        self.ingest = Ingest()
+        self.mapper = ItemMapper()
         self.pending: list[Item] = []
         self.requests = _Requests()
         self.stats = ReplayStats()
@@ -113,7 +114,7 @@ class _Feeder:
     def add(self, rec: NodeRecord) -> None:
         self.stats.records += 1
         try:
-            items = self.ingest.items(rec, topic_for(rec))
+            items = self.mapper.items(rec, topic_for(rec))
         except Exception:  # as the worker's intake: keep going, say which record
             log.exception("record %s of %s could not be mapped", rec.record_id, rec.node)
             self.stats.unmapped += 1
@@ -123,7 +124,7 @@ class _Feeder:
             self.flush()
 
     def finish(self) -> None:
-        self.pending.extend(self.ingest.flush_all())
+        self.pending.extend(self.mapper.flush_all())
         self.flush()
 
     def flush(self) -> None:
@@ -183,7 +184,7 @@ def run_replay(
             for rec in records:
                 feeder.add(rec)
             feeder.finish()
-            incidents = [incident_view(r) for r in store.incidents() if not r.get("merged_into")]
+            incidents = [incident_view(r) for r in all_incidents(store.engine) if not r.get("merged_into")]
             outcomes = sink_outcomes(store.engine, feeder.requests.tickets, feeder.requests.messages,
                                      sinks or SinkSettings(), cluster_name)
         finally:

@@ -1,9 +1,12 @@
-"""The fault handling of one transaction: attribution, merging, grouping, classification, fleet view.
+"""The grouping engine (`models.grouping`) run on one transaction's incident rows.
 
 Faults are attributed with the node state valid at their time (`models.correlate`), kernel and
-NVML reports of one fault are merged (`streams.pairing`), incidents are grouped and classified
-(`models.incidents`, `streams.classification`), fleet bursts are counted (`streams.fleet`), and
-the messages to publish are collected for the outbox of the same transaction.
+NVML reports of one fault are merged (`streams.pairing`), the incident rows the reports can change
+are locked and read (`streams.incident_lookup`), and each report is grouped by the engine and its
+decision written to the rows; at the end application faults that stay with their GPU move to its
+incident (`streams.regroup`), incidents are classified with what SQL says of their workloads
+(`streams.classify_inputs`), fleet bursts are counted (`streams.fleet`), and the messages to
+publish are collected for the outbox of the same transaction (`models.actions`, `models.repeats`).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
@@ -20,35 +23,33 @@ from sqlalchemy.orm import Session
 from history.incident_index import IncidentIndex
 from history.incident_rows import add_listed, incident_state, lock_open
 from history.tables import FaultEvent, Incident, OutboxMessage
+from models.actions import action_requests
 from models.correlate import Attribution, correlate
 from models.fleet import fleet_fingerprint
-from models.identity import Component, component_of, signal
-from models.incidents import (
-    ActionRequest,
-    FaultObservation,
-    IncidentChange,
-    IncidentState,
-    actions_for,
-    apply_fault,
+from models.grouping import (
+    AppContext,
+    Grouper,
+    Report,
+    gpus_keeping_faults,
+    in_grouping_order,
+    incident_verdict,
+    report_of,
+    window_start,
 )
+from models.identity import Component
+from models.incidents import FaultObservation, IncidentChange, IncidentState
 from models.pci import normalize_pci
+from models.repeats import publish_change
 from models.stream_policy import PipelinePolicy
 from models.vocabulary import ComponentKind
-from streams.classification import (
-    AppContext,
-    application_contexts,
-    driver_versions,
-    gpu_contexts,
-    verdict,
-    workload_spreads,
-)
-from streams.components import ComponentResolver
+from streams.classify_inputs import application_contexts, driver_versions, gpu_contexts, workload_spreads
 from streams.fault_rows import EventDraft, FaultEventWriter, event_draft
 from streams.fleet import FleetBursts
+from streams.incident_lookup import RowLookup
 from streams.node_history import HistoryCache, NodeHistories, history_cache
 from streams.outbox import action_message, incident_message, insert_outbox
 from streams.pairing import merge, other_source, partner_candidates
-from streams.regroup import gpus_keeping_faults, move_to_gpu, move_to_workload, window_start
+from streams.regroup import move_to_gpu, move_to_workload
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,8 @@ class _Touched:
     observations: list[FaultObservation] = field(default_factory=list)
 
 
-class BatchTransaction:
-    """The fault handling of one transaction, on the session `s`; `now` is the batch's arrival time."""
+class IncidentGrouping:
+    """The grouping engine on one transaction's incident rows (session `s`); `now` is the batch's arrival time."""
 
     def __init__(self, s: Session, policy: PipelinePolicy, cluster: str, caches: StoreCaches, now: datetime) -> None:
         self.s = s
@@ -98,8 +99,10 @@ class BatchTransaction:
         # Per incident grouped in this batch: its state after the faults so far, written to the row once
         # (`_write_back`) instead of after every fault.
         self.states: dict[str, IncidentState] = {}
-        self.components = ComponentResolver(s, self.incidents, self.states, policy.occurrence_window_s)
+        self.lookup = RowLookup(s, self.incidents, self.states)
+        self.grouper = Grouper(self.lookup, policy)
         self.app_gpus: dict[tuple[str, str], datetime] = {}  # GPUs with workload faults: their latest fault
+        self.update_interval = timedelta(seconds=policy.update_interval_s)
 
     def faults(self, faults: list[FaultObservation]) -> None:
         if not faults:
@@ -107,23 +110,21 @@ class BatchTransaction:
         by_node: dict[str, list[FaultObservation]] = defaultdict(list)
         for f in faults:
             by_node[f.node].append(f)
-        attributed: list[tuple[FaultObservation, Attribution]] = []
+        attributed: list[tuple[Report, FaultObservation, Attribution]] = []
         self.histories.load_tops(set(by_node))
         for node, node_faults in by_node.items():
             history = self.histories.since(node, min(o.occurred_at for o in node_faults))
             skew = self.p.clock_skew_s
             for o in node_faults:
-                attributed.append((o, correlate(history, o.occurred_at, pci=o.pci, gpu_uuid=o.gpu_uuid,
-                                                gpu_instance_id=o.gpu_instance_id, pid=o.pid, process=o.process,
-                                                skew_s=skew)))
+                attr = correlate(history, o.occurred_at, pci=o.pci, gpu_uuid=o.gpu_uuid,
+                                 gpu_instance_id=o.gpu_instance_id, pid=o.pid, process=o.process, skew_s=skew)
+                attributed.append((report_of(o, attr), o, attr))
         self._lock(attributed)
         window_s = self.p.duplicate_window_s
-        partners = partner_candidates(self.s, attributed, window_s)
-        self.components.prefetch(attributed)
-        # Reports that name a GPU first: a node-level report of the same fault then finds its incident.
-        attributed.sort(key=lambda oa: oa[1].gpu.uuid is None and oa[1].gpu.pci is None and oa[0].pci is None)
+        partners = partner_candidates(self.s, [(o, a) for _, o, a in attributed], window_s)
+        self.lookup.prefetch(r for r, _, _ in attributed)
         drafts: list[EventDraft] = []
-        for obs, attr in attributed:
+        for report, obs, attr in in_grouping_order(attributed, lambda t: t[0]):
             key = (obs.node, attr.gpu.uuid, obs.xid)
             pairable = obs.xid is not None and attr.gpu.uuid is not None
             if pairable and merge(self.s, obs, attr, partners.get((*key, other_source(obs.source)), []), window_s):
@@ -134,25 +135,22 @@ class BatchTransaction:
             if pairable:
                 partners.setdefault((*key, obs.source), []).append(row)
             self.faults_stored += 1
-            self._group(obs, attr, row)
+            self._group(report, obs, attr, row)
         self._write_back()
         if drafts:  # one executemany, without the ORM's per-row bookkeeping
             self.caches.fault_events.insert(self.s, [d.__dict__ for d in drafts])
 
-    def _lock(self, attributed: list[tuple[FaultObservation, Attribution]]) -> None:
+    def _lock(self, attributed: list[tuple[Report, FaultObservation, Attribution]]) -> None:
         """Lock the open incidents the reports can change before reading them (`lock_open`: another
         worker may be changing them): their components' (a workload's spans partitions), the GPU
         incidents of their nodes (a node-level report or a workload's fault may join one), and the
         fleet incidents of their families."""
         wanted: set[str] = set()
-        for obs, attr in attributed:
-            workload = attr.workload if attr.pod.pod else None
-            wanted.add(component_of(node=obs.node, kind=obs.kind, family=obs.family,
-                                    pci=attr.gpu.pci or normalize_pci(obs.pci), gpu_uuid=attr.gpu.uuid,
-                                    workload=workload).fingerprint)
+        for report, obs, _ in attributed:
+            wanted.add(report.component.fingerprint)
             if obs.family in self.p.fleet_families:
                 wanted.add(fleet_fingerprint(self.fleet.cluster, obs.family))
-        for row in lock_open(self.s, wanted, gpus_of={obs.node for obs, _ in attributed}):
+        for row in lock_open(self.s, wanted, gpus_of={obs.node for _, obs, _ in attributed}):
             self.incidents.setdefault(row.fingerprint, row)
 
     def repair(self, late: dict[str, datetime]) -> None:
@@ -225,7 +223,7 @@ class BatchTransaction:
             self.incidents.setdefault(row.fingerprint, row)
         for workload in sorted(events):
             comp = comps[workload]
-            row = move_to_workload(self.s, workload, events[workload], row=self.components.row_for(comp, None),
+            row = move_to_workload(self.s, workload, events[workload], row=self.lookup.latest_row(comp.fingerprint),
                                    now=self.now, policy=self.p, on_merged=self._merged)
             new = self.incidents.get(comp.fingerprint) is not row
             self.incidents[comp.fingerprint] = row
@@ -237,17 +235,14 @@ class BatchTransaction:
                 key = (e.node, e.gpu)
                 self.app_gpus[key] = max(self.app_gpus.get(key, e.occurred_at), e.occurred_at)
 
-    def _group(self, obs: FaultObservation, attr: Attribution, event: EventDraft) -> None:
+    def _group(self, report: Report, obs: FaultObservation, attr: Attribution, event: EventDraft) -> None:
+        """Group one report with the engine (`models.grouping.Grouper`) and write what it decided."""
         node, family = obs.node, obs.family
-        comp, group = self.components.component(obs, attr)
+        placed, change = self.grouper.group(report)
+        comp = placed.component
         if comp.kind == "gpu" and event.gpu == "node":
             event.gpu = comp.id  # a node-level report of a GPU fault
-        row = self.components.row_for(comp, attr.gpu.pci or normalize_pci(obs.pci))
-        current = None
-        if row is not None:
-            current = self.states.get(row.incident_id) or incident_state(row)
-        change = apply_fault(current, component=comp, node=node, family=family, code=obs.code,
-                             signal=signal(family, obs.source, obs.code, group), at=obs.occurred_at, policy=self.p)
+        row = self.lookup.row(placed.current.incident_id) if placed.current is not None else None
         if change.resolved_previous is not None and row is not None:
             self._write_back()  # the faults of this batch so far, before the row is resolved
             self.states.pop(row.incident_id, None)
@@ -264,9 +259,11 @@ class BatchTransaction:
             log.info("incident %s %s: %s", inc.incident_id, change.kind, change.reason,
                      extra={"node": node, "gpu": inc.gpu, "xid": obs.xid, "incident": inc.incident_id})
         assert row is not None
-        self.states[row.incident_id] = inc  # count, first and last seen, codes: written by `_write_back`
-        self.incidents[comp.fingerprint] = self.incidents[row.fingerprint] = row
         _fill_in(row, obs, attr)
+        # Count, first and last seen, codes: written to the row by `_write_back`; its GPU's UUID as the
+        # row knows it now, for the next report's look-up.
+        self.states[row.incident_id] = inc if inc.gpu_uuid == row.gpu_uuid else replace(inc, gpu_uuid=row.gpu_uuid)
+        self.incidents[comp.fingerprint] = self.incidents[row.fingerprint] = row
         event.incident_id, event.counted = row.incident_id, change.counted
         if comp.kind == "workload" and event.gpu != "node":
             key = (node, event.gpu)
@@ -336,7 +333,7 @@ class BatchTransaction:
                                                        self.p.classify_window_s), self.p)
         for (node, gpu), workloads in sorted(keeping.items()):
             comp = Component(ComponentKind.GPU, node, gpu)
-            current = self.components.row_for(comp, None)
+            current = self.lookup.latest_row(comp.fingerprint)
             row = move_to_gpu(self.s, node, gpu, workloads, row=current, since=window_start(
                 self.app_gpus[(node, gpu)], self.p), now=self.now, policy=self.p, on_merged=self._merged)
             if row is None:
@@ -355,7 +352,8 @@ class BatchTransaction:
 
     def _classify_and_emit(self, t: _Touched, context: AppContext | None) -> None:
         row = t.row
-        v = verdict(row, t.observations, context, self.p)
+        v = incident_verdict(incident_state(row), pci=row.pci, workloads=row.workloads or (),
+                             observations=t.observations, app=context, policy=self.p)
         kind, reason = t.kind, t.reason
         if kind == "updated" and v.category != row.category:
             kind, reason = "reclassified", f"{row.category} → {v.category}: {v.reason}"
@@ -367,26 +365,22 @@ class BatchTransaction:
                                    row.catalog_version)
         if kind != "opened" and kind != "reopened":
             row.version += 1
-        state = incident_state(row)
-        actions = actions_for(IncidentChange(kind, state, reason), version=row.version)  # type: ignore[arg-type]
-        others = [a for a in actions if a.kind != "cordon_candidate"]
+        change = IncidentChange(kind, incident_state(row), reason)  # type: ignore[arg-type]
         # A repeat is published at most once per update interval (a storm updates the row every batch);
-        # every other change, and any change that requests a ticket or message, at once. The cordon
-        # candidate (every change offers one) goes to the responder at once either way.
+        # every other change at once. The cordon candidate (every change offers one) goes to the
+        # responder at once either way.
         sent = self.caches.updates_sent
         now = time.monotonic()
-        if kind != "updated" or others or now - sent.get(row.incident_id, -1e9) >= self.p.update_interval_s:
+        last = sent.get(row.incident_id)
+        published = publish_change(kind, None if last is None else timedelta(seconds=now - last), self.update_interval)
+        if published:
             sent[row.incident_id] = now
             sent.move_to_end(row.incident_id)
             expired = now - self.p.update_interval_s
             while sent and (len(sent) > _UPDATES_REMEMBERED or next(iter(sent.values())) <= expired):
                 sent.popitem(last=False)
             self.outbox.append(incident_message(row, kind, reason))
-            if kind == "updated" and not others:
-                # Repeats reach the ticket sink at the update interval; it decides whether they make a
-                # (rate-limited) comment or nothing.
-                actions = [*actions, ActionRequest("ticket", f"update:v{row.version}", row.incident_id, row.node,
-                                                   row.gpu, reason, f"{row.incident_id}:ticket:update:v{row.version}")]
+        actions = action_requests(change, version=row.version, repeat_published=published)
         self.outbox.extend(action_message(a, row) for a in actions)
 
 

@@ -1,22 +1,30 @@
-"""Grouping, classification in context, actions and fleet bursts as pure functions."""
+"""The grouping engine (`models.grouping`): which incident a report joins, how it is counted and
+classified, as pure functions; the observations it groups and fleet bursts (`models.incidents`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import pytest
 
-from models.identity import Component, signal
-from models.incidents import (
+from models.grouping import (
     ClassifyContext,
-    IncidentChange,
-    IncidentState,
+    Grouper,
+    Report,
     apply_fault,
     classify_in_context,
+    in_grouping_order,
+    recount_events,
+    same_fault,
+)
+from models.identity import Component, signal
+from models.incidents import (
+    IncidentChange,
+    IncidentState,
     fleet_burst,
     observation_from_kernel,
     resolve_if_quiet,
-    same_fault,
 )
 from models.kernlog.parser import KernelLogParser
 from models.signals.nvml.mapping import observation_from_nvml
@@ -158,3 +166,94 @@ def test_gsp_failure_its_recovery_action_and_an_unrelated_memory_error() -> None
     ecc = fault(action.incident, "Xid 48", T0 + s(41), "memory")
     assert (action.counted, ecc.counted) == (False, True)
     assert ecc.incident.count == 2 and ecc.incident.family == "gsp"
+
+
+# --- where a report goes (`Grouper.place`), on a table of incident states ------------------------
+
+
+class Table:
+    """Incident states as a lookup (`models.grouping.IncidentLookup`): the latest per fingerprint."""
+
+    def __init__(self, *states: IncidentState) -> None:
+        self.states = list(states)
+
+    def latest(self, fingerprint: str) -> IncidentState | None:
+        return next((st for st in reversed(self.states) if st.fingerprint == fingerprint), None)
+
+    def open_gpu_incidents(self, node: str) -> list[IncidentState]:
+        return [st for st in self.states if st.node == node and st.component == "gpu" and st.status == "open"]
+
+
+def gpu_incident(gpu: str, group: str, at: datetime, **kw: object) -> IncidentState:
+    comp = Component("gpu", "n", gpu)
+    base = IncidentState(incident_id=f"{comp.fingerprint}@{gpu}", fingerprint=comp.fingerprint, node="n", gpu=gpu,
+                         family=group, status="open", count=1, first_seen=at, last_seen=at, component="gpu",
+                         component_id=gpu, occurrence_at=at, occurrence_signals=(f"{group}/kernel:x",))
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def report(family: str, at: datetime, *, kind: str = "xid", code: str = "Xid 48", pci: str | None = None,
+           gpu_uuid: str | None = None, workload: str | None = None, error: object = None) -> Report:
+    return Report("n", "kernel", kind, family, code, at, pci, gpu_uuid, workload, error,
+                  names_gpu=pci is not None or gpu_uuid is not None)
+
+
+def test_a_node_level_report_joins_the_closest_gpu_fault_of_its_group_within_the_window() -> None:
+    lost_a = gpu_incident("GPU-a", "gpu_lost", T0)
+    lost_b = gpu_incident("GPU-b", "gpu_lost", T0 + s(50))
+    memory = gpu_incident("GPU-c", "memory", T0 + s(61))
+    grouper = Grouper(Table(lost_a, lost_b, memory), P)
+    gpu_lost_line = report("gpu_lost", T0 + s(60), kind="driver_error", code="driver_error", error="gpu_lost")
+    placed = grouper.place(gpu_lost_line)
+    assert placed.component == Component("gpu", "n", "GPU-b") and placed.current == lost_b and placed.group is None
+    # A crash dump follows whatever fatal fault it comes with: the closest of any group, whose group it takes.
+    dump = report("driver", T0 + s(60), kind="driver_error", code="driver_error", error="crash_dump")
+    assert grouper.place(dump).component.id == "GPU-c" and grouper.place(dump).group == "memory"
+    # Past the occurrence window it is the node's own.
+    late = Grouper(Table(lost_a), P).place(replace(gpu_lost_line, at=T0 + s(P.occurrence_window_s + 1)))
+    assert late.component == Component("node", "n", "driver") and late.current is None
+
+
+def test_a_gpu_first_known_by_its_pci_address_keeps_its_incident_once_its_uuid_is_known() -> None:
+    by_pci = gpu_incident("0000:3b:00.0", "memory", T0)
+    placed = Grouper(Table(by_pci), P).place(report("memory", T0 + s(9), pci="0000:3b:00.0", gpu_uuid="GPU-1"))
+    assert placed.component == Component("gpu", "n", "GPU-1") and placed.current == by_pci
+    # Unless that incident is another card's (the GPU at that address was swapped).
+    swapped = replace(by_pci, gpu_uuid="GPU-0")
+    placed = Grouper(Table(swapped), P).place(report("memory", T0 + s(9), pci="0000:3b:00.0", gpu_uuid="GPU-1"))
+    assert placed.current is None
+
+
+def test_application_faults_of_a_gpu_suspected_of_hardware_faults_are_the_gpu_s() -> None:
+    fault = report("application", T0 + s(5), code="Xid 13", pci="0000:3b:00.0", gpu_uuid="GPU-1", workload="ml/a/w")
+    suspected = gpu_incident("GPU-1", "application", T0, category="suspected_hardware")
+    assert Grouper(Table(suspected), P).place(fault).current == suspected
+    placed = Grouper(Table(replace(suspected, category="application")), P).place(fault)
+    assert placed.component == Component("workload", "", "ml/a/w") and placed.current is None
+
+
+def test_reports_naming_a_gpu_are_grouped_first_in_the_order_read() -> None:
+    dump = report("driver", T0, kind="driver_error", code="driver_error", error="crash_dump")
+    xid119 = report("gsp", T0, code="Xid 119", pci="0000:4e:00.0")
+    xid154 = report("recovery_action", T0 + s(1), code="Xid 154", pci="0000:4e:00.0")
+    assert in_grouping_order([dump, xid119, xid154], lambda r: r) == [xid119, xid154, dump]
+
+
+@dataclass
+class Event:
+    occurred_at: datetime
+    code: str
+    family: str = "application"
+    sources: str | None = "kernel"
+    counted: bool | None = True
+
+
+def test_an_application_incident_is_counted_again_in_time_order_and_any_other_keeps_its_marks() -> None:
+    # One crash on two GPUs of a job (Xid 13 then 43 on each), then a later one: two occurrences.
+    crash = [Event(T0, "Xid 13"), Event(T0 + s(0.1), "Xid 43"), Event(T0 + s(1), "Xid 13", counted=True),
+             Event(T0 + s(1.1), "Xid 43"), Event(T0 + s(600), "Xid 31")]
+    counts = recount_events(crash, P)
+    assert counts.counted == (True, False, True, False, True) and counts.count == 3
+    assert counts.occurrence == (T0 + s(600), ("application/kernel:Xid 31",))
+    mixed = [Event(T0, "Xid 13", counted=True), Event(T0 + s(1), "Xid 48", "memory", counted=False)]
+    assert recount_events(mixed, P).counted == (True, False) and recount_events(mixed, P).occurrence is None

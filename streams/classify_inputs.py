@@ -1,54 +1,21 @@
-"""Classification in context: the verdict on an incident, with what its workloads did elsewhere.
+"""What classification needs from SQL: what the workloads of an incident did elsewhere.
 
 For application-class incidents the workloads that faulted on the GPU within `classify_window_s`,
-the GPUs where they faulted, and the GPUs where they ran clean are read here; the rule itself is
-`models.incidents.classify_in_context`.
+the GPUs where they faulted, and the GPUs where they ran clean (`models.grouping.AppContext`); for a
+workload's incident its GPUs and nodes; each incident's driver version. The verdict itself is the
+engine's (`models.grouping.incident_verdict`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.tables import FaultEvent, GpuAssignment, Incident, NodeState
-from models.classify import Verdict, classify_workload
-from models.incidents import ClassifyContext, FaultObservation, classify_in_context
-from models.stream_policy import PipelinePolicy
-
-
-@dataclass(frozen=True, slots=True)
-class AppContext:
-    count: int
-    workloads: list[str]
-    fault_gpus: dict[str, int]
-    clean_gpus: dict[str, int]
-
-
-def verdict(row: Incident, observations: list[FaultObservation], app: AppContext | None,
-            policy: PipelinePolicy) -> Verdict:
-    cats = [o.category for o in observations if o.category]
-    severity = next((str(o.details["severity"]) for o in reversed(observations) if "severity" in o.details), None)
-    recovery = next((str(o.details["recovery_action_new"]) for o in reversed(observations)
-                     if "recovery_action_new" in o.details), None)
-    gpu_label = row.gpu_uuid or (f"GPU {row.pci}" if row.pci else "the node")
-    if row.component == "nvswitch":
-        gpu_label = f"NVSwitch {row.component_id}"
-    if row.component == "workload":
-        gpus, nodes = app.fault_gpus.get(row.component_id or "", 1) if app else 1, app.count if app else 1
-        return classify_workload(", ".join(row.codes), row.component_id or "?", gpus, nodes, row.count)
-    if row.family != "application" or app is None:
-        return classify_in_context(ClassifyContext(
-            gpu=gpu_label, family=row.family, codes=row.codes, categories=cats, count=row.count,
-            workloads=list(row.workloads), workload_fault_gpus={}, severity=severity, recovery_action=recovery,
-        ), policy)
-    return classify_in_context(ClassifyContext(
-        gpu=gpu_label, family=row.family, codes=row.codes, categories=cats, count=max(app.count, row.count),
-        workloads=app.workloads, workload_fault_gpus=app.fault_gpus, workload_clean_gpus=app.clean_gpus,
-    ), policy)
+from models.grouping import AppContext
 
 
 def workload_spreads(s: Session, rows: list[Incident]) -> dict[str, AppContext]:

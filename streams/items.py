@@ -3,7 +3,7 @@
 Kernel lines go through one `KernelLogParser` per node, so records that span lines (an identity
 line and its serial number, the three lines of "fallen off the bus", AER groups) are assembled as
 in `xidpipe parse`. A record still open when its node goes quiet is closed by `flush_idle`.
-The lines of a record still open are *held* (see `Ingest.holds`): the worker acknowledges them
+The lines of a record still open are *held* (see `ItemMapper.holds`): the worker acknowledges them
 in Kafka only once the record is complete and stored, so a worker that dies before that leaves
 them to the next one. Whoever reads a partition next starts at its committed offset and parses
 every line from there, so that offset must never stand inside a record (`_PartitionHolds`): a
@@ -78,8 +78,8 @@ Item = StateItem | FaultItem | EvidenceItem
 
 
 @dataclass(frozen=True, slots=True)
-class IngestBounds:
-    """How much kernel-log state the intake keeps per node, and for how many nodes (`Ingest`)."""
+class ParserBounds:
+    """How much kernel-log state the intake keeps per node, and for how many nodes (`ItemMapper`)."""
 
     max_nodes: int = 20_000  # parsers kept; past it the least recently fed are closed and dropped
     node_idle_s: float = 900.0  # a node without a kernel line for this long: its parser is closed and dropped
@@ -212,18 +212,19 @@ class _PartitionHolds:
 
 @dataclass(slots=True)
 class _Expiry:
-    """Parsers dropped (a node idle past `IngestBounds.node_idle_s`, or past `max_nodes`) since the start."""
+    """Parsers dropped (a node idle past `ParserBounds.node_idle_s`, or past `max_nodes`) since the start."""
 
     idle: int = 0
     over_size: int = 0
     records_closed: int = 0  # open records the drop closed (and handed on, like `flush_idle`'s)
 
 
-class Ingest:
-    """Stateful only in the per-node parsers (bounded: `IngestBounds`); everything else is a pure mapping."""
+class ItemMapper:
+    """Node records in, store items out. Stateful only in the per-node parsers (bounded:
+    `ParserBounds`) and the lines they hold; everything else is a pure mapping."""
 
-    def __init__(self, bounds: IngestBounds | None = None) -> None:
-        self.bounds = bounds or IngestBounds()
+    def __init__(self, bounds: ParserBounds | None = None) -> None:
+        self.bounds = bounds or ParserBounds()
         self._parsers: OrderedDict[str, _NodeParser] = OrderedDict()  # least recently fed first
         self._unreported: set[str] = set()  # nodes with open records' lines not yet reported by `holds`
         self._partitions: dict[tuple[str, int], _PartitionHolds] = {}
@@ -386,7 +387,7 @@ class Ingest:
 
     def flush_idle(self, idle_s: float) -> list[Item]:
         """Close the records of nodes that sent no kernel line for `idle_s` seconds; then drop the
-        parsers of nodes idle for `IngestBounds.node_idle_s` and of the least recently fed nodes past
+        parsers of nodes idle for `ParserBounds.node_idle_s` and of the least recently fed nodes past
         `max_nodes`, closing their records first: the items returned hold every record closed, and
         `holds` reports their lines released."""
         now = time.monotonic()

@@ -1,4 +1,5 @@
-"""The intake and store for the event loop: a store process of its own (or one thread), one call at a time."""
+"""The intake (`streams.intake.Intake`, with its store) for the event loop: in a process of its own (the
+worker's `store_process`) or on one thread, one call at a time."""
 
 from __future__ import annotations
 
@@ -12,16 +13,16 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from models.stream_policy import PipelinePolicy
-from streams.ingest import IngestBounds
 from streams.intake import Intake, IntakeResult, Message
+from streams.items import ParserBounds
 from streams.outbox import Outgoing
 from streams.store import Store, StoreRetry
 
 log = logging.getLogger(__name__)
 
 
-class AsyncStore:
-    """The intake and store for the event loop, which only awaits.
+class IntakeProcess:
+    """The intake and its store for the event loop, which only awaits.
 
     By default they run in a process of their own, started with the worker: decoding, parsing and
     the database work then run on another core than the stream, which CPython's one-thread-at-a-time
@@ -33,7 +34,7 @@ class AsyncStore:
 
     def __init__(self, url: str, policy: PipelinePolicy | None = None, cluster: str = "default", *,
                  kinds: dict[str, frozenset[str]] | None = None, process: bool = True,
-                 log_level: int = logging.INFO, log_format: str = "auto", bounds: IngestBounds | None = None) -> None:
+                 log_level: int = logging.INFO, log_format: str = "auto", bounds: ParserBounds | None = None) -> None:
         self._args = (url, (policy or PipelinePolicy()).model_dump(mode="json"), cluster, dict(kinds or {}),
                       log_level, log_format, bounds)
         self._process = process
@@ -107,7 +108,7 @@ _PROCESS_INTAKE: Intake | None = None  # in the store process: the one Intake
 
 
 def _start_store_process(url: str, policy: dict[str, Any], cluster: str, kinds: dict[str, frozenset[str]],
-                         log_level: int, log_format: str, bounds: IngestBounds | None, worker_pid: int) -> None:
+                         log_level: int, log_format: str, bounds: ParserBounds | None, worker_pid: int) -> None:
     """In the store process: die with the worker, leave signals to it, log like it, open the store."""
     import signal
     import sys

@@ -11,10 +11,10 @@ import pytest
 
 SCRIPT = """
 import asyncio, os, sys
-from streams.store_process import AsyncStore
+from streams.intake_process import IntakeProcess
 
 async def main() -> None:
-    store = AsyncStore(sys.argv[1], process=True)
+    store = IntakeProcess(sys.argv[1], process=True)
     try:
         await store.start()
         await store.create_schema()

@@ -1,0 +1,366 @@
+"""Incidents in memory: the table `xidpipe scan` runs the grouping engine on.
+
+It plays the part the stream's transaction plays with its incident rows (`streams.grouping`): it
+answers the engine's look-ups (`models.grouping.IncidentLookup`), applies each `IncidentChange` the
+engine decides (resolve the incident a recurrence follows, open one, count a report), moves
+application faults that stay with their GPU into the GPU's incident and counts the incidents they
+left again (`models.grouping.gpus_keeping_faults`, `recount_events`), and classifies every incident
+with what its workloads did (`models.grouping.incident_verdict`). What the stream reads from SQL
+for those decisions (`streams.classify_inputs`) is computed here from the table's own reports.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from models.correlate import Attribution
+from models.grouping import (
+    AppContext,
+    Placement,
+    Report,
+    gpus_keeping_faults,
+    incident_verdict,
+    recount_events,
+    window_start,
+)
+from models.identity import Component
+from models.incidents import FaultObservation, IncidentChange, IncidentState, component_gpu, new_incident_id
+from models.kernlog.record import FaultRecord
+from models.pci import normalize_pci
+from models.stream_policy import PipelinePolicy
+from models.vocabulary import ComponentKind
+
+MAX_LISTED = 20  # codes, pods, processes, workloads listed on one incident (as the stream lists them)
+
+
+@dataclass(slots=True)
+class ScanEvent:
+    """One fault report in its incident (the stream's fault_events row)."""
+
+    seq: int  # its place in the input
+    record: FaultRecord
+    observation: FaultObservation
+    attribution: Attribution
+    report: Report
+    gpu: str  # the GPU as events record it (`models.identity.gpu_key`); a node-level report's, its GPU fault's
+    when: str | None = None  # its time as the scan shows it: its own stamp, its uptime, or the uptime's wall clock
+    incident_id: str = ""
+    counted: bool = True  # it counted an occurrence (False: another view of the one before)
+    sources: str = "kernel"
+    order: int = 0  # the order it was grouped in (the stream's fault_events id): ties in time keep it
+
+    @property
+    def node(self) -> str:
+        return self.observation.node
+
+    @property
+    def occurred_at(self) -> datetime:
+        return self.observation.occurred_at
+
+    @property
+    def code(self) -> str:
+        return self.observation.code
+
+    @property
+    def family(self) -> str:
+        return self.observation.family
+
+    @property
+    def workload(self) -> str | None:
+        return self.attribution.workload
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """A GPU allocated to a workload, from the time a pod assignment record says so."""
+
+    node: str
+    gpu: str
+    workload: str
+    at: datetime
+
+
+@dataclass(slots=True)
+class ScanIncident:
+    """An incident as the scan reports it: its state (`models.incidents.IncidentState`), its reports
+    and its verdict."""
+
+    state: IncidentState
+    pci: str | None = None
+    serial: str | None = None
+    events: list[ScanEvent] = field(default_factory=list)
+    observations: list[FaultObservation] = field(default_factory=list)  # the reports grouped into it
+    category: str = "unknown"
+    reason: str = ""
+    rule: str = ""
+    merged_into: str | None = None
+
+    @property
+    def host(self) -> str:
+        return self.state.node
+
+    @property
+    def gpu(self) -> str:
+        return self.state.gpu
+
+    @property
+    def gpu_uuid(self) -> str | None:
+        return self.state.gpu_uuid
+
+    @property
+    def family(self) -> str:
+        return self.state.family
+
+    @property
+    def count(self) -> int:
+        return self.state.count
+
+    @property
+    def fingerprint(self) -> str:
+        return self.state.fingerprint
+
+    @property
+    def component(self) -> str:
+        return self.state.component
+
+    @property
+    def records(self) -> list[FaultRecord]:
+        """Its records in time order."""
+        return [e.record for e in _in_time_order(self.events)]
+
+    def codes(self) -> list[str]:
+        return list(self.state.codes)
+
+    def to_dict(self) -> dict[str, Any]:
+        events = _in_time_order(self.events)
+        first, last = events[0].record, events[-1].record
+        processes: dict[str, None] = {}
+        for r in (e.record for e in events):
+            if r.pid is not None or r.process:
+                processes[f"{r.process or '?'}[{r.pid if r.pid is not None else '?'}]"] = None
+        actions: dict[str, None] = {e.record.immediate_action: None for e in events if e.record.immediate_action}
+        return {
+            "fingerprint": self.fingerprint,
+            "component": self.component,
+            "component_id": self.state.component_id,
+            "host": self.host,
+            "gpu": self.gpu,
+            "pci": self.pci,
+            "gpu_uuid": self.gpu_uuid,
+            "serial": self.serial,
+            "family": self.family,
+            "category": self.category,
+            "reason": self.reason,
+            "rule": self.rule,
+            "status": self.state.status,
+            "count": self.count,
+            "codes": self.codes(),
+            "mnemonics": sorted({e.record.mnemonic for e in events if e.record.mnemonic}),
+            "immediate_actions": list(actions),
+            "processes": list(processes),
+            "pods": _listed(_pod(e.attribution) for e in events),
+            "workloads": _listed(e.workload for e in events),
+            "first_seen": events[0].when,
+            "last_seen": events[-1].when,
+            "first_line": first.line,
+            "last_line": last.line_end,
+            "catalog_version": first.catalog_version,
+        }
+
+
+class IncidentTable:
+    """The incidents of one scan (`models.grouping.IncidentLookup` for its `Grouper`)."""
+
+    def __init__(self, policy: PipelinePolicy, assignments: Iterable[Assignment] = ()) -> None:
+        self.policy = policy
+        self.assignments = list(assignments)
+        self.by_id: dict[str, ScanIncident] = {}  # every incident, in the order they opened
+        self.by_fp: dict[str, ScanIncident] = {}  # per fingerprint: its latest incident
+        self.events: list[ScanEvent] = []
+        self.app_gpus: dict[tuple[str, str], datetime] = {}  # GPUs with workload faults: their latest fault
+
+    # -- the engine's look-ups ---------------------------------------------------------------------
+
+    def latest(self, fingerprint: str) -> IncidentState | None:
+        inc = self.by_fp.get(fingerprint)
+        return inc.state if inc is not None else None
+
+    def open_gpu_incidents(self, node: str) -> list[IncidentState]:
+        found: dict[str, IncidentState] = {}
+        for inc in self.by_fp.values():
+            st = inc.state
+            if st.node == node and st.component == "gpu" and st.status == "open":
+                found.setdefault(st.incident_id, st)
+        return list(found.values())
+
+    # -- what it decided ---------------------------------------------------------------------------
+
+    def apply(self, placed: Placement, change: IncidentChange, event: ScanEvent) -> ScanIncident:
+        """Write the engine's decision about `event` (`models.grouping.Grouper.group`)."""
+        comp, attr = placed.component, event.attribution
+        if comp.kind == "gpu" and event.gpu == "node":
+            event.gpu = comp.id  # a node-level report of a GPU fault
+        current = self.by_id[placed.current.incident_id] if placed.current is not None else None
+        if change.resolved_previous is not None and current is not None:
+            current.state = change.resolved_previous
+        if change.kind in ("opened", "reopened"):
+            obs = event.observation
+            nvswitch = comp.kind == "nvswitch"
+            inc = ScanIncident(replace(change.incident, gpu_uuid=None if nvswitch else attr.gpu.uuid),
+                               pci=comp.id if nvswitch else attr.gpu.pci or normalize_pci(obs.pci),
+                               serial=None if nvswitch else attr.gpu.serial, category=obs.category or "unknown",
+                               reason=change.reason)
+            self.by_id[inc.state.incident_id] = inc
+        else:
+            assert current is not None
+            inc = current
+            inc.state = change.incident
+        if inc.component != "nvswitch":  # what the incident did not know yet and this report tells
+            inc.state = replace(inc.state, gpu_uuid=inc.state.gpu_uuid or attr.gpu.uuid)
+            inc.serial = inc.serial or attr.gpu.serial
+        self.by_fp[comp.fingerprint] = self.by_fp[inc.fingerprint] = inc
+        event.incident_id, event.counted, event.order = inc.state.incident_id, change.counted, len(self.events)
+        inc.events.append(event)
+        inc.observations.append(event.observation)
+        self.events.append(event)
+        if comp.kind == "workload" and event.gpu != "node":
+            key = (event.node, event.gpu)
+            self.app_gpus[key] = max(self.app_gpus.get(key, event.occurred_at), event.occurred_at)
+        return inc
+
+    def finish(self) -> None:
+        """After the last report: application faults that stay with their GPU move to its incident,
+        and every incident is classified."""
+        self._keep_with_gpus()
+        for inc in self.incidents():
+            verdict = incident_verdict(inc.state, pci=inc.pci, workloads=_listed(e.workload for e in inc.events),
+                                       observations=inc.observations, app=self._context(inc), policy=self.policy)
+            inc.category, inc.reason, inc.rule = verdict.category, verdict.reason, verdict.rule
+
+    def incidents(self) -> list[ScanIncident]:
+        """The incidents in the order they opened, but those merged into another."""
+        return [i for i in self.by_id.values() if i.merged_into is None]
+
+    # -- application faults that stay with their GPU -----------------------------------------------
+
+    def _keep_with_gpus(self) -> None:
+        if not self.app_gpus:
+            return
+        contexts = self.gpu_contexts(set(self.app_gpus), max(self.app_gpus.values()))
+        for (node, gpu), workloads in sorted(gpus_keeping_faults(contexts, self.policy).items()):
+            comp = Component(ComponentKind.GPU, node, gpu)
+            since = window_start(self.app_gpus[(node, gpu)], self.policy)
+            moving = _in_time_order([e for e in self.events if e.node == node and e.gpu == gpu and e.family ==
+                                     "application" and e.occurred_at >= since and e.workload in workloads])
+            row = self.by_fp.get(comp.fingerprint)
+            if row is not None and row.state.status != "open":
+                row = None
+            if row is None:
+                if not moving:
+                    continue
+                row = self._open(comp, moving)
+            left = {e.incident_id for e in moving}
+            for e in moving:
+                self.by_id[e.incident_id].events.remove(e)
+                row.events.append(e)
+                e.incident_id = row.state.incident_id
+            self._moved(row, moving, left, f"its faults on {gpu} stay with the GPU (different workloads fault "
+                                           f"there): merged into incident {row.state.incident_id}")
+            self.by_fp[comp.fingerprint] = row
+
+    def _open(self, comp: Component, events: list[ScanEvent]) -> ScanIncident:
+        first = events[0]
+        state = IncidentState(
+            incident_id=new_incident_id(comp.fingerprint, first.occurred_at), fingerprint=comp.fingerprint,
+            node=comp.node or first.node, gpu=component_gpu(comp), family="application", status="open", count=0,
+            first_seen=first.occurred_at, last_seen=first.occurred_at, category="application",
+            component=comp.kind, component_id=comp.id)
+        inc = self.by_id[state.incident_id] = ScanIncident(state, category="application")
+        return inc
+
+    def _moved(self, row: ScanIncident, events: list[ScanEvent], left: set[str], reason: str) -> None:
+        for e in events:
+            g = e.attribution.gpu
+            row.state = replace(row.state, gpu_uuid=row.state.gpu_uuid or g.uuid)
+            row.serial, row.pci = row.serial or g.serial, row.pci or g.pci or normalize_pci(e.observation.pci)
+        self._recount(row)
+        for incident_id in sorted(left - {row.state.incident_id}):
+            other = self.by_id[incident_id]
+            if other.state.status != "open" or self._recount(other):
+                continue
+            other.state = replace(other.state, status="resolved", resolved_at=other.state.last_seen)
+            other.merged_into, other.reason = row.state.incident_id, reason
+
+    def _recount(self, inc: ScanIncident) -> int:
+        """Its count, times and codes from its reports, in time order (after reports moved)."""
+        events = inc.events = _in_time_order(inc.events)
+        counts = recount_events(events, self.policy)
+        st = replace(inc.state, codes=tuple(_listed(e.code for e in events)), count=counts.count)
+        if counts.occurrence is not None:
+            st = replace(st, occurrence_at=counts.occurrence[0], occurrence_signals=counts.occurrence[1])
+            for e, counted in zip(events, counts.counted, strict=True):
+                e.counted = counted
+        if events:
+            st = replace(st, first_seen=events[0].occurred_at, last_seen=max(e.occurred_at for e in events))
+        inc.state = st
+        return st.count
+
+    # -- what classification reads -----------------------------------------------------------------
+
+    def _context(self, inc: ScanIncident) -> AppContext | None:
+        st = inc.state
+        if st.component == "workload":
+            gpus = {(e.node, e.gpu) for e in inc.events}
+            nodes = {e.node for e in inc.events}
+            workload = st.component_id or ""
+            return AppContext(count=len(nodes) or 1, workloads=[workload], fault_gpus={workload: len(gpus) or 1},
+                              clean_gpus={})
+        if st.component == "gpu" and st.family == "application":
+            pair = (st.node, st.gpu)
+            return self.gpu_contexts({pair}, st.last_seen)[pair]
+        return None
+
+    def gpu_contexts(self, pairs: set[tuple[str, str]], until: datetime) -> dict[tuple[str, str], AppContext]:
+        """For each (node, GPU): the workloads whose application faults it saw within the classification
+        window ending at `until`, on how many GPUs each faulted, and on how many others it ran clean."""
+        since = until - timedelta(seconds=self.policy.classify_window_s)
+        recent = [e for e in self.events if e.family == "application" and e.occurred_at >= since]
+        here: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        for e in recent:
+            if (e.node, e.gpu) in pairs and e.counted:
+                counts = here[(e.node, e.gpu)]
+                counts[e.workload or ""] = counts.get(e.workload or "", 0) + 1
+        workloads = {w for counts in here.values() for w in counts if w}
+        fault_gpus: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        ran: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        for e in recent:
+            if e.workload in workloads:
+                fault_gpus[e.workload].add((e.node, e.attribution.gpu.uuid or e.gpu))
+        for a in self.assignments:
+            if a.workload in workloads and a.at >= since:
+                ran[a.workload].add((a.node, a.gpu))
+        out: dict[tuple[str, str], AppContext] = {}
+        for pair in pairs:
+            counts = here.get(pair, {})
+            ws = sorted(w for w in counts if w)
+            out[pair] = AppContext(count=sum(counts.values()), workloads=ws,
+                                   fault_gpus={w: len(fault_gpus[w]) for w in ws},
+                                   clean_gpus={w: len(ran[w] - fault_gpus[w]) for w in ws})
+        return out
+
+
+def _in_time_order(events: Iterable[ScanEvent]) -> list[ScanEvent]:
+    return sorted(events, key=lambda e: (e.occurred_at, e.order))
+
+
+def _listed(values: Iterable[str | None]) -> list[str]:
+    return list(dict.fromkeys(v for v in values if v))[:MAX_LISTED]
+
+
+def _pod(attr: Attribution) -> str | None:
+    p = attr.pod
+    return f"{p.namespace}/{p.pod}/{p.container}" if p.pod else None
