@@ -44,7 +44,7 @@ from streams.committer import Acks, Batches, current_events
 from streams.faust_transport import use_fetch_wait
 from streams.intake import IntakeResult, Message
 from streams.intake_process import IntakeProcess
-from streams.items import ParserBounds, Ref
+from streams.items import ParserBounds
 from streams.observe import HEARTBEAT_S, WorkerObserver
 from streams.outbox import Outgoing
 from streams.settings import WorkerSettings

@@ -111,7 +111,7 @@ def test_a_huge_command_line_or_cgroup_is_read_only_up_to_its_bound(tmp_path: Pa
 
 
 def test_container_of_reads_a_bounded_cgroup(tmp_path: Path) -> None:
-    from agents.nvml.cgroup import container_of
+    from agents.signals.nvml.cgroup import container_of
 
     _huge(tmp_path / "7" / "cgroup", 256 * 1024 * 1024, f"0::/system.slice/docker-{CID}.scope\n".encode())
     began = time.monotonic()

@@ -26,6 +26,7 @@ EXPECTED_COMMANDS = {
     ("dev", "postgres", "start"),
     ("dev", "postgres", "stop"),
     ("dev", "postgres", "status"),
+    ("dev", "compose-secrets"),
 }
 
 

@@ -17,7 +17,6 @@ from models.node_records import (
     PodAssignments,
 )
 from models.signals.nvml.records import NvmlEvent
-from streams.items import ItemMapper, Item
 from streams.items import Item, ItemMapper
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)

@@ -33,14 +33,13 @@ import pytest
 from models.node_records import KernelLine, NodeRecord, encode_node_record
 from models.topics import topology
 from models.wire import topic_for
-from streams.items import ParserBounds
 from streams.intake import Intake, Message
 from streams.items import ParserBounds
 from streams.runner import WorkerProcess, consumer_lag, produce
 from streams.settings import WorkerSettings
 from streams.store import Store
-from tests.polling import poll
 from tests import store_reads
+from tests.polling import poll
 from tests.streams.records import T0, Kmsg, inventory, pci, pods, s, serial, uuid
 from tests.streams.scaleout_workload import CLOSING, CLOSING_LINES, canonical
 from tests.streams.workers import worker_settings, worker_starter

@@ -20,8 +20,8 @@ from models.node_records import NodeRecord
 from models.stream_policy import PipelinePolicy
 from streams.items import Item, ItemMapper
 from streams.store import Store
-from tests.polling import poll
 from tests import store_reads
+from tests.polling import poll
 from tests.streams.records import T0, Kmsg, inventory, pods, processes, s
 
 WAIT_S = 60.0  # generous on a loaded machine; the test waits on events, never sleeps its way through

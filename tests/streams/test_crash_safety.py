@@ -21,8 +21,8 @@ from models.topics import topology
 from streams.runner import WorkerProcess, consumer_lag, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
-from tests.polling import poll
 from tests import store_reads
+from tests.polling import poll
 from tests.streams.records import T0, Kmsg, inventory, pci, s, uuid
 from tests.streams.workers import worker_settings, worker_starter
 

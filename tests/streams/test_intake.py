@@ -14,8 +14,6 @@ from history.tables import OutboxMessage
 from models.node_records import Evidence, encode_node_record
 from models.stream_policy import PipelinePolicy
 from models.topics import topology
-from models.dead_letter import DeadLetter
-from streams.items import FaultItem, StateItem
 from streams.intake import Intake, IntakeResult, Message, bad_field
 from streams.intake_process import IntakeProcess
 from streams.items import FaultItem, StateItem

@@ -33,9 +33,9 @@ from streams.runner import WorkerProcess, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
 from streams.worker import prepare
+from tests import store_reads
 from tests.kube import agent_pod_token, kubeconfig_for, stream_token
 from tests.polling import poll_async
-from tests import store_reads
 from tests.services import SecuredKafka
 from tests.streams.records import Kmsg
 

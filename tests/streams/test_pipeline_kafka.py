@@ -22,8 +22,8 @@ from models.topics import Topology, topology
 from streams.runner import WorkerProcess, produce, wait_caught_up
 from streams.settings import WorkerSettings
 from streams.store import Store
-from tests.polling import poll
 from tests import store_reads
+from tests.polling import poll
 from tests.streams.records import T0, Kmsg, inventory, nvml_xid, pods, processes, s, serial, uuid
 from tests.streams.workers import worker_settings, worker_starter
 

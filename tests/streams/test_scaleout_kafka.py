@@ -31,8 +31,8 @@ from models.topics import topology
 from streams.runner import WorkerProcess, consumer_lag, produce
 from streams.settings import WorkerSettings
 from streams.store import Store
-from tests.polling import poll
 from tests import store_reads
+from tests.polling import poll
 from tests.services import fresh_postgres_database
 from tests.streams.scaleout_workload import NODES, canonical, workload
 from tests.streams.workers import worker_settings
