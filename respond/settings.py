@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import socket
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from models.kafka_security import KafkaClientSecurity
@@ -81,3 +81,15 @@ class RespondSettings(KafkaClientSecurity, ServiceSettings):
     def lease_timings(self) -> LeaseTimings:
         return LeaseTimings(lease_duration_s=self.lease_duration_s, renew_deadline_s=self.renew_deadline_s,
                             retry_period_s=self.retry_period_s)
+
+    @model_validator(mode="after")
+    def _within_the_margin(self) -> RespondSettings:
+        """An elected leader's writes and its shutdown must end before a standby may take over."""
+        if not self.election:
+            return self
+        margin = self.lease_timings().margin_s
+        if self.actions.api_write_timeout_s > margin:
+            raise ValueError(f"XIDPIPE_ACTIONS_API_WRITE_TIMEOUT_S ({self.actions.api_write_timeout_s:g} s) must not "
+                             f"exceed lease_duration_s - renew_deadline_s ({margin:g} s): a write could land after "
+                             "a standby took over")
+        return self
