@@ -49,6 +49,10 @@ class RespondSettings(KafkaClientSecurity, ServiceSettings):
     cordon_pending_interval_s: float = Field(
         default=1.0, gt=0, description="how often due cordon retries are run and the breaker is checked for a "
         "reset (held cordons are offered again within this long of `xidpipe breaker reset`)")
+    shutdown_grace_s: float = Field(
+        default=3.0, gt=0, description="on a stop (SIGTERM, or the Lease lost) the work in flight (ticket "
+        "refreshes, tickets, messages, the retry loops) gets this long to finish; the rest is cancelled and its "
+        "requests left uncommitted for the next leader; elected, shorter than lease_duration_s - renew_deadline_s")
     metrics_host: str = Field(default="127.0.0.1", description="address of /metrics, /healthz and /readyz "
                               "(the chart binds the pod's IP)")
     metrics_port: int | None = Field(default=9466, description="port of /metrics, /healthz and /readyz; None: off")
@@ -92,4 +96,8 @@ class RespondSettings(KafkaClientSecurity, ServiceSettings):
             raise ValueError(f"XIDPIPE_ACTIONS_API_WRITE_TIMEOUT_S ({self.actions.api_write_timeout_s:g} s) must not "
                              f"exceed lease_duration_s - renew_deadline_s ({margin:g} s): a write could land after "
                              "a standby took over")
+        if self.shutdown_grace_s >= margin:
+            raise ValueError(f"XIDPIPE_RESPOND_SHUTDOWN_GRACE_S ({self.shutdown_grace_s:g} s) must be shorter than "
+                             f"lease_duration_s - renew_deadline_s ({margin:g} s): a leader that lost its Lease must "
+                             "have stopped before a standby may take over")
         return self

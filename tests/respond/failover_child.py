@@ -41,7 +41,7 @@ def main(cfg: dict[str, Any]) -> None:
     settings = RespondSettings(bootstrap_servers=cfg["bootstrap"], topic_prefix=cfg["prefix"], database_url=db,
                                group_id=cfg["group"], cluster="test-cluster", election=True,
                                lease_name=cfg["lease"], lease_namespace="default", identity=cfg["identity"],
-                               actions=actions, **timings)
+                               actions=actions, shutdown_grace_s=margin / 2, **timings)
     kube = client.Configuration(host=cfg["server"], api_key={"BearerToken": cfg["token"]},
                                 api_key_prefix={"BearerToken": "Bearer"}, ssl_ca_cert=cfg["ca"])
     api = client.ApiClient(kube)

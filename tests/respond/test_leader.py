@@ -204,3 +204,11 @@ def test_an_elected_responders_writes_must_end_before_a_standby_may_take_over() 
         RespondSettings(election=True, identity="a", actions=slow)  # 15 - 10: a 5 s margin
     assert RespondSettings(election=True, identity="a", actions=slow, lease_duration_s=20).actions == slow
     assert RespondSettings(election=False, actions=slow).actions == slow  # one replica: nobody takes over
+
+
+def test_an_elected_responders_shutdown_must_end_before_a_standby_may_take_over() -> None:
+    from respond.settings import RespondSettings
+
+    with pytest.raises(ValueError, match="SHUTDOWN_GRACE_S"):
+        RespondSettings(election=True, identity="a", shutdown_grace_s=5.0)  # 15 - 10: a 5 s margin
+    assert RespondSettings(election=True, identity="a", shutdown_grace_s=4.9).shutdown_grace_s == 4.9
