@@ -320,8 +320,8 @@ class KubeNodes:
         if foreign:
             raise PermanentError(f"xidpipe writes only {ANNOTATION_PREFIX} annotations, not {', '.join(foreign)}")
         self._saw(self._write(f"annotate node {name}", self.core.patch_node, name,
-                             {"metadata": {"annotations": annotations}},
-                             _content_type="application/merge-patch+json"))
+                              {"metadata": {"annotations": annotations}},
+                              _content_type="application/merge-patch+json"))
 
     def set_condition(self, name: str, status: str, reason: str, message: str, at: datetime,
                       existing: NodeCondition | None) -> bool:
@@ -335,7 +335,7 @@ class KubeNodes:
         condition = {"type": CONDITION_TYPE, "status": status, "reason": reason, "message": message,
                      "lastHeartbeatTime": stamp, "lastTransitionTime": transition}
         self._saw(self._write(f"set condition on {name}", self.core.patch_node_status, name,
-                             {"status": {"conditions": [condition]}}))
+                              {"status": {"conditions": [condition]}}))
         return True
 
     # --- events -----------------------------------------------------------------------------------

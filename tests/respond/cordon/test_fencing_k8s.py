@@ -25,8 +25,9 @@ from models.cordon_policy import CordonPolicy, Drain
 from models.leader_election import LeaseTimings, claimed
 from models.vocabulary import CordonOutcome
 from respond.cordon.kube_nodes import KubeNodes, event_name
-from respond.cordon.port import NodeRead
+from respond.cordon.port import NodeRead, ReleaseWriter
 from respond.cordon.retry import Backoff
+from respond.cordon.steps import STEPS
 from respond.cordon.steps.drain import PodInfo
 from respond.errors import Fenced
 from respond.leader import LeaderElector
@@ -160,18 +161,23 @@ def test_every_write_of_the_node_adapter_is_fenced(
     req = xid79(node, incident="inc-held", count=2)
     at = datetime.now(UTC)
     info = PodInfo(namespace=pod.metadata.namespace, name=pod.metadata.name, node_name=node)
-    writes = {
-        "cordon": lambda: nodes.apply_cordon(NodeRead(before.view.model_copy(update={"unschedulable": False}),
-                                                      before.resource_version, []), req,
-                                             CordonDecision(outcome=CordonOutcome.CORDON, reason="test"), at),
+    writes = {  # by the port method that sends it
+        "apply_cordon": lambda: nodes.apply_cordon(
+            NodeRead(before.view.model_copy(update={"unschedulable": False}), before.resource_version, []), req,
+            CordonDecision(outcome=CordonOutcome.CORDON, reason="test"), at),
         "annotate": lambda: nodes.annotate(node, {"xidpipe.io/occurrences": "2"}),
-        "condition": lambda: nodes.set_condition(node, "False", "GpuLost", "again", at, None),
-        "event": lambda: nodes.emit_event(node, key="inc-other", kind="cordon", action="Cordon", reason="GpuLost",
-                                          note="n", at=at),
-        "event series": lambda: nodes.event_series(node, req, at, "again"),
-        "release": lambda: nodes.apply_release(before, by="alice", reason="r", at=at),
-        "eviction": lambda: nodes.evict(info, 0),
+        "set_condition": lambda: nodes.set_condition(node, "False", "GpuLost", "again", at, None),
+        "emit_event": lambda: nodes.emit_event(node, key="inc-other", kind="cordon", action="Cordon",
+                                               reason="GpuLost", note="n", at=at),
+        "event_series": lambda: nodes.event_series(node, req, at, "again"),
+        "apply_release": lambda: nodes.apply_release(before, by="alice", reason="r", at=at),
+        "evict": lambda: nodes.evict(info, 0),
     }
+    # Every method of the steps' ports and of the release's is tried here, but the pod reads: a step
+    # that adds a write to a port adds it to this table.
+    ports = {step.port for step in STEPS} | {ReleaseWriter}
+    methods = {m for port in ports for m in vars(port) if not m.startswith("_") and callable(getattr(port, m))}
+    assert methods - {"read_pod", "node_pods"} == set(writes)
     for what, write in writes.items():
         with pytest.raises(Fenced, match="held by responder-b"):
             write()
