@@ -87,11 +87,13 @@ def _create_nodes(admin: client.ApiClient, count: int) -> list[str]:
 
 
 def _run_responder(respond: RespondSettings, responder: Responder, stop: threading.Event) -> None:
-    """The responder on an event loop of this thread, until `stop` is set."""
+    """The responder on an event loop of this thread, until `stop` is set: it shuts down in order (within
+    its grace) before the loop closes, and the caller joins this thread before Kafka and the API server
+    go away."""
     async def go() -> None:
         ev = asyncio.Event()
         task = asyncio.create_task(run_responder(respond, responder, ev))
-        while not stop.is_set():
+        while not stop.is_set() and not task.done():
             await asyncio.sleep(0.05)
         ev.set()
         await task
@@ -135,6 +137,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="cordon-pipeline-") as tmp, LocalKafka(num_partitions=2) as kafka:
         plane = controlplane.start()
         worker: WorkerProcess | None = None
+        responding: threading.Thread | None = None
         stop = threading.Event()
         try:
             with client.ApiClient(make_configuration(plane, "admin")) as admin, \
@@ -156,13 +159,19 @@ def main() -> int:
                                           database_url=db, group_id=f"bench-responder-{run}")
                 responder = build_responder(respond, executor, sinks)
 
-                threading.Thread(target=_run_responder, args=(respond, responder, stop), daemon=True).start()
+                responding = threading.Thread(target=_run_responder, args=(respond, responder, stop),
+                                              name="responder")
+                responding.start()
                 kernel_topic = topology(settings.topic_prefix, settings.partitions).kernel.name
                 latencies = _cordon_latencies(kafka.bootstrap, kernel_topic, names, nodes, worker, args.timeout)
                 unschedulable = sum(1 for n in core.list_node().items if n.spec.unschedulable)
                 version = client.VersionApi(admin).get_code().git_version
         finally:
             stop.set()
+            if responding is not None:
+                responding.join(respond.shutdown_grace_s + 30)
+                if responding.is_alive():
+                    print("the responder did not stop", file=sys.stderr)
             if worker is not None:
                 worker.terminate()
             plane.stop()

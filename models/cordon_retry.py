@@ -5,7 +5,9 @@ and decides it with `models.cordon.decide_cordon`. This module decides, purely, 
 leaves a cordon pending:
 
 - a retryable failure (the API answered 429 or 5xx, or could not be reached, for longer than one
-  call's own retries) is tried again with exponential backoff, until it succeeds or the incident ends;
+  call's own retries), or a write the fence refused (`fenced`: the replica had lost its Lease; the
+  pending retry is in SQL, so the leader that took over tries it), is tried again with exponential
+  backoff, until it succeeds or the incident ends;
 - a cordon held by the circuit breaker (tripped now, or already open) is remembered and offered
   again once an operator has reset the breaker (`xidpipe breaker reset`);
 - anything else settles it: done, already cordoned, or refused by the policy or the scope (the next
@@ -73,7 +75,7 @@ def cordon_followup(
     `attempts`: failed attempts before this one."""
     if ended is not None:
         return CordonFollowup(kind="settled", reason=f"{ended}: no cordon pending")
-    if outcome == ActionOutcome.FAILED and retryable:
+    if outcome in (ActionOutcome.FAILED, ActionOutcome.FENCED) and retryable:
         n = attempts + 1
         wait = backoff.delay_s(n)
         return CordonFollowup(kind="retry", attempts=n, due_at=now + timedelta(seconds=wait),

@@ -14,6 +14,10 @@ The semantics are client-go's (`k8s.io/client-go/tools/leaderelection`):
   renew_deadline_s` before anyone else may start (clock rates, not clocks, must agree).
 - On a clean shutdown the leader releases the Lease (empty holder, duration 1 s), so a standby
   takes over at its next read instead of a lease duration later.
+- Before every cluster write the leader reads the Lease again (`may_write`): the write is sent only
+  while the Lease names this replica at the version its own last renewal wrote, and that renewal
+  started less than `renew_deadline_s` ago. A takeover (another holder, or any other write of the
+  Lease) refuses the next write at once, without waiting for the renewal to notice.
 """
 
 from __future__ import annotations
@@ -37,6 +41,12 @@ class LeaseTimings(BaseModel):
         "lease_duration_s - renew_deadline_s is the margin for work already in flight to end")
     retry_period_s: float = Field(
         default=2.0, gt=0, description="how often the leader renews and a standby reads the Lease")
+
+    @property
+    def margin_s(self) -> float:
+        """How long after a leader's fence (its renew deadline) a standby may take over at the earliest:
+        the time work already in flight, a cluster write included, has to end."""
+        return self.lease_duration_s - self.renew_deadline_s
 
     @model_validator(mode="after")
     def _ordered(self) -> LeaseTimings:
@@ -129,3 +139,35 @@ def fenced(renew_started_at: float, now: float, timings: LeaseTimings) -> bool:
     """Whether a leader must stop acting: its last successful renewal started `renew_deadline_s` ago
     or more (monotonic seconds)."""
     return now - renew_started_at >= timings.renew_deadline_s
+
+
+class WriteVerdict(BaseModel):
+    """Whether a leader may send a cluster write now, and why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    allowed: bool
+    reason: str
+
+
+def may_write(identity: str, renewed_version: str | None, renewed_at: float | None, current: LeaseRecord | None,
+              current_version: str | None, now: float, timings: LeaseTimings) -> WriteVerdict:
+    """The fence before a cluster write: allowed only while the Lease as just read (`current` at
+    `current_version`) is the one this replica's last renewal wrote (`renewed_version`, a renewal that
+    started at `renewed_at`, monotonic s) and that renewal's deadline has not passed at `now`."""
+    if renewed_at is None or renewed_version is None:
+        return WriteVerdict(allowed=False, reason=f"{identity} has not renewed the Lease: not the leader")
+    age = now - renewed_at
+    if fenced(renewed_at, now, timings):
+        return WriteVerdict(allowed=False, reason=f"the renew deadline passed: the last renewal started {age:.1f} s "
+                                                  f"ago (deadline {timings.renew_deadline_s:g} s)")
+    if current is None:
+        return WriteVerdict(allowed=False, reason="there is no Lease any more")
+    if current.holder != identity:
+        who = f"held by {current.holder}" if current.holder else "released"
+        return WriteVerdict(allowed=False, reason=f"the Lease is {who}, not {identity}")
+    if current_version != renewed_version:
+        return WriteVerdict(allowed=False, reason=f"the Lease is at version {current_version}, not the version "
+                                                  f"{renewed_version} of {identity}'s last renewal: written since")
+    return WriteVerdict(allowed=True, reason=f"{identity} holds the Lease at version {current_version}, renewed "
+                                             f"{age:.1f} s ago (deadline {timings.renew_deadline_s:g} s)")

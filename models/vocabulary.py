@@ -193,6 +193,7 @@ class ActionOutcome(StrEnum):
     REFUSED = "refused"  # a release the decision refused
     BLOCKED = "blocked"  # held back: by the breaker it tripped, or evictions a disruption budget blocked
     FAILED = "failed"
+    FENCED = "fenced"  # a write not sent: the replica no longer held the Lease it last renewed (retried by the leader)
 
 
 # --- fault codes ---------------------------------------------------------------------------------

@@ -6,6 +6,9 @@
   timeout after sending): look before repeating it.
 - `PermanentError`: retrying will not help (forbidden, not found, invalid); the message is the
   service's own (e.g. Jira's `errorMessages` and `errors`).
+- `Fenced`: a cluster write this replica did not send, because it no longer holds the Lease it
+  last renewed (`respond.leader`): never retried in place; the leader (this replica again, or the
+  one that took over) tries it later.
 
 Adapters translate their library's exceptions into these (`cordon.kube_nodes` for Kubernetes,
 `sinks.jira.tracker` for Jira, `sinks.slack.transport` for Slack); everything else catches only these.
@@ -49,6 +52,13 @@ class AmbiguousError(TemporaryError):
 
 class PermanentError(ActionError):
     """Retrying will not help (forbidden, not found, invalid)."""
+
+
+class Fenced(ActionError):
+    """The write was not sent: this replica may not write now (`models.leader_election.may_write` says why).
+    Retryable by whoever leads next, not in place."""
+
+    retryable = True
 
 
 def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:

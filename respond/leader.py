@@ -13,13 +13,21 @@ Kubernetes API); the timing decisions are `models.leader_election`'s. `run_elect
   it still runs can act after another replica took over;
 - on a clean stop the work stops first, then the Lease is released, and a standby takes over at its
   next read.
+
+`LeaderElector.check_write` is the fence before each cluster write (`respond.cordon.kube_nodes`
+calls it right before every write it sends, each attempt): it reads the Lease and allows the write
+only while the Lease is still the one this replica's last renewal wrote, within the renew deadline
+(`models.leader_election.may_write`). It waits for a renewal in flight, so its own renewal never
+looks like another writer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -30,9 +38,11 @@ from models.leader_election import (
     LeaseRecord,
     LeaseTimings,
     Observation,
+    WriteVerdict,
     claimed,
     decide_step,
     fenced,
+    may_write,
     observe,
     released,
 )
@@ -79,6 +89,10 @@ class LeaderElector:
         self.wall = wall
         self.seen: Observation | None = None
         self.renewed_at: float | None = None  # when the last successful write started (monotonic s)
+        self.renewed_version: str | None = None  # the Lease's resourceVersion that write left
+        self._writing = threading.Lock()  # a renewal's write and its bookkeeping; a write check waits on it
+        # The versions this term's latest renewals left: a write check's read may return any of them.
+        self._own_versions: collections.deque[str] = collections.deque(maxlen=16)
 
     @property
     def leading(self) -> bool:
@@ -99,18 +113,46 @@ class LeaderElector:
                     self.identity, step.reason, extra={"identity": self.identity})
             return False
         record = claimed(current.record if current else None, self.identity, self.wall(), self.timings)
-        try:
-            written = (self.lease.create(record) if current is None
-                       else self.lease.update(current.resource_version, record))
-        except LeaseConflict as exc:
-            log.info("leader election: %s", exc, extra={"identity": self.identity})
-            return False
-        self.seen = observe(self.seen, written.record, written.resource_version, self.clock())
-        if self.renewed_at is None:
-            log.warning("leader election: %s is the leader now (%s)", self.identity, step.reason,
-                        extra={"identity": self.identity, "transitions": written.record.transitions})
-        self.renewed_at = started
+        with self._writing:
+            try:
+                written = (self.lease.create(record) if current is None
+                           else self.lease.update(current.resource_version, record))
+            except LeaseConflict as exc:
+                log.info("leader election: %s", exc, extra={"identity": self.identity})
+                return False
+            self.seen = observe(self.seen, written.record, written.resource_version, self.clock())
+            if self.renewed_at is None:
+                log.warning("leader election: %s is the leader now (%s)", self.identity, step.reason,
+                            extra={"identity": self.identity, "transitions": written.record.transitions})
+            self.renewed_at, self.renewed_version = started, written.resource_version
+            self._own_versions.append(written.resource_version)
         return True
+
+    def check_write(self) -> WriteVerdict:
+        """The fence before a cluster write (blocking: the writer's thread calls it): read the Lease now
+        and decide (`models.leader_election.may_write`). The read is this replica's own when its version
+        is one that its renewals of this term left: the read is a consistent one, so the Lease was ours
+        when it was read, even when a renewal moved it on meanwhile (that renewal's bookkeeping is waited
+        for, up to the renew deadline). A failed read raises the Lease port's error (`respond.errors`)."""
+        if self.renewed_at is None:
+            return may_write(self.identity, None, None, None, None, self.clock(), self.timings)
+        current = self.lease.get()
+        renewed_at = self.renewed_at
+        wait = 0.0 if renewed_at is None else max(0.0, renewed_at + self.timings.renew_deadline_s - self.clock())
+        if not self._writing.acquire(timeout=wait):
+            return WriteVerdict(allowed=False, reason="a renewal was still being written at the renew deadline")
+        try:
+            version, renewed_at, own = self.renewed_version, self.renewed_at, set(self._own_versions)
+        finally:
+            self._writing.release()
+        read = current.resource_version if current else None
+        return may_write(self.identity, read if read in own else version, renewed_at,
+                         current.record if current else None, read, self.clock(), self.timings)
+
+    def _step_down(self) -> None:
+        # Not under `_writing`: a renewal stuck in its write must not block the event loop that calls this.
+        self.renewed_at, self.renewed_version = None, None
+        self._own_versions.clear()
 
     async def _round(self, timeout_s: float) -> bool:
         try:
@@ -142,18 +184,18 @@ class LeaderElector:
             if not renewed and self.renewed_at is not None and fenced(self.renewed_at, self.clock(), self.timings):
                 log.error("leader election: %s could not renew within %g s: stopping its work",
                           self.identity, self.timings.renew_deadline_s, extra={"identity": self.identity})
-                self.renewed_at = None
+                self._step_down()
                 lost.set()
             elif not renewed and self.seen is not None and self.seen.record is not None \
                     and self.seen.record.holder not in ("", self.identity):
                 log.error("leader election: the Lease is held by %s: stopping the work of %s",
                           self.seen.record.holder, self.identity, extra={"identity": self.identity})
-                self.renewed_at = None
+                self._step_down()
                 lost.set()
 
     def release(self) -> bool:
         """Step down (blocking): write the released record if we still hold the Lease."""
-        self.renewed_at = None
+        self._step_down()
         current = self.lease.get()
         if current is None or current.record.holder != self.identity:
             return False
@@ -170,8 +212,7 @@ Work = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
 async def run_elected(elector: LeaderElector, work: Work, stop: asyncio.Event) -> None:
     """Run `work(its_stop)` whenever this replica leads, until `stop` is set; release on the way out."""
-    timings = elector.timings
-    margin = timings.lease_duration_s - timings.renew_deadline_s
+    margin = elector.timings.margin_s
     while not stop.is_set():
         if not await elector.acquire(stop):
             return

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -207,6 +209,17 @@ def _told(parts: list[tuple[str, str, str]]) -> tuple[str, str]:
     return "; ".join(f"{s}: {r}" for s, r, _ in parts), "; ".join(f"{s}: {d}" for s, _, d in parts)
 
 
+@dataclass(slots=True)
+class _Batch:
+    """A fetch's work after its cordons, run in the background: the ticket refreshes its cordons asked
+    for (those not yet run) and its other requests, in order; the offsets committed once all of it
+    was handled."""
+
+    offsets: dict[Any, Any]
+    refresh: list[str]
+    task: asyncio.Task[None] | None = None
+
+
 async def run_responder(settings: RespondSettings, responder: Responder, stop: asyncio.Event,
                         ready: asyncio.Event | None = None) -> None:
     """Consume the actions topic until `stop` is set.
@@ -216,10 +229,15 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     refreshes that cordons ask for are handled by one background chain, in order, so a slow Jira never
     delays a cordon. Pending cordons (retries, breaker holds) are offered again by a task of their
     own. A batch's offsets are committed once everything in it was handled (at-least-once; every
-    effect is idempotent).
-    """
-    from aiokafka.structs import OffsetAndMetadata
+    effect is idempotent). A batch that fails stops the responder (raised) before its offsets are
+    committed.
 
+    The shutdown (`stop` set, or the loop's failure) never raises: it stops fetching, gives the work in
+    flight `settings.shutdown_grace_s` to finish, cancels the rest, commits the batches that completed,
+    in order up to the first that did not (its requests and every later batch's are delivered again to
+    the group), keeps the ticket refreshes that did not run in `responder.ticket_refresh` (for this
+    process's next run), and stops the clients (`_shut_down`).
+    """
     consumer, producer = await _start_clients(settings)
     endpoint = ResponderEndpoint(settings.metrics_host, settings.metrics_port, responder.metrics, responder.engine,
                                  consumer).start()
@@ -243,18 +261,23 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
             log.error("action request to dead-letter topic (%s): %s", dead.reason, exc,
                       extra={"topic": tp.topic, "partition": tp.partition, "offset": msg.offset})
 
-    async def handle_later(refresh: list[str], items: list[Item], after: asyncio.Task[None] | None) -> None:
+    async def handle_later(batch: _Batch, items: list[Item], after: asyncio.Task[None] | None) -> None:
         if after is not None:
             await after  # keep the order of tickets and messages across batches
-        for incident_id in refresh:
+        while batch.refresh:
+            incident_id = batch.refresh[0]
             try:
                 await responder.refresh_ticket(incident_id)
-            except Exception:  # the tracker's own queue retries; the next cordon action asks again
+            except Exception:
+                if stop.is_set():
+                    raise  # stopping: the shutdown hands it back (kept for the next run, the batch uncommitted)
+                # the tracker's own queue retries; the next cordon action asks again
                 log.exception("ticket refresh after a cordon failed", extra={"incident": incident_id})
+            batch.refresh.pop(0)
         for item in items:
             await handle_one(*item)
 
-    pending: list[tuple[dict[Any, OffsetAndMetadata], asyncio.Task[None]]] = []
+    batches: list[_Batch] = []
     if ready is not None:
         ready.set()
     try:
@@ -266,27 +289,83 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
             await _publish_completed(producer, completed_topic(settings), responder)
             refresh = responder.take_ticket_refreshes()
             if offsets or refresh:
-                previous = pending[-1][1] if pending else None
-                pending.append((offsets, asyncio.create_task(handle_later(refresh, later, previous))))
-            while pending and pending[0][1].done():
-                done_offsets, task = pending.pop(0)
-                task.result()  # a failure stops the responder before its offsets are committed
-                if done_offsets:
-                    await consumer.commit(done_offsets)
+                batch = _Batch(offsets, refresh)
+                batch.task = asyncio.create_task(handle_later(batch, later, batches[-1].task if batches else None))
+                batches.append(batch)
+            while batches and _done(batches[0]):
+                _task(batches[0]).result()  # a failure stops the responder before its offsets are committed
+                if batches[0].offsets:
+                    await consumer.commit(batches[0].offsets)
+                batches.pop(0)
     finally:
         stop.set()
+        await _shut_down(settings, responder, (consumer, producer, endpoint), batches, bg)
+
+
+def _task(batch: _Batch) -> asyncio.Task[None]:
+    assert batch.task is not None
+    return batch.task
+
+
+def _done(batch: _Batch) -> bool:
+    return _task(batch).done()
+
+
+def _failed(task: asyncio.Task[None]) -> BaseException | None:
+    """Why a finished task did not complete (cancelled, or its exception), None when it did."""
+    return asyncio.CancelledError() if task.cancelled() else task.exception()
+
+
+async def _shut_down(settings: RespondSettings, responder: Responder, clients: tuple[Any, Any, Any],
+                     batches: list[_Batch], bg: list[asyncio.Task[None]]) -> None:
+    """The orderly end of `run_responder`, after `stop` was set: never raises (each failure is logged)."""
+    consumer, producer, endpoint = clients
+    work = [_task(b) for b in batches] + bg
+    if work:
+        _, unfinished = await asyncio.wait(work, timeout=settings.shutdown_grace_s)
+        for task in unfinished:
+            task.cancel()
+        await asyncio.gather(*unfinished, return_exceptions=True)
+        if unfinished:
+            log.warning("shutdown: %d task(s) still running after %.1f s: cancelled", len(unfinished),
+                        settings.shutdown_grace_s)
+    for task in bg:
+        if (why := _failed(task)) is not None and not isinstance(why, asyncio.CancelledError):
+            log.error("shutdown: a background loop had failed", exc_info=why)
+    await _commit_completed(consumer, batches)
+    left = [i for b in batches for i in b.refresh if i not in responder.ticket_refresh]
+    if left:
+        responder.ticket_refresh[:0] = list(dict.fromkeys(left))
+        log.warning("shutdown: ticket refreshes not run, kept for the next run: %s", ", ".join(left))
+    steps: list[tuple[str, Callable[[], Awaitable[Any] | None]]] = [
+        ("publish the completed actions", lambda: _publish_completed(producer, completed_topic(settings), responder)),
+        ("stop the consumer", consumer.stop), ("stop the producer", producer.stop),
+        ("stop the endpoint", endpoint.stop)]
+    for what, step in steps:
         try:
-            # Commit what was fully handled, in order; stop at the first batch that failed.
-            for done_offsets, task in pending:
-                await task
-                if done_offsets:
-                    await consumer.commit(done_offsets)
-        finally:
-            for t in bg:
-                await t
-            await consumer.stop()
-            await producer.stop()
-            endpoint.stop()
+            result = step()
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception("shutdown: could not %s", what)
+
+
+async def _commit_completed(consumer: Any, batches: list[_Batch]) -> None:
+    """Commit the batches whose work completed, in order, up to the first that did not: it and every
+    later batch are delivered again to the group (their offsets are not committed)."""
+    for n, batch in enumerate(batches):
+        why = _failed(_task(batch))
+        if why is None and batch.offsets:
+            try:
+                await consumer.commit(batch.offsets)
+            except Exception as exc:
+                why = exc
+        if why is not None:
+            cancelled = isinstance(why, asyncio.CancelledError)
+            log.warning("shutdown: %d batch(es) handed back for redelivery, their offsets not committed: %s",
+                        len(batches) - n, "cancelled" if cancelled else f"{type(why).__name__}: {why}",
+                        exc_info=None if cancelled else why)
+            return
 
 
 async def _start_clients(settings: RespondSettings) -> tuple[Any, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import socket
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from models.kafka_security import KafkaClientSecurity
@@ -49,6 +49,10 @@ class RespondSettings(KafkaClientSecurity, ServiceSettings):
     cordon_pending_interval_s: float = Field(
         default=1.0, gt=0, description="how often due cordon retries are run and the breaker is checked for a "
         "reset (held cordons are offered again within this long of `xidpipe breaker reset`)")
+    shutdown_grace_s: float = Field(
+        default=3.0, gt=0, description="on a stop (SIGTERM, or the Lease lost) the work in flight (ticket "
+        "refreshes, tickets, messages, the retry loops) gets this long to finish; the rest is cancelled and its "
+        "requests left uncommitted for the next leader; elected, shorter than lease_duration_s - renew_deadline_s")
     metrics_host: str = Field(default="127.0.0.1", description="address of /metrics, /healthz and /readyz "
                               "(the chart binds the pod's IP)")
     metrics_port: int | None = Field(default=9466, description="port of /metrics, /healthz and /readyz; None: off")
@@ -81,3 +85,19 @@ class RespondSettings(KafkaClientSecurity, ServiceSettings):
     def lease_timings(self) -> LeaseTimings:
         return LeaseTimings(lease_duration_s=self.lease_duration_s, renew_deadline_s=self.renew_deadline_s,
                             retry_period_s=self.retry_period_s)
+
+    @model_validator(mode="after")
+    def _within_the_margin(self) -> RespondSettings:
+        """An elected leader's writes and its shutdown must end before a standby may take over."""
+        if not self.election:
+            return self
+        margin = self.lease_timings().margin_s
+        if self.actions.api_write_timeout_s > margin:
+            raise ValueError(f"XIDPIPE_ACTIONS_API_WRITE_TIMEOUT_S ({self.actions.api_write_timeout_s:g} s) must not "
+                             f"exceed lease_duration_s - renew_deadline_s ({margin:g} s): a write could land after "
+                             "a standby took over")
+        if self.shutdown_grace_s >= margin:
+            raise ValueError(f"XIDPIPE_RESPOND_SHUTDOWN_GRACE_S ({self.shutdown_grace_s:g} s) must be shorter than "
+                             f"lease_duration_s - renew_deadline_s ({margin:g} s): a leader that lost its Lease must "
+                             "have stopped before a standby may take over")
+        return self

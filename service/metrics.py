@@ -86,7 +86,7 @@ class ResponderMetrics(ServiceMetrics):
             buckets=LATENCY_BUCKETS)
         self.dead_letters = self.counter("dead_letters", "Action requests sent to the dead-letter topic.")
         self.cordons = self.counter(
-            "cordons", "Cordon offers by outcome (done, dry_run, noop, refused, blocked, failed, skipped) and "
+            "cordons", "Cordon offers by outcome (done, dry_run, noop, refused, blocked, failed, fenced, skipped) and "
             "the decision behind it (cordon, not_needed, breaker_tripped, ...).", ("outcome", "decision"))
         self.cordons_pending = self.gauge(
             "cordons_pending", "Cordons waiting: a retry after a retryable failure, or held by the breaker.",

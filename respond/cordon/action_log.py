@@ -42,7 +42,7 @@ from models.cordon import BreakerState
 
 # The PostgreSQL advisory lock that serialises cordon decisions across responders ("xidpipe" in ASCII).
 CORDON_LOCK_KEY = 0x786964706970
-ActionOutcome = Literal["done", "noop", "dry_run", "skipped", "refused", "blocked", "failed"]
+ActionOutcome = Literal["done", "noop", "dry_run", "skipped", "refused", "blocked", "failed", "fenced"]
 
 
 def utcnow() -> datetime:

@@ -14,6 +14,10 @@ executor names no step: each brings its port, its idempotency key and its record
 Safe under at-least-once delivery: each step checks the node's current state or its idempotency key
 first, so a redelivered request changes nothing (no second taint, annotation change or Event).
 
+Fencing: when the node adapter's fence refuses a write (`respond.errors.Fenced`: this replica no
+longer holds the Lease it last renewed), nothing was sent, the plan ends there, and the decision's
+record says `fenced` (retryable: the cordon lane keeps it pending in SQL for the leader).
+
 The breaker: the fleet view (the pool's size and xidpipe's cordons in it, from the cluster; the
 last hour's cordons, from the action record) and the breaker state are read, the cordon is written
 and recorded under the action record's `exclusive()` lock (across processes on PostgreSQL), so
@@ -63,7 +67,7 @@ from respond.cordon.port import Conflict, NodeRead, NodeReader, PoolCounter, Rel
 from respond.cordon.steps import STEPS, Step, StepContext, StepRecord, Trigger, plan, trigger_of
 from respond.cordon.steps.condition import ConditionWriter
 from respond.cordon.steps.event import EventWriter
-from respond.errors import ActionError, PermanentError
+from respond.errors import ActionError, Fenced, PermanentError
 
 log = logging.getLogger(__name__)
 
@@ -166,15 +170,16 @@ class CordonExecutor:
         return result
 
     def _failed(self, req: CordonRequest, exc: ActionError, *, done: ActionResult | None = None) -> ActionResult:
-        reason = str(exc) if done is None else f"{done.reason}; then failed: {exc}"
-        return ActionResult(action=done.action if done else "cordon", outcome="failed", node=req.node,
+        outcome = _failure(exc)
+        reason = str(exc) if done is None else f"{done.reason}; then {outcome}: {exc}"
+        return ActionResult(action=done.action if done else "cordon", outcome=outcome, node=req.node,
                             incident_id=req.incident_id, decision=done.decision if done else None, reason=reason,
                             retryable=exc.retryable, dry_run=self.dry_run, changes=list(done.changes) if done else [],
                             steps=list(done.steps) if done else [])
 
     def _log(self, req: CordonRequest, result: ActionResult) -> None:
         ctx = {"node": req.node, "incident": req.incident_id, "family": req.family, "xids": list(req.xids)}
-        level = logging.WARNING if result.outcome in ("failed", "blocked", "refused") else logging.INFO
+        level = logging.WARNING if result.outcome in ("failed", "fenced", "blocked", "refused") else logging.INFO
         log.log(level, "cordon %s: %s", result.outcome, result.reason,
                 extra={**ctx, "decision": result.decision, "changes": result.changes})
 
@@ -337,7 +342,7 @@ class CordonExecutor:
         try:
             result = self._release(node, by=by, reason=reason, incident_id=incident_id)
         except ActionError as exc:
-            result = ActionResult(action="release", outcome="failed", node=node, incident_id=incident_id,
+            result = ActionResult(action="release", outcome=_failure(exc), node=node, incident_id=incident_id,
                                   reason=str(exc), retryable=exc.retryable)
         log.info("release %s: %s", result.outcome, result.reason, extra={"node": node, "by": by})
         self._record(result, details={"changes": result.changes, "operator_reason": reason}, actor=by)
@@ -393,6 +398,11 @@ class CordonExecutor:
         ))
         log.warning("cordon circuit breaker reset", extra={"by": by, "reason": reason, "was_tripped": before.tripped})
         return state
+
+
+def _failure(exc: ActionError) -> ActionOutcome:
+    """A failure's outcome: `fenced` when the node adapter's fence refused a write (nothing was sent)."""
+    return "fenced" if isinstance(exc, Fenced) else "failed"
 
 
 def _unported(nodes: object, step: Step) -> str:

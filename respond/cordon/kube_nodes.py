@@ -21,6 +21,13 @@ The breaker's pool counts come from a list+watch of the nodes (`node_cache.NodeC
 the first decision that needs them), fresh as of the newest cordon in the action record; when the
 cache does not get there in time (or `watch_nodes` is off) the pool is listed instead.
 
+Fencing: every write above (the cordon and release patches, annotations, the condition, Events,
+evictions) goes through one method, `_write`, which asks the adapter's `port.WriteFence` (the
+Lease election's `check_write`, when replicas are elected) right before each attempt it sends, and
+sends nothing when the fence refuses (`respond.errors.Fenced`). Each write has a request timeout
+(`write_timeout_s`): the longest a write can take after its check, which the election's margin must
+cover (docs/respond.md, "Fencing").
+
 The client's failures are translated into `respond.errors`: HTTP 429 and 5xx, a missing status,
 connection errors and timeouts are `TemporaryError`, anything else `PermanentError`.
 """
@@ -60,11 +67,11 @@ from models.cordon import (
 )
 from models.cordon_policy import CordonPolicy
 from respond.cordon.node_cache import NodeCache
-from respond.cordon.port import Conflict, NodeCondition, NodeRead
+from respond.cordon.port import Conflict, NodeCondition, NodeRead, WriteFence
 from respond.cordon.retry import Backoff, call_with_retry
 from respond.cordon.settings import ActionSettings
 from respond.cordon.steps.drain import PodInfo
-from respond.errors import ActionError, PermanentError, TemporaryError
+from respond.errors import ActionError, Fenced, PermanentError, TemporaryError
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +108,8 @@ def call_api(fn: Callable[[], T], what: str, backoff: Backoff, *, sleep: Callabl
     def attempt() -> T:
         try:
             return fn()
+        except ActionError:
+            raise
         except Exception as exc:
             raise action_error(exc) from exc
 
@@ -124,11 +133,14 @@ class KubeNodes:
     transient errors (429, 5xx, connection) within `backoff`; pod reads and evictions, one attempt each.
 
     `watch_nodes`: keep the pool counts in a `NodeCache` (one, for the pool label of the first
-    decision); `cache_wait_s`: how long a decision waits for it to be fresh before listing."""
+    decision); `cache_wait_s`: how long a decision waits for it to be fresh before listing; `fence`:
+    asked before every write (None: every write is sent); `write_timeout_s`: each write request's
+    timeout."""
 
     def __init__(
         self, api_client: client.ApiClient, *, reporting_instance: str, backoff: Backoff | None = None,
-        watch_nodes: bool = True, cache_wait_s: float = 5.0,
+        watch_nodes: bool = True, cache_wait_s: float = 5.0, fence: WriteFence | None = None,
+        write_timeout_s: float | None = None,
     ) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
@@ -137,6 +149,8 @@ class KubeNodes:
         self.backoff = backoff or Backoff()
         self.watch_nodes = watch_nodes
         self.cache_wait_s = cache_wait_s
+        self.fence = fence
+        self.write_timeout_s = write_timeout_s
         self.cache: NodeCache | None = None
         self._cache_lock = threading.Lock()
         self._seen_rv = 0  # the newest node resourceVersion this client has read or written
@@ -163,6 +177,34 @@ class KubeNodes:
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return call_api(lambda: fn(*args, **kwargs), what, self.backoff)
+
+    def _write(self, what: str, fn: Any, *args: Any, once: bool = False, **kwargs: Any) -> Any:
+        """Every cluster write this adapter sends goes through here: the fence right before each
+        attempt (`Fenced`, nothing sent, when it refuses), the request timeout, and transient failures
+        retried within the backoff (`once`: one attempt, the caller keeps its own backoff)."""
+        if self.write_timeout_s is not None:
+            kwargs["_request_timeout"] = self.write_timeout_s
+
+        def send() -> Any:
+            if self.fence is not None:
+                verdict = self.fence.check_write()
+                if not verdict.allowed:
+                    log.error("fenced: %s not sent: %s", what, verdict.reason, extra={"what": what})
+                    raise Fenced(f"{what}: not sent: {verdict.reason}")
+            return fn(*args, **kwargs)
+
+        if not once:
+            return call_api(send, what, self.backoff)
+        try:
+            return send()
+        except ApiException as exc:
+            raise action_error(exc) from exc
+        except ActionError:
+            raise
+        except Exception as exc:
+            if is_transient(exc):
+                raise action_error(exc) from exc
+            raise
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -230,7 +272,7 @@ class KubeNodes:
     def _guarded_patch(self, current: NodeRead, ops: list[dict[str, Any]], what: str) -> NodeRead:
         body = [{"op": "test", "path": "/metadata/resourceVersion", "value": current.resource_version}, *ops]
         try:
-            patched: client.V1Node = self._call(what, self.core.patch_node, current.view.name, body)
+            patched: client.V1Node = self._write(what, self.core.patch_node, current.view.name, body)
             self._saw(patched)
             written = self._node_read(current.view.name, patched)
             if self.cache is not None:
@@ -277,9 +319,9 @@ class KubeNodes:
         foreign = sorted(k for k in annotations if not k.startswith(ANNOTATION_PREFIX))
         if foreign:
             raise PermanentError(f"xidpipe writes only {ANNOTATION_PREFIX} annotations, not {', '.join(foreign)}")
-        self._saw(self._call(f"annotate node {name}", self.core.patch_node, name,
-                             {"metadata": {"annotations": annotations}},
-                             _content_type="application/merge-patch+json"))
+        self._saw(self._write(f"annotate node {name}", self.core.patch_node, name,
+                              {"metadata": {"annotations": annotations}},
+                              _content_type="application/merge-patch+json"))
 
     def set_condition(self, name: str, status: str, reason: str, message: str, at: datetime,
                       existing: NodeCondition | None) -> bool:
@@ -292,8 +334,8 @@ class KubeNodes:
             transition = existing.last_transition.isoformat()
         condition = {"type": CONDITION_TYPE, "status": status, "reason": reason, "message": message,
                      "lastHeartbeatTime": stamp, "lastTransitionTime": transition}
-        self._saw(self._call(f"set condition on {name}", self.core.patch_node_status, name,
-                             {"status": {"conditions": [condition]}}))
+        self._saw(self._write(f"set condition on {name}", self.core.patch_node_status, name,
+                              {"status": {"conditions": [condition]}}))
         return True
 
     # --- events -----------------------------------------------------------------------------------
@@ -313,7 +355,7 @@ class KubeNodes:
             regarding=client.V1ObjectReference(kind="Node", name=name, uid=name, api_version="v1"),
         )
         try:
-            self._call(f"create event on {name}", self.events.create_namespaced_event, EVENT_NAMESPACE, event)
+            self._write(f"create event on {name}", self.events.create_namespaced_event, EVENT_NAMESPACE, event)
         except PermanentError as exc:
             if exc.status == 409:
                 return "exists"
@@ -326,8 +368,8 @@ class KubeNodes:
         ev_name = event_name(name, req.incident_id, "cordon")
         body = {"series": {"count": req.count, "lastObservedTime": at.isoformat()}}
         try:
-            self._call(f"update event on {name}", self.events.patch_namespaced_event, ev_name, EVENT_NAMESPACE, body,
-                       _content_type="application/merge-patch+json")
+            self._write(f"update event on {name}", self.events.patch_namespaced_event, ev_name, EVENT_NAMESPACE, body,
+                        _content_type="application/merge-patch+json")
         except PermanentError as exc:
             if exc.status != 404:
                 raise
@@ -380,14 +422,11 @@ class KubeNodes:
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.name, namespace=pod.namespace),
                                  delete_options=options)
         try:
-            self.core.create_namespaced_pod_eviction(pod.name, pod.namespace, body)
-        except ApiException as exc:
+            self._write(f"evict pod {pod.key}", self.core.create_namespaced_pod_eviction, pod.name, pod.namespace,
+                        body, once=True)
+        except PermanentError as exc:
             if exc.status == 404:
                 return False
-            raise action_error(exc) from exc
-        except Exception as exc:
-            if is_transient(exc):
-                raise action_error(exc) from exc
             raise
         return True
 

@@ -6,7 +6,8 @@ the steps); each step after the decision declares the port it needs in its own m
 (`respond.cordon.steps`: `CordonWriter`, `RepeatWriter`, `ConditionWriter`, `EventWriter`,
 `PodPort`). `kube_nodes.KubeNodes` implements all of them on the Kubernetes API. Every method raises
 `respond.errors.PermanentError` or `TemporaryError` (transient failures already retried within the
-adapter's deadline), and the guarded writes `Conflict` when the node changed since it was read.
+adapter's deadline), the guarded writes `Conflict` when the node changed since it was read, and every
+write `respond.errors.Fenced` when the adapter's `WriteFence` refused it (nothing was sent).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from models.cordon import FleetView, NodeView
 from models.cordon_policy import CordonPolicy
+from models.leader_election import WriteVerdict
 
 
 class Conflict(Exception):
@@ -64,3 +66,11 @@ class ReleaseWriter(Protocol):
     def apply_release(self, current: NodeRead, *, by: str, reason: str, at: datetime) -> list[str]:
         """Lift xidpipe's cordon and taint in one write guarded by `current`, recording who released and why."""
         ...
+
+
+class WriteFence(Protocol):
+    """What the node adapter asks right before each cluster write it sends (each attempt): whether this
+    replica may write now (`respond.leader.LeaderElector.check_write`: it still holds the Lease it
+    last renewed, within the renew deadline)."""
+
+    def check_write(self) -> WriteVerdict: ...

@@ -2,8 +2,9 @@
 
 `call_with_retry` repeats a call while it raises `TemporaryError` (the adapter's word for HTTP 429
 and 5xx, connection errors and timeouts), with exponential backoff and jitter, until a deadline;
-then it raises `TemporaryError` (a later redelivery may succeed). Any other failure is reported at
-once as `PermanentError` (403 forbidden, 404 not found, 422 validation, ...).
+then it raises `TemporaryError` (a later redelivery may succeed). A write the fence refused (`Fenced`)
+is raised as it is; any other failure is reported at once as `PermanentError` (403 forbidden, 404
+not found, 422 validation, ...).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from respond.errors import ActionError, PermanentError, TemporaryError
+from respond.errors import ActionError, Fenced, PermanentError, TemporaryError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -62,5 +63,7 @@ def call_with_retry(
                                                              "error": exc.message, "wait_s": round(wait, 3)})
             sleep(wait)
             attempt += 1
+        except Fenced:
+            raise
         except ActionError as exc:
             raise PermanentError(f"{what}: {exc.message}", exc.status) from exc

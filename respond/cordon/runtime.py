@@ -11,6 +11,7 @@ from respond.cordon.action_log import ActionStore, JsonlActionStore, SqlActionSt
 from respond.cordon.executor import CordonExecutor
 from respond.cordon.kube_nodes import KubeNodes, api_client
 from respond.cordon.policy_file import load_policy
+from respond.cordon.port import WriteFence
 from respond.cordon.retry import Backoff
 from respond.cordon.settings import ActionSettings
 
@@ -28,17 +29,19 @@ def store_from(settings: ActionSettings, database_url: str | None = None) -> Act
 
 
 def build_executor(settings: ActionSettings, policy: CordonPolicy | None = None, api: Any = None,
-                   database_url: str | None = None) -> CordonExecutor:
+                   database_url: str | None = None, fence: WriteFence | None = None) -> CordonExecutor:
     """The executor for these settings, recording in `database_url` (None: the JSON Lines log); the
     policy file is loaded and validated here (PolicyError if bad).
 
     `api`: the Kubernetes API client to act through; `api_client(settings)` when not given (None:
-    no cluster, every decision is recorded as a dry run)."""
+    no cluster, every decision is recorded as a dry run). `fence`: asked before every cluster write
+    (the responder's Lease election; None for one replica and the command line)."""
     policy = policy or load_policy(settings.policy_file)
     api = api or api_client(settings)
     nodes = None
     if api is not None:
         nodes = KubeNodes(api, reporting_instance=settings.reporting_instance,
-                          backoff=Backoff(deadline_s=settings.api_deadline_s))
+                          backoff=Backoff(deadline_s=settings.api_deadline_s), fence=fence,
+                          write_timeout_s=settings.api_write_timeout_s)
     return CordonExecutor(policy, store_from(settings, database_url), nodes, dry_run=settings.dry_run,
                           conflict_retries=settings.conflict_retries)

@@ -41,6 +41,11 @@ class ActionSettings(XidpipeSettings):
     api_deadline_s: float = Field(
         default=30.0, gt=0, description="how long one API call is retried on 429, 5xx and connection errors"
     )
+    api_write_timeout_s: float = Field(
+        default=4.0, gt=0, description="each write request's timeout (a cordon, an annotation, the condition, an "
+        "Event, an eviction): the longest a write can take after the leader's Lease check; with an elected "
+        "responder at most lease_duration_s - renew_deadline_s, so a write lands before a standby may take over"
+    )
     conflict_retries: int = Field(
         default=8, ge=1, description="re-reads of a node whose resourceVersion moved during a cordon or release"
     )

@@ -1,5 +1,6 @@
-"""Leader election: the timing decisions (table-driven) and the election on the real kube-apiserver
-(acquire, renew, expiry takeover, release, a conflict on resourceVersion, fencing of the work)."""
+"""Leader election: the timing and write decisions (table-driven) and the election on the real
+kube-apiserver (acquire, renew, expiry takeover, release, a conflict on resourceVersion, fencing of
+the work, the check before a cluster write)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from models.leader_election import (
     claimed,
     decide_step,
     fenced,
+    may_write,
     observe,
     released,
 )
@@ -67,6 +69,23 @@ def test_fencing_and_timing_order() -> None:
         LeaseTimings(lease_duration_s=10, renew_deadline_s=10, retry_period_s=2)
     with pytest.raises(ValueError, match="retry_period_s"):
         LeaseTimings(lease_duration_s=15, renew_deadline_s=2, retry_period_s=2)
+
+
+@pytest.mark.parametrize(("renewed", "record", "version", "now", "allowed", "because"), [
+    (("7", 100.0), held("a"), "7", 105.0, True, "holds the Lease at version 7"),
+    (("7", 100.0), held("a"), "7", 109.9, True, "renewed 9.9 s ago"),
+    (("7", 100.0), held("a"), "7", 110.0, False, "renew deadline"),  # fenced, though the Lease still says a
+    (("7", 100.0), held("b"), "8", 101.0, False, "held by b"),  # taken over
+    (("7", 100.0), held(""), "8", 101.0, False, "released"),
+    (("7", 100.0), held("a"), "9", 101.0, False, "version 9"),  # written since, even in our name
+    (("7", 100.0), None, None, 101.0, False, "no Lease"),
+    (None, held("a"), "7", 101.0, False, "not renewed"),  # not (or no longer) the leader
+])
+def test_may_write(renewed: tuple[str, float] | None, record: LeaseRecord | None, version: str | None,
+                   now: float, allowed: bool, because: str) -> None:
+    verdict = may_write("a", renewed[0] if renewed else None, renewed[1] if renewed else None, record, version,
+                        now, T)
+    assert verdict.allowed is allowed and because in verdict.reason, verdict.reason
 
 
 # --- on the kube-apiserver ------------------------------------------------------------------------
@@ -174,3 +193,22 @@ def test_the_work_stops_when_the_leader_cannot_renew(admin_client: client.ApiCli
     stopped_after = asyncio.run(scenario())
     assert stopped_after < fast.renew_deadline_s
     assert lease.get().record.holder == "pod-other"  # type: ignore[union-attr]  # never released: not ours
+
+
+def test_an_elected_responders_writes_must_end_before_a_standby_may_take_over() -> None:
+    from respond.cordon.settings import ActionSettings
+    from respond.settings import RespondSettings
+
+    slow = ActionSettings(api_write_timeout_s=6.0)
+    with pytest.raises(ValueError, match="API_WRITE_TIMEOUT_S"):
+        RespondSettings(election=True, identity="a", actions=slow)  # 15 - 10: a 5 s margin
+    assert RespondSettings(election=True, identity="a", actions=slow, lease_duration_s=20).actions == slow
+    assert RespondSettings(election=False, actions=slow).actions == slow  # one replica: nobody takes over
+
+
+def test_an_elected_responders_shutdown_must_end_before_a_standby_may_take_over() -> None:
+    from respond.settings import RespondSettings
+
+    with pytest.raises(ValueError, match="SHUTDOWN_GRACE_S"):
+        RespondSettings(election=True, identity="a", shutdown_grace_s=5.0)  # 15 - 10: a 5 s margin
+    assert RespondSettings(election=True, identity="a", shutdown_grace_s=4.9).shutdown_grace_s == 4.9

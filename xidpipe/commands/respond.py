@@ -60,9 +60,9 @@ def run(args: argparse.Namespace) -> int:
     wait_for_kafka(settings.bootstrap_servers, deadline)
     wait_for_kube(api, deadline)
     try:
-        executor = build_executor(settings.actions, api=api, database_url=settings.database)
+        elector = _elector(settings, api)  # its Lease check fences every cluster write of the executor
+        executor = build_executor(settings.actions, api=api, database_url=settings.database, fence=elector)
         sinks = build_sinks(settings.sinks, settings.database)
-        elector = _elector(settings, api)
     except (ValueError, OSError) as exc:  # PolicyError is a ValueError
         raise UsageError(config_error(exc)) from None
     responder = build_responder(settings, executor, sinks, cluster_api=api)

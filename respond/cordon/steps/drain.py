@@ -1,6 +1,9 @@
 """The drain: evict the pods that use the faulty GPU, through the Eviction API (PodDisruptionBudgets
 honoured), after a fresh cordon, when the policy's `drain.enabled` says so.
 
+An eviction the node adapter's fence refused (`respond.errors.Fenced`: this replica no longer leads)
+ends the drain at once: the step raises it, and the plan's record says `fenced`.
+
 Only the pods the incident names (the ones PodResources showed on the faulty GPU) are evicted, or,
 when the policy says so and the incident names none, the node's pods that request `nvidia.com/gpu`.
 DaemonSet pods and mirror (static) pods are skipped, as `kubectl drain` does. A 429 (a disruption
@@ -25,7 +28,7 @@ from pydantic import BaseModel, Field
 from models.cordon import CordonRequest, PodRef
 from models.cordon_policy import CordonPolicy, Drain
 from respond.cordon.steps.base import Phase, StepContext, StepOutcome, StepRecord, Trigger
-from respond.errors import ActionError, TemporaryError
+from respond.errors import ActionError, Fenced, TemporaryError
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +152,8 @@ def drain_gpu_pods(
             except TemporaryError as exc:  # 429: a disruption budget allows no disruption now; 5xx
                 last_refusal[pod.key] = exc.message
                 still.append(pod)
+            except Fenced:
+                raise  # this replica may not write: the drain ends here, for the leader to complete
             except ActionError as exc:
                 report.failed[pod.key] = exc.message
         pending = still

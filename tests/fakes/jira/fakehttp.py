@@ -1,5 +1,6 @@
 """A small threaded HTTP server for stand-ins that speak a real service's protocol, with recorded
-requests and scripted faults (429 with Retry-After, 5xx, slow responses, timeouts).
+requests and scripted faults (429 with Retry-After, 5xx, slow responses, timeouts, answers held until
+the test releases them).
 
 Used by the Jira and the Slack stand-ins. Binds to 127.0.0.1 only.
 """
@@ -54,7 +55,9 @@ class Fault:
     kind: "status" answers `status` (with `retry_after` and `body`) without handling the request;
     "slow" handles it and answers after `delay` seconds; "timeout" handles it, then answers after
     `delay` seconds (longer than the client waits: the client sees a timeout although the server
-    did the work, the ambiguous case); "drop" closes the connection without an answer, unhandled.
+    did the work, the ambiguous case); "drop" closes the connection without an answer, unhandled;
+    "hold" handles it and answers once the test calls `release()` (or the server stops): a call
+    known to be in flight for as long as the test needs.
     """
 
     method: str
@@ -66,6 +69,11 @@ class Fault:
     delay: float = 0.0
     times: int = 1
     used: int = 0
+    released: threading.Event = field(default_factory=threading.Event)
+
+    def release(self) -> None:
+        """Answer the held requests, and every later one at once."""
+        self.released.set()
 
 
 Handler = Callable[[Request], Response]
@@ -186,6 +194,9 @@ class FakeHTTPServer:
             self._write(h, resp)
             return
         resp = self._handle(req)
+        if fault is not None and fault.kind == "hold":
+            while not fault.released.wait(0.05) and not self._stopping.is_set():
+                pass
         if fault is not None and fault.kind in ("slow", "timeout"):
             self._stopping.wait(fault.delay)
             if fault.kind == "timeout":
