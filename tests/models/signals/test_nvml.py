@@ -8,7 +8,7 @@ import pytest
 
 from models import signals
 from models.catalog import load_catalog
-from models.families import FAMILIES
+from models.vocabulary import FAMILIES
 from models.node_records import NVML_TOPIC
 from models.signals.nvml.mapping import observation_from_missing, observation_from_nvml
 from models.signals.nvml.records import GpuMissing, NvmlEvent
