@@ -31,10 +31,12 @@ import sqlalchemy as sa
 from pydantic import SecretStr
 from sqlalchemy.orm import Session
 
+from agents.evidence import FOLLOW_S
 from agents.kernlog.filetail import content_hash
 from history.ledger_store import rebuild_ledger
 from history.tables import GpuCard
-from models.event_time import boot_times
+from models.event_time import boot_times, line_event_time
+from models.evidence_lines import capture_line
 from models.node_records import Evidence, EvidenceItem, NodeRecord
 from models.topics import topology
 from models.wire import decode_node_record
@@ -55,6 +57,7 @@ WORK = VAR / "demo"
 REPLAY_RATE = 4000  # kernel lines per second and node
 INCIDENT_PAGES = "http://127.0.0.1:8780"  # where `xidpipe serve` listens by default
 KERNEL_WINDOW = 40  # kernel-log lines up to the fault in a recorded capture
+KERNEL_FOLLOW_S = FOLLOW_S  # and the lines after it, as the agent waits for them
 
 
 def sample_dir() -> Path:
@@ -94,13 +97,32 @@ def recorded_capture(folder: Path) -> Evidence:
     offset = sum(len(ln) + 1 for ln in lines[:index])
     items = [_item(name, item["command"], item["status"], (folder / item["file"]).read_bytes())
              for name, item in spec["items"].items()]
-    window = "\n".join(_message(ln) for ln in lines[max(0, index + 1 - KERNEL_WINDOW): index + 1]) + "\n"
-    items.append(_item("kernel-log", [], "ok", window.encode()))
+    captured_at = datetime.fromisoformat(spec["captured_at"])
+    items.append(_item("kernel-log", [], "ok", _kernel_window(lines, index, node, captured_at).encode()))
     digest = content_hash(lines[index] + b"\n")
     trigger = f"file:{digest}:{offset}"
     return Evidence(node=node, record_id=f"evidence:{trigger}", trigger_record_id=trigger,
                     gpu_uuid=spec.get("gpu_uuid"), pci_bus_id=spec.get("pci_bus_id"), xid=spec.get("xid"),
                     pid=spec.get("pid"), captured_at=datetime.fromisoformat(spec["captured_at"]), items=tuple(items))
+
+
+def _kernel_window(lines: list[bytes], index: int, node: str, captured_at: datetime) -> str:
+    """The kernel-log window the agent captures for the fault at line `index`: the lines up to it and
+    those within `KERNEL_FOLLOW_S` after it, each after its time in UTC (`capture_line`)."""
+    boot = boot_times(sample_state()).get(node)
+
+    def timed(ln: bytes) -> tuple[datetime | None, str]:
+        text = ln.decode("utf-8", "replace")
+        return line_event_time(text, read_at=captured_at, boot_time=boot), _message(ln)
+
+    window = [timed(ln) for ln in lines[max(0, index + 1 - KERNEL_WINDOW): index + 1]]
+    fault_at = window[-1][0]
+    for ln in lines[index + 1:]:
+        at, text = timed(ln)
+        if not ln.strip() or fault_at is None or at is None or (at - fault_at).total_seconds() > KERNEL_FOLLOW_S:
+            break
+        window.append((at, text))
+    return "".join(capture_line(at, text) + "\n" for at, text in window)
 
 
 def sample_evidence() -> list[Evidence]:
