@@ -8,10 +8,10 @@ import pytest
 
 from models import signals
 from models.catalog import load_catalog
-from models.vocabulary import FAMILIES
 from models.node_records import NVML_TOPIC
 from models.signals.nvml.mapping import observation_from_missing, observation_from_nvml
 from models.signals.nvml.records import GpuMissing, NvmlEvent
+from models.vocabulary import FAMILIES
 
 T0 = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
 GPU = "GPU-0b6d3bf1-6a53-4b34-9e1f-6b1a7f5a0c01"
