@@ -42,9 +42,11 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     assert heads["gpu-node-04  nvswitch"] == "INTERCONNECT"
     # attribution from the recorded pod assignments, at the fault's time, in the order the jobs faulted
     assert "team-nlp/bert-finetune-2/finetune, team-serving/vllm-serve-5/vllm, team-vision/trainer-9/trainer" in out
-    # dry-run cordon decisions, never for the application faults
-    cordons = re.findall(r"^  (gpu-node-\d+): cordon \(dry run\)", out, re.M)
+    # dry-run cordon decisions, never for the application faults, said as the tickets say them
+    cordons = re.findall(r"^  (gpu-node-\d+): Not cordoned \(dry run\)", out, re.M)
     assert "gpu-node-03" in cordons and "gpu-node-01" not in cordons
+    assert re.search(r"^  gpu-node-04: Not cordoned \(not needed\): no rule matches nvswitch", out, re.M)
+    assert "NVIDIA: WORKFLOW_XID_48 for Xid 48" in out  # the DBE's decisive code, not its first (Xid 13)
     # outbox tickets and chat messages, each dossier naming its GPU
     tickets = sorted((tmp_path / "var" / "outbox" / "jira").glob("*/ticket.json"))
     assert len(tickets) >= 5

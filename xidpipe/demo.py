@@ -34,7 +34,9 @@ from sqlalchemy.orm import Session
 from agents.evidence import FOLLOW_S
 from agents.kernlog.filetail import content_hash
 from history.ledger_store import rebuild_ledger
-from history.tables import GpuCard
+from history.tables import GpuCard, Incident
+from models.account import Account
+from models.dossier import account_of
 from models.event_time import boot_times, line_event_time
 from models.evidence_lines import capture_line
 from models.node_records import Evidence, EvidenceItem, NodeRecord
@@ -42,6 +44,7 @@ from models.topics import topology
 from models.wire import decode_node_record
 from respond.cordon.runtime import build_executor
 from respond.cordon.settings import ActionSettings
+from respond.dossier_builder import action_items, build_dossier
 from respond.responder import Responder, RespondSettings, build_responder, run_responder
 from respond.sinks.build import build_sinks
 from respond.sinks.settings import SinkSettings
@@ -98,17 +101,20 @@ def recorded_capture(folder: Path) -> Evidence:
     items = [_item(name, item["command"], item["status"], (folder / item["file"]).read_bytes())
              for name, item in spec["items"].items()]
     captured_at = datetime.fromisoformat(spec["captured_at"])
-    items.append(_item("kernel-log", [], "ok", _kernel_window(lines, index, node, captured_at).encode()))
+    window, last = _kernel_window(lines, index, node, captured_at)
+    items.append(_item("kernel-log", [], "ok", window.encode()))
+    captured_at = max(captured_at, last) if last is not None else captured_at  # taken once its lines were in
     digest = content_hash(lines[index] + b"\n")
     trigger = f"file:{digest}:{offset}"
     return Evidence(node=node, record_id=f"evidence:{trigger}", trigger_record_id=trigger,
                     gpu_uuid=spec.get("gpu_uuid"), pci_bus_id=spec.get("pci_bus_id"), xid=spec.get("xid"),
-                    pid=spec.get("pid"), captured_at=datetime.fromisoformat(spec["captured_at"]), items=tuple(items))
+                    pid=spec.get("pid"), captured_at=captured_at, items=tuple(items))
 
 
-def _kernel_window(lines: list[bytes], index: int, node: str, captured_at: datetime) -> str:
+def _kernel_window(lines: list[bytes], index: int, node: str, captured_at: datetime) -> tuple[str, datetime | None]:
     """The kernel-log window the agent captures for the fault at line `index`: the lines up to it and
-    those within `KERNEL_FOLLOW_S` after it, each after its time in UTC (`capture_line`)."""
+    those within `KERNEL_FOLLOW_S` after it, each after its time in UTC (`capture_line`); and the time
+    of its last line."""
     boot = boot_times(sample_state()).get(node)
 
     def timed(ln: bytes) -> tuple[datetime | None, str]:
@@ -122,7 +128,7 @@ def _kernel_window(lines: list[bytes], index: int, node: str, captured_at: datet
         if not ln.strip() or fault_at is None or at is None or (at - fault_at).total_seconds() > KERNEL_FOLLOW_S:
             break
         window.append((at, text))
-    return "".join(capture_line(at, text) + "\n" for at, text in window)
+    return "".join(capture_line(at, text) + "\n" for at, text in window), window[-1][0]
 
 
 def sample_evidence() -> list[Evidence]:
@@ -259,7 +265,18 @@ def run_demo(say: Callable[[str], None] = print, timeout: float = 110.0) -> dict
         say(f"Ledger: {cards} GPU cards with their placements")
         # Incidents merged into another (a job's faults found to stay with a GPU) are part of that one.
         incidents = [i for i in store.incidents() if not i.get("merged_into")]
+        records = executor.store.recent(500)
+        with Session(store.engine) as s:
+            accounts = {i["incident_id"]: incident_account(s, i["incident_id"], records) for i in incidents}
     finally:
         store.dispose()
     return {"incidents": incidents, "handled": responder.handled, "seconds": time.monotonic() - started,
-            "actions": executor.store.recent(500)}
+            "actions": records, "accounts": accounts}
+
+
+def incident_account(s: Session, incident_id: str, records: list[Any]) -> Account | None:
+    """The incident's account (`models.account`) as its ticket and message state it."""
+    row = s.get(Incident, incident_id)
+    if row is None:
+        return None
+    return account_of(build_dossier(s, row, action_items(records, incident_id), cluster="demo"))
