@@ -6,7 +6,7 @@ import base64
 import gzip
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -182,7 +182,7 @@ def action_items(records: Sequence[Any], incident_id: str) -> list[ActionItem]:
     for r in records:
         if getattr(r, "incident_id", None) != incident_id:
             continue
-        at: datetime = r.at
+        at: datetime = r.at if r.at.tzinfo is not None else r.at.replace(tzinfo=UTC)  # SQLite keeps no zone
         out.append(ActionItem(at=at, action=str(r.action), outcome=str(r.outcome), actor=r.actor,
                               decision=str(r.decision) if r.decision else None, reason=str(r.reason or ""),
                               dry_run=bool(r.dry_run), detail=f"{r.decision or ''}: {r.reason}".strip(": ")))
