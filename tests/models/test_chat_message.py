@@ -11,7 +11,7 @@ import pytest
 from models.chat_message import Routing, message_content, route
 from models.dossier import Attribution, Dossier
 from respond.sinks.slack.blocks import message
-from tests.models.test_dossier import DEMO, SECRETS, check_golden, sample
+from tests.models.test_dossier import DEMO, GOLDEN, SECRETS, check_golden, sample
 
 TICKET = "https://jira.example.com/browse/GPU-123"
 PAGE = "https://xidpipe.example.com/incidents/inc-20251127-0042"
@@ -103,7 +103,11 @@ def test_routing(category: str, namespace: str | None, meta: dict[str, str], exp
     assert channel == expected and why and "unknown" not in why
 
 
-@pytest.mark.parametrize("path", DEMO, ids=[p.name.removesuffix(".dossier.json") for p in DEMO])
+# The demo's six messages: its five tickets' incidents, and the application fault that gets no ticket.
+MESSAGES = [*DEMO, *sorted((GOLDEN / "demo" / "message-only").glob("*.dossier.json"))]
+
+
+@pytest.mark.parametrize("path", MESSAGES, ids=[p.name.removesuffix(".dossier.json") for p in MESSAGES])
 def test_the_demos_messages_golden(path: Path) -> None:
     """The demo's chat messages as Slack (and the outbox) get them: linking the incident's page (the outbox
     tracker has no issue address), saying the decision and NVIDIA's action as the ticket does."""
