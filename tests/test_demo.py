@@ -117,10 +117,15 @@ def assert_tickets_and_messages_say_what_to_do(outbox: Path) -> None:
         assert wiki_errors((t / "description.wiki").read_text()) == [], t.name
         assert adf_errors(json.loads((t / "description.adf.json").read_text())) == [], t.name
     gsp = next((t / "ticket.md").read_text() for t in tickets if "Xid 119" in (t / "ticket.md").read_text())
-    assert "1. The driver asked for `nvidia-bug-report.sh`" in gsp
+    # The guide's order: what xidpipe kept, then what must be collected before any reset (the driver's own
+    # request for a bug report), then the drain, then the vendor's action (Xid 154's decoded recovery).
+    assert "1. xidpipe kept what the node showed at the fault" in gsp
+    assert "2. The driver asked for `nvidia-bug-report.sh`" in gsp
+    assert "GPU Reset Required." in gsp and "`nvidia-smi -r -i GPU-77aa01bc" in gsp and "`dcgmi diag -r 3 -i 0`" in gsp
     assert "Process: nvidia-smi" not in gsp and "Pod: inference-gw-2" in gsp  # nvidia-smi is no workload
     lost = next((t / "ticket.md").read_text() for t in tickets if "gpu_lost" in (t / "ticket.md").read_text())
-    assert "1. Check first, before any reboot" in lost and "Unable to determine the device handle" in lost
+    assert "3. Check before any reboot" in lost and "Unable to determine the device handle" in lost
+    assert lost.index("Check before any reboot") < lost.index("Reboot gpu-node-03")
     messages = [json.loads(p.read_text()) for p in (outbox / "slack").glob("*/*.json")]
     assert messages
     for m in messages:
