@@ -205,3 +205,4 @@ async def test_a_merged_incident_links_the_one_it_was_merged_into(client: TestCl
     html = await (await client.get(f"/incidents/{seeded.hostile}")).text()
     merged = html.split('id="merged-into">')[1].split("</p>")[0]
     assert f'href="/incidents/{seeded.bert}"' in merged and "Merged into" in merged
+    assert 'id="what-to-do"' not in html and 'id="decision"' not in html  # said once, in the one it joined
