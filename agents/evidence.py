@@ -1,8 +1,12 @@
 """Evidence captured at fault time, before anyone resets anything.
 
 On a fault line or a fault a sensor saw (`trigger`), at most once per GPU per window, a worker thread
-captures: `nvidia-smi -q -i <bus id>`, the kernel-log lines around the fault, `lspci -vvv -s
-<bdf>`, `nvidia-smi topo -m`, and the faulting pid's cgroup and command line. Each capture has a
+captures: `nvidia-smi -q -i <bus id>`, `lspci -vvv -s <bdf>`, `nvidia-smi topo -m`, the faulting
+pid's cgroup and command line, and the kernel-log lines around the fault: the lines before it and
+those the driver writes in the `follow_s` seconds after it (the Xid 63 after a 48, the Xid 154 and
+the crash dump after a 119, an SXid's severity lines, the bus-loss follow-ups), each after its time
+in UTC where the source gave one (`models.evidence_lines.capture_line`; the dossier selects the
+fault's own lines from it and attaches the whole capture). Each capture has a
 timeout and a size cap and is gzip-compressed; commands run with a minimal environment, no
 environment variables are ever read from /proc, and token/password/key-looking values in command
 lines are redacted. The dossier goes to the evidence topic keyed by node.
@@ -23,11 +27,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from agents.metrics import Metrics
 from agents.procfs import PROC_READ_MAX, read_bounded
+from models.evidence_lines import capture_line
 from models.kernlog.messages import XID
 from models.node_records import Evidence, EvidenceItem, GpuInfo, NodeRecord
 from models.pci import normalize_pci
@@ -37,6 +43,9 @@ from models.redact import redact_argv
 log = logging.getLogger(__name__)
 
 # "GPU at PCI:0000:5e:00", "GPU 0000:3b:00.0": a driver line about one GPU, not an Xid.
+# How long the kernel-log window waits after the fault for the lines the driver writes about it: its
+# follow-up lines come within a few seconds (Xid 63 a second after Xid 48, Xid 154 two after Xid 119).
+FOLLOW_S = 5.0
 _GPU_AT = re.compile(r"GPU (?:at PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)")
 
 
@@ -79,6 +88,7 @@ class EvidenceCollector:
         lspci: str = "lspci",
         proc_root: Path = Path("/proc"),
         gpu_lookup: Callable[[str], GpuInfo | None] = lambda _bus: None,
+        follow_s: float = FOLLOW_S,
     ) -> None:
         self.node = node
         self._publish = publish
@@ -86,7 +96,8 @@ class EvidenceCollector:
         self._window = window_s
         self._timeout = timeout_s
         self._max_bytes = max_bytes
-        self._lines: deque[str] = deque(maxlen=max(kernel_lines, 1))
+        self._lines: deque[tuple[datetime | None, str]] = deque(maxlen=max(kernel_lines, 1))
+        self._follow_s = follow_s
         self._lines_lock = threading.Lock()
         self._nvidia_smi = nvidia_smi
         self._lspci = lspci
@@ -107,13 +118,14 @@ class EvidenceCollector:
                    lspci=settings.lspci, proc_root=settings.proc_root, gpu_lookup=gpu_lookup)
 
     # --- triggers (called from the kernel path and the sensors: never block) ----------------
-    def observe_line(self, message: str) -> None:
+    def observe_line(self, message: str, at: datetime | None = None) -> None:
+        """A kernel-log line as read, with its event time when the source knows it."""
         with self._lines_lock:
-            self._lines.append(message)
+            self._lines.append((at, message))
 
     def observe_lines(self, messages: list[str]) -> None:
         with self._lines_lock:
-            self._lines.extend(messages)
+            self._lines.extend((None, m) for m in messages)
 
     def on_kernel_fault(self, record_id: str, message: str) -> None:
         bus, xid, pid = parse_fault_line(message)
@@ -140,12 +152,15 @@ class EvidenceCollector:
         while True:
             ctx = self._queue.get()
             try:
-                self._publish(self.capture(ctx))
+                self._publish(self.capture(ctx, follow_until=time.monotonic() + self._follow_s))
                 self._metrics.inc("xidpipe_agent_evidence_captures_total")
             except Exception:
                 log.exception("evidence capture failed", extra={"pci_bus_id": ctx.bus})
 
-    def capture(self, ctx: FaultContext) -> Evidence:
+    def capture(self, ctx: FaultContext, follow_until: float | None = None) -> Evidence:
+        """The evidence of one fault: the tools' outputs first (the GPU's state before anyone acts), then
+        the kernel-log window once `follow_until` (a `time.monotonic()`) has passed, so that it holds the
+        lines the driver wrote after the fault too."""
         items: list[EvidenceItem] = []
         smi = shutil.which(self._nvidia_smi)
         if ctx.bus:
@@ -157,8 +172,10 @@ class EvidenceCollector:
         items.append(self._run("nvidia-smi-topo", smi, ["topo", "-m"]))
         if ctx.pid is not None:
             items.extend(self._process(ctx.pid))
+        if follow_until is not None:
+            time.sleep(max(0.0, follow_until - time.monotonic()))
         with self._lines_lock:
-            window = "\n".join(self._lines) + "\n"
+            window = "".join(capture_line(at, message) + "\n" for at, message in self._lines)
         items.append(self._item("kernel-log", (), "ok", window.encode()))
         log.info("evidence captured", extra={"pci_bus_id": ctx.bus, "gpu_uuid": ctx.gpu_uuid, "xid": ctx.xid,
                                              "items": len(items)})

@@ -235,7 +235,7 @@ class Agent:
         if self._read_count >= 256:
             self._flush_counts()
         if self.evidence is not None:
-            self.evidence.observe_line(line.message)
+            self.evidence.observe_line(line.message, line.event_at)
         verdict = self.prefilter(line.message)
         if not verdict.keep:
             self.tracker.note(None, line.cursor)

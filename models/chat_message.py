@@ -1,7 +1,8 @@
 """Chat notifications for an incident: what the message says, and where it goes.
 
-Pure: `message_content` decides the message's parts (title, category and reason, what to do now,
-the facts, the links) from the dossier; `route` decides the channel. The parts are plain text with
+Pure: `message_content` decides the message's parts (title, category, severity and reason, what to
+do now, the facts, the links) from the dossier, the decision and NVIDIA's action from its account
+(`models.account`), as the ticket and the page say them; `route` decides the channel. The parts are plain text with
 every secret redacted, the same for every destination: each chat destination lays them out and
 escapes them for its own format (Slack: Block Kit and mrkdwn, `respond.sinks.slack.blocks`). A
 group's message (`GroupMessage`) and a reply in its thread (`GroupReply`) are what the notifier
@@ -16,7 +17,17 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from models.dossier import Dossier, gpu_name, next_steps, title, workload_lines
+from models.account import action_text, decision_text
+from models.dossier import (
+    Dossier,
+    account_of,
+    gpu_label,
+    next_steps,
+    severity_of,
+    title,
+    title_codes,
+    workload_lines,
+)
 from models.redact import redact
 from models.vocabulary import Category, ComponentKind
 
@@ -57,6 +68,7 @@ class ChatContent:
 
     title: str
     category: str
+    severity: str  # `models.severity.Severity`: critical, error, warning, info
     reason: str
     steps: tuple[str, ...]  # what to do now, in order
     fields: tuple[tuple[str, str], ...]  # (label, text), only the known ones
@@ -106,11 +118,17 @@ class GroupReply:
 ChatMessage = GroupMessage | GroupReply
 
 
+def _codes_counted(d: Dossier) -> str:
+    """The codes with their counts, the decisive one first."""
+    counts = {c.code: c.count for c in d.codes}
+    return ", ".join(f"{code}×{counts[code]}" for code in title_codes(d, limit=None))
+
+
 def group_entry(d: Dossier, status: str, page: str | None = None) -> GroupEntry:
-    codes = ", ".join(f"{c.code}×{c.count}" for c in d.codes)
-    gpu = gpu_name(d)
+    codes = _codes_counted(d)
+    gpu = gpu_label(d)
     return GroupEntry(incident_id=d.incident_id, status=status,
-                      summary=redact(f"{d.node}{f' GPU {gpu}' if gpu else ''}: {codes} ({status})"),
+                      summary=redact(f"{d.node}{f' {gpu}' if gpu else ''}: {codes} ({status})"),
                       update=redact(f"{d.node}: {codes} ({status}, {d.count} in all)"), page=page)
 
 
@@ -122,43 +140,53 @@ def _where(d: Dossier) -> str:
     if d.component == ComponentKind.NVSWITCH:
         parts.append(f"NVSwitch {d.gpu.pci}" if d.gpu.pci else "NVSwitch")
     else:
-        if d.gpu.pci:
-            parts.append(f"GPU {d.gpu.pci}")
-        if d.gpu.serial:
-            parts.append(f"serial {d.gpu.serial}")
-        elif d.gpu.uuid:
-            parts.append(d.gpu.uuid)
+        label = gpu_label(d)
+        if label:
+            parts.append(label)
+        if d.gpu.pci and "PCI" not in (label or "") and not (label or "").startswith("GPU at"):
+            parts.append(f"PCI {d.gpu.pci}")
     return " · ".join(parts)
 
 
-def message_content(d: Dossier, ticket_url: str | None = None, incident_url: str | None = None,
-                    action: str | None = None) -> ChatContent:
+def message_content(d: Dossier, ticket_url: str | None = None, incident_url: str | None = None) -> ChatContent:
+    """The message's parts: the decision and NVIDIA's action as the incident's account says them, the
+    ticket's link (the tracker's issue, where it has one) and the incident's page."""
     where = _where(d)
     fleet = d.component == ComponentKind.FLEET
     who = [f"{len(d.node_incidents)} incidents on those nodes"] if fleet else workload_lines(d)
-    codes = ", ".join(f"{c.code}×{c.count}" for c in d.codes)
-    actions = action or (", ".join(f"{x.action} ({x.outcome})" for x in d.actions) if d.actions else "none yet")
-    steps = next_steps(d).steps
+    acct = account_of(d)
+    decision, action = decision_text(acct), action_text(acct)
+    todo = next_steps(d)
+    steps = todo.steps
+    first = next((text for phase, text in todo.phased if phase != "saved"), steps[0] if steps else None)
     fields = [("Where", where)]
     if who:
         fields.append(("Workload", "\n".join(who)))
-    fields += [("Codes", codes), ("Seen", f"{d.count}× since {d.first_seen.isoformat()}"), ("Action taken", actions)]
+    fields += [("Codes", _codes_counted(d)), ("Seen", f"{d.count}× since {d.first_seen.isoformat()}"),
+               ("Decision", decision)]
+    if action:
+        fields.append(("NVIDIA's action", action))
     links = []
     if incident_url:
         links.append(("Incident page", incident_url))
-    if ticket_url:
+    if ticket_url and ticket_url != incident_url:
         links.append(("Ticket", ticket_url))
-    fallback = (f"{title(d)}. {d.category}: {d.reason}. What to do now: {steps[0] if steps else 'see the incident'} "
-                f"Where: {where}." + (f" Workload: {'; '.join(who)}." if who else "")
-                + f" Action: {actions}." + "".join(f" {label}: {url}" for label, url in links))
+    severity = severity_of(d)
+    fallback = (f"{title(d)}. {d.category} ({severity}): {d.reason}. What to do now: "
+                f"{first or 'see the incident'} Where: {where}."
+                + (f" {'; '.join(who)}." if who else "")
+                + f" Decision: {decision}" + "".join(f" {label}: {url}" for label, url in links))
+    label = gpu_label(d)
     return ChatContent(
         title=redact(title(d)),
         category=redact(d.category),
+        severity=severity.value,
         reason=redact(d.reason),
         steps=tuple(redact(s) for s in steps),
-        fields=tuple((label, redact(text)) for label, text in fields if text),
+        fields=tuple((label_, redact(text)) for label_, text in fields if text),
         links=tuple(links),
         context=redact(f"incident {d.incident_id} · {d.fingerprint} · catalog {d.catalog_version}"
-                       + (f" · GPU {gpu_name(d)}" if gpu_name(d) and d.component != ComponentKind.FLEET else "")),
+                       + (f" · {label}" if label and d.component not in (ComponentKind.FLEET,
+                                                                          ComponentKind.NVSWITCH) else "")),
         fallback=redact(fallback),
     )

@@ -1,8 +1,10 @@
 """The fault dossier: everything a hardware engineer or the vendor will ask about one incident.
 
 Written once as a document (`document`), in the order an on-call engineer reads it: what to do
-now and the link to the incident's page, the summary, the codes with NVIDIA's guidance and the
-driver's own words, the workload, the actions taken, the history, the evidence. Rendered where it
+now and the link to the incident's page, the summary (with the cordon decision and NVIDIA's action
+for the decisive code, from the incident's account: `models.account`), the codes with NVIDIA's
+guidance and the driver's own words, the workload, the actions taken, the history, the evidence
+(the kernel log as the fault's own lines, the whole capture attached). Rendered where it
 lands: Markdown (the dossier file, the outbox), Jira wiki markup (Server and Data Center, API v2)
 and ADF (Cloud, API v3); and as JSON. Deterministic (same input, same bytes). Every text passes
 through redaction before it is escaped for its format; evidence is size-capped per item. Facts
@@ -18,12 +20,28 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from models.account import (
+    Account,
+    ActionItem,
+    AffectedWorkload,
+    EvidenceRef,
+    action_text,
+    build_account,
+    decision_text,
+)
+from models.decisive import CodeFacts, Decisive, decisive
+from models.evidence_lines import select
 from models.redact import redact
 from models.render import adf, jira_wiki, markdown
 from models.render.doc import Block, Code, Heading, Inline, ItemList, Paragraph, Table, line, link, mono, strong
-from models.runbook import WhatToDo, what_to_do
+from models.runbook import WhatToDo, load_runbook, what_to_do
+from models.severity import Severity, severity
+from models.vocabulary import ComponentKind
 
-DOSSIER_VERSION = 1
+# 2: actions carry the cordon decision's outcome, reason and dry-run flag apart (their `outcome` is the
+# action record's, never "dry-run"); the GPU carries its index and minor number; JSON adds the account.
+DOSSIER_VERSION = 2
+TITLE_CODES = 6  # codes named in a title; the rest are counted
 EVIDENCE_CAP_BYTES = 16 * 1024  # per item in the body; the full (redacted) file is attached
 JiraFlavor = Literal["server", "cloud"]
 # Tools that watch GPUs, never the workload: a fault they report names the GPU, not the job.
@@ -49,6 +67,8 @@ class CodeInfo(BaseModel):
 class DossierGpu(BaseModel):
     """The incident's GPU as the dossier names it."""
 
+    index: int | None = None  # the NVML index: what `nvidia-smi -i` and `dcgmi -i` take (the DCGM GPU id)
+    minor_number: int | None = None  # its device file, /dev/nvidia<minor>
     model: str | None = None
     uuid: str | None = None
     serial: str | None = None
@@ -82,14 +102,6 @@ class HistoryItem(BaseModel):
     category: str
     first_seen: datetime
     status: str
-
-
-class ActionItem(BaseModel):
-    at: datetime
-    action: str  # cordon, taint, condition, drain, release, ticket, notify
-    outcome: str  # done, dry-run, refused, failed
-    actor: str = "xidpipe"
-    detail: str = ""
 
 
 class Dossier(BaseModel):
@@ -137,22 +149,71 @@ def _joined(*parts: object, sep: str = ", ") -> str:
 
 
 def gpu_name(d: Dossier) -> str | None:
-    """The GPU as people look for it: its serial, else its UUID, else its PCI address."""
+    """The GPU's identity as people look it up: its serial, else its UUID, else its PCI address."""
     return d.gpu.serial or d.gpu.uuid or d.gpu.pci
 
 
+def gpu_label(d: Dossier) -> str | None:
+    """The GPU as a sentence names it: "GPU 3 (serial 1654923011263)", never a bare serial that reads
+    like an index; None when nothing names it."""
+    g = d.gpu
+    if g.index is not None:
+        ident = f"serial {g.serial}" if g.serial else g.uuid or (f"PCI {g.pci}" if g.pci else None)
+        return f"GPU {g.index}" + (f" ({ident})" if ident else "")
+    if g.serial:
+        return f"GPU with serial {g.serial}"
+    return f"GPU {g.uuid}" if g.uuid else (f"GPU at {g.pci}" if g.pci else None)
+
+
+def smi_id(d: Dossier) -> str | None:
+    """What `nvidia-smi -i` takes for the GPU: its UUID (stable across reboots), else its PCI address,
+    else its index."""
+    g = d.gpu
+    return g.uuid or g.pci or (str(g.index) if g.index is not None else None)
+
+
+def decisive_of(d: Dossier) -> Decisive:
+    """The incident's decisive code and NVIDIA's action for it (`models.decisive`)."""
+    return decisive([CodeFacts(c.code, c.immediate_action, c.message) for c in d.codes], load_runbook().order)
+
+
+def account_of(d: Dossier) -> Account:
+    """The incident's account (`models.account`): what every sink says about it."""
+    a = d.attribution
+    affected = ([AffectedWorkload(workload=a.workload, namespace=a.namespace, pod=a.pod, owner=a.owner)]
+                if a.workload or a.pod else [])
+    evidence = [EvidenceRef(name=e.name, source=e.source, status=e.status, captured_at=e.captured_at)
+                for e in sorted(d.evidence, key=lambda e: (e.source, e.name))]
+    return build_account(node=d.node, component=d.component, actions=d.actions, decisive=decisive_of(d),
+                         evidence=evidence, affected=affected)
+
+
+def title_codes(d: Dossier, limit: int | None = TITLE_CODES) -> list[str]:
+    """The incident's codes as titles and messages list them: the decisive one first, then the others
+    in order; past `limit`, how many more."""
+    codes = decisive_of(d).codes_first([c.code for c in d.codes])
+    if limit is None or len(codes) <= limit:
+        return codes
+    return [*codes[:limit], f"{len(codes) - limit} more"]
+
+
+def severity_of(d: Dossier) -> Severity:
+    """The incident's severity: the one table's (`models.severity`), from its family and decision."""
+    return severity(d.family, account_of(d).decision, d.component)
+
+
 def title(d: Dossier) -> str:
-    codes = ", ".join(c.code for c in d.codes[:3])
-    if d.component == "fleet":
+    codes = ", ".join(title_codes(d))
+    if d.component == ComponentKind.FLEET:
         return f"[xidpipe] fleet: {d.family} ({codes or 'no codes'}) on {len(d.nodes)} nodes of cluster {d.node}"
-    if d.component == "nvswitch":
+    if d.component == ComponentKind.NVSWITCH:
         return f"[xidpipe] {d.category}: {codes} on {d.node} NVSwitch{f' {d.gpu.pci}' if d.gpu.pci else ''}"
-    if d.component == "node":
+    if d.component == ComponentKind.NODE:
         return f"[xidpipe] {d.category}: {codes} on {d.node} (the node's driver)"
-    if d.component == "workload" and d.attribution.workload:
+    if d.component == ComponentKind.WORKLOAD and d.attribution.workload:
         return f"[xidpipe] {d.category}: {codes} from {d.attribution.workload} on {d.node}"
-    gpu = gpu_name(d)
-    return f"[xidpipe] {d.category}: {codes} on {d.node}{f' GPU {gpu}' if gpu else ''}"
+    gpu = gpu_label(d)
+    return f"[xidpipe] {d.category}: {codes} on {d.node}{f' {gpu}' if gpu else ''}"
 
 
 def owner_phrase(d: Dossier) -> str:
@@ -164,14 +225,31 @@ def owner_phrase(d: Dossier) -> str:
     return f"the owners of the job in namespace {a.namespace}" if a.namespace else "the job's owners"
 
 
+def _evidence_phrase(d: Dossier) -> str:
+    names = [e.name + ("" if e.status == "ok" else f" ({e.status})") for e in account_of(d).evidence]
+    return ", ".join(names)
+
+
+def facts(d: Dossier) -> dict[str, str]:
+    """The runbook's placeholders for this incident (`models/catalog/runbook.yaml`)."""
+    a = account_of(d)
+    gpu = gpu_label(d) or "the GPU"
+    return {"node": d.node, "gpu": gpu, "pci": d.gpu.pci or "<PCI address>", "smi_id": smi_id(d) or "<GPU>",
+            "dcgm_id": str(d.gpu.index) if d.gpu.index is not None else "<GPU id>",
+            "serial": d.gpu.serial or "on the card's label", "owner": owner_phrase(d),
+            "namespace": d.attribution.namespace or "its namespace", "evidence": _evidence_phrase(d),
+            "decision_reason": a.reason, "recovery": a.recovery_action or ""}
+
+
 def next_steps(d: Dossier) -> WhatToDo:
-    """What to do now, from the incident's class and its codes' catalog actions."""
-    facts = {"node": d.node, "gpu": gpu_name(d) or "the GPU", "pci": d.gpu.pci or "<PCI address>",
-             "owner": owner_phrase(d), "namespace": d.attribution.namespace or "its namespace"}
-    return what_to_do(component=d.component, category=d.category, family=d.family,
-                      actions=[c.immediate_action for c in d.codes if c.immediate_action],
+    """What to do now: the runbook for the incident's class or decisive code, phase by phase, its
+    isolate step saying what the cordon decision did."""
+    acct = account_of(d)
+    return what_to_do(component=d.component, category=d.category, family=d.family, decisive=decisive_of(d),
+                      decision=acct.decision, drained=acct.drained,
                       investigatory=[c.investigatory_action for c in d.codes if c.investigatory_action],
-                      messages=[c.message for c in d.codes if c.message], facts=facts)
+                      messages=[c.message for c in d.codes if c.message],
+                      evidence=any(e.source == "node" for e in d.evidence), facts=facts(d))
 
 
 def workload_lines(d: Dossier) -> list[str]:
@@ -199,14 +277,19 @@ def _place(d: Dossier) -> list[tuple[str, str]]:
     if d.component == "nvswitch":
         return [("Node", node), ("NVSwitch", f"PCI address {d.gpu.pci}" if d.gpu.pci else "")]
     g = d.gpu
-    gpu = _joined(g.model, f"UUID {g.uuid}" if g.uuid else None, f"serial {g.serial}" if g.serial else None)
+    gpu = _joined(f"GPU {g.index}" if g.index is not None else None, g.model, f"UUID {g.uuid}" if g.uuid else None,
+                  f"serial {g.serial}" if g.serial else None,
+                  f"/dev/nvidia{g.minor_number}" if g.minor_number is not None else None)
     pci = _joined(g.pci, f"NUMA node {g.numa_node}" if g.numa_node is not None else None)
     return [("Node", node), ("GPU", gpu), ("PCI address", pci)]
 
 
 def _summary(d: Dossier) -> Table:
     incident = line(d.incident_id, " (", mono(d.fingerprint), f"), {d.status}")
-    rows: list[tuple[Inline, ...]] = [(line("Incident"), incident)]
+    acct = account_of(d)
+    rows: list[tuple[Inline, ...]] = [(line("Incident"), incident), (line("Decision"), line(decision_text(acct)))]
+    if action_text(acct):
+        rows.append((line("NVIDIA's action"), line(action_text(acct))))
     rows += [(line(k), line(v)) for k, v in _place(d) if v]
     rows += [
         (line("Fault family"), line(d.family)),
@@ -228,9 +311,16 @@ def _codes(d: Dossier) -> Table:
 def _actions(d: Dossier) -> list[Block]:
     if not d.actions:
         return [Paragraph(line("None yet."))]
-    rows = tuple((line(_ts(x.at)), line(x.action), line(x.outcome), line(x.actor), line(x.detail))
+    rows = tuple((line(_ts(x.at)), line(x.action), line(x.decision_outcome() or ""), line(outcome_text(x)),
+                  line(x.actor), line(x.reason or x.detail))
                  for x in sorted(d.actions, key=lambda x: (x.at, x.action)))
-    return [Table(("Time", "Action", "Outcome", "By", "Detail"), rows)]
+    return [Table(("Time", "Action", "Decision", "Outcome", "By", "Reason"), rows)]
+
+
+def outcome_text(x: ActionItem) -> str:
+    """What a recorded action came to, as shown: the action record's own outcome ("dry run" only for a
+    cordon decided and not written, never beside a decision that asked for none)."""
+    return x.outcome.replace("_", " ").replace("-", " ")
 
 
 def _history(heading: str, items: list[HistoryItem]) -> list[Block]:
@@ -248,13 +338,32 @@ def _evidence(d: Dossier) -> list[Block]:
         return [Paragraph(line("No evidence captured yet."))]
     out: list[Block] = []
     for e in sorted(d.evidence, key=lambda e: (e.source, e.name)):
-        body, cut = _cap(e.content)
         when = f", captured {e.captured_at.isoformat()}" if e.captured_at else ""
-        out += [Heading(3, f"{e.name} ({e.source}{when}, {e.status})"),
-                Code(body.rstrip("\n") or "(no output)")]
+        out.append(Heading(3, f"{e.name} ({e.source}{when}, {e.status})"))
+        picked = kernel_lines(d, e)
+        if picked is not None:
+            out += [Paragraph(line(picked[0])), Code("\n".join(picked[1]))]
+            continue
+        body, cut = _cap(e.content)
+        out.append(Code(body.rstrip("\n") or "(no output)"))
         if cut:
             out.append(Paragraph(line(f"Cut at {EVIDENCE_CAP_BYTES} bytes; the full capture is attached.")))
     return out
+
+
+def kernel_lines(d: Dossier, e: EvidenceItem) -> tuple[str, list[str]] | None:
+    """A kernel-log capture as the fault's own lines and the GPU-relevant lines around them
+    (`models.evidence_lines`), with what was left out; None for any other item, or when no line of
+    the capture names the device (then it is shown as captured)."""
+    if e.source != "node" or not e.name.startswith("kernel"):
+        return None
+    sel = select(e.content, pci=d.gpu.pci, uuid=d.gpu.uuid, serial=d.gpu.serial)
+    if not sel.kept:
+        return None
+    shown, _ = _cap("\n".join(sel.lines))
+    times = " (times in UTC)" if sel.timed else ""
+    return (f"The fault's own lines and the GPU's lines around them{times}: {sel.kept} of the {sel.total} lines "
+            f"captured. The whole capture is attached ({evidence_name(e)})."), shown.splitlines()
 
 
 def step_spans(step: str) -> Inline:
@@ -331,29 +440,55 @@ def ticket_body(d: Dossier, flavor: JiraFlavor) -> str | dict[str, Any]:
 
 
 def render_json(d: Dossier) -> dict[str, Any]:
-    """The machine-readable dossier: the same facts, evidence capped and redacted."""
+    """The machine-readable dossier: the same facts, evidence capped and redacted; with the account
+    (`account`), what to do now (`what_to_do`), the severity, the workload as the ticket names it, and
+    for a kernel-log capture the fault's own lines (`fault_lines`, with `fault_lines_note`)."""
     data = d.model_dump(mode="json")
     data["dossier_version"] = DOSSIER_VERSION
     data["title"] = redact(title(d))
     data["reason"] = redact(d.reason)
-    for item in data["evidence"]:
+    data["account"] = account_json(d)
+    data["severity"] = severity_of(d).value
+    data["what_to_do"] = [redact(s) for s in next_steps(d).steps]
+    data["workload"] = [redact(s) for s in workload_lines(d)]
+    data["gpu"]["label"] = gpu_label(d)
+    for item, e in zip(data["evidence"], d.evidence, strict=True):
         body, cut = _cap(item["content"])
         item["content"] = redact(body)
         item["truncated"] = cut
+        picked = kernel_lines(d, e)
+        if picked is not None:
+            item["fault_lines_note"], item["fault_lines"] = picked[0], [redact(x) for x in picked[1]]
     for code in data["codes"]:
         code["message"] = redact(code["message"]) if code.get("message") else code.get("message")
     return data
+
+
+def account_json(d: Dossier) -> dict[str, Any]:
+    """The incident's account as JSON (the API's and the page's), every text redacted, with its
+    sentences as the ticket and the message say them."""
+    acct = account_of(d)
+    data = acct.model_dump(mode="json")
+    data["reason"] = redact(acct.reason)
+    data["decision_text"] = redact(decision_text(acct))
+    data["action_text"] = action_text(acct)
+    return data
+
+
+def evidence_name(e: EvidenceItem) -> str:
+    """The attachment name of an evidence item (the first of its name; `evidence_files` numbers the rest)."""
+    stem = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in e.name).strip("-") or "evidence"
+    return f"{e.source}-{stem}.txt"
 
 
 def evidence_files(d: Dossier) -> dict[str, bytes]:
     """The raw evidence as attachments (redacted, uncapped): file name → bytes."""
     files: dict[str, bytes] = {}
     for e in d.evidence:
-        stem = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in e.name).strip("-") or "evidence"
-        name = f"{e.source}-{stem}.txt"
+        name = first = evidence_name(e)
         n = 2
         while name in files:
-            name = f"{e.source}-{stem}-{n}.txt"
+            name = f"{first.removesuffix('.txt')}-{n}.txt"
             n += 1
         files[name] = redact(e.content).encode("utf-8")
     return files

@@ -147,9 +147,10 @@ class GpuInfo(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    index: int
+    index: int  # NVML's: what `nvidia-smi -i` and `dcgmi -i` take (the DCGM GPU id)
     uuid: str
     pci_bus_id: str
+    minor_number: int | None = None  # the device file /dev/nvidia<minor>; None from agents that do not report it
     serial: str | None = None
     name: str | None = None
     vbios_version: str | None = None

@@ -1,8 +1,12 @@
-"""What to do now: the plain-language steps at the top of every ticket and chat message.
+"""What to do now: the plain-language steps at the top of every ticket, chat message and incident page.
 
-The steps are data (`models/catalog/runbook.yaml`, reviewed in one place): one entry per
-immediate action of NVIDIA's Xid catalog and one per incident class no single Xid decides.
-`what_to_do` chooses the entries for an incident, purely, and says why.
+The steps are data (`models/catalog/runbook.yaml`, reviewed in one place): one entry per immediate
+action of NVIDIA's Xid catalog and one per incident class no single Xid decides, each laid out in the
+phases of the operations guide's Xid procedure (`PHASES`): what xidpipe already kept, what must still
+be collected before anything is reset, drain or quarantine, the vendor's action, validation, RMA.
+`what_to_do` chooses the entry for an incident (its class, else its decisive code's:
+`models.decisive`), says the isolate phase from the cordon decision (`models.account.Decision`),
+and fills in the facts, purely, with its reason.
 """
 
 from __future__ import annotations
@@ -11,52 +15,110 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
-from models.vocabulary import Category, ComponentKind, Family, ImmediateAction
+from models.account import Decision
+from models.decisive import RECOVERY_KEYS, Decisive
+from models.vocabulary import Category, ComponentKind, Family, ImmediateAction, values
 
+Phase = Literal["saved", "collect", "isolate", "vendor", "validate", "rma"]
+# The guide's order (section 十): keep the evidence, collect what is still missing before any reset,
+# take the work off the node, do what the vendor says, check, replace on repeats.
+PHASES: tuple[Phase, ...] = ("saved", "collect", "isolate", "vendor", "validate", "rma")
+Isolate = Literal["drain", "stay", "skip"]
 # The runbook's entries for incident classes no single Xid decides; every other entry is an
-# `ImmediateAction`, and the runbook's `order` is the actions' precedence (the most drastic first).
-CLASS_KEYS = ("application", "bug_report", "gpu_lost", "nvswitch", "fleet", "no_catalog_action")
+# `ImmediateAction`, and the runbook's `order` is the entries' precedence (the most drastic first).
+CLASS_KEYS = ("application", "fleet", "gpu_lost", "nvswitch_fatal", "nvswitch_non_fatal", "no_catalog_action")
+_STEP_PHASES = ("collect", "vendor", "validate", "rma")
+DRAINED = "cordoned_drained"  # the isolate step of a node cordoned and drained by xidpipe
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    bug_report: bool
+    isolate: Isolate
+    steps: Mapping[str, tuple[str, ...]]  # phase → steps (collect, vendor, validate, rma)
 
 
 @dataclass(frozen=True, slots=True)
 class Runbook:
     order: tuple[str, ...]
-    classes: Mapping[str, tuple[str, ...]]
-    actions: Mapping[str, tuple[str, ...]]
+    entries: Mapping[str, Entry]
+    saved: Mapping[str, str]  # kept, none
+    bug_report: Mapping[str, str]  # asked, plain
+    isolate: Mapping[str, Mapping[str, str]]  # drain|stay → decision → step
+    recovery: str
+    support: tuple[str, ...]
 
-    def steps(self, key: str) -> tuple[str, ...]:
-        return self.actions.get(key) or self.classes.get(key) or ()
+    @property
+    def actions(self) -> tuple[str, ...]:
+        """The entries that are NVIDIA's immediate actions."""
+        return tuple(k for k in self.entries if k in _ACTIONS)
 
 
 @dataclass(frozen=True, slots=True)
 class WhatToDo:
-    steps: tuple[str, ...]
-    reason: str  # which entries were chosen, and why
+    phased: tuple[tuple[Phase, str], ...]  # the steps in order, each with its phase
+    reason: str  # which entry was chosen, and why
     entries: tuple[str, ...]
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        return tuple(text for _, text in self.phased)
+
+
+_ACTIONS = frozenset(values(ImmediateAction))
+
+
+def _texts(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
+        raise ValueError(f"runbook: {where} must be a list of steps")
+    return tuple(value)
+
+
+def _entry(key: str, data: Any) -> Entry:
+    if not isinstance(data, dict):
+        raise ValueError(f"runbook: entry {key} must be a mapping")
+    unknown = sorted(set(data) - {"bug_report", "isolate", *_STEP_PHASES})
+    if unknown:
+        raise ValueError(f"runbook: entry {key} has unknown fields: {', '.join(unknown)}")
+    isolate = data.get("isolate")
+    if isolate not in ("drain", "stay", "skip"):
+        raise ValueError(f"runbook: entry {key}: isolate must be drain, stay or skip, not {isolate!r}")
+    steps = {p: _texts(data.get(p), f"{key}.{p}") for p in _STEP_PHASES}
+    if not any(steps.values()):
+        raise ValueError(f"runbook: entry {key} has no steps")
+    return Entry(bool(data.get("bug_report")), isolate, steps)
 
 
 def parse_runbook(data: Mapping[str, Any]) -> Runbook:
-    """A runbook from its YAML object; a missing section or an empty entry is an error."""
+    """A runbook from its YAML object; a missing section, entry or decision is an error."""
     try:
         order = tuple(str(k) for k in data["order"])
-        classes = {str(k): tuple(str(s) for s in v) for k, v in data["classes"].items()}
-        actions = {str(k): tuple(str(s) for s in v) for k, v in data["actions"].items()}
+        entries = {str(k): _entry(str(k), v) for k, v in data["entries"].items()}
+        saved = {k: str(data["saved"][k]) for k in ("kept", "none")}
+        bug_report = {k: str(data["bug_report"][k]) for k in ("asked", "plain")}
+        isolate = {kind: {str(d): str(t) for d, t in data["isolate"][kind].items()} for kind in ("drain", "stay")}
+        recovery, support = str(data["recovery"]), _texts(data["support"], "support")
     except (KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"runbook: needs the sections order, classes and actions ({exc})") from None
-    empty = sorted(k for k, v in {**classes, **actions}.items() if not v)
-    if empty:
-        raise ValueError(f"runbook: entries without steps: {', '.join(empty)}")
-    unknown = sorted(k for k in order if k not in classes and k not in actions)
+        raise ValueError(f"runbook: needs the sections order, entries, saved, bug_report, isolate, recovery and "
+                         f"support ({exc})") from None
+    unknown = sorted(k for k in order if k not in entries)
     if unknown:
         raise ValueError(f"runbook: order names entries that do not exist: {', '.join(unknown)}")
-    missing = sorted(k for k in CLASS_KEYS if k not in classes)
+    missing = sorted(k for k in (*CLASS_KEYS, *_ACTIONS) if k not in entries)
     if missing:
-        raise ValueError(f"runbook: missing class entries: {', '.join(missing)}")
-    return Runbook(order, classes, actions)
+        raise ValueError(f"runbook: missing entries: {', '.join(missing)}")
+    for kind, texts in isolate.items():
+        wanted = {*values(Decision), *([DRAINED] if kind == "drain" else [])}
+        lacking = sorted(wanted - set(texts))
+        if lacking:
+            raise ValueError(f"runbook: isolate.{kind} lacks the decisions {', '.join(lacking)}")
+    return Runbook(order, entries, saved, bug_report, isolate, recovery, support)
 
 
 @cache
@@ -70,39 +132,56 @@ class _Facts(dict[str, str]):
         return "{" + key + "}"
 
 
-def what_to_do(*, component: str, category: str, family: str, actions: Sequence[str],
-               investigatory: Sequence[str] = (), messages: Sequence[str] = (),
-               facts: Mapping[str, str] | None = None, runbook: Runbook | None = None) -> WhatToDo:
-    """The steps for an incident from its class and its codes' catalog actions.
+def entry_for(*, component: str, category: str, family: str, decisive: Decisive, runbook: Runbook) -> tuple[str, str]:
+    """The runbook entry an incident follows, and why."""
+    if category == Category.APPLICATION:
+        return "application", "an application fault: its owners act, not the infrastructure team"
+    if component == ComponentKind.FLEET:
+        return "fleet", "a fault family on many nodes at once: look for the common cause"
+    if family == Family.GPU_LOST:
+        return "gpu_lost", "the GPU is lost from the bus"
+    if decisive.key is not None and decisive.key in runbook.entries:
+        return decisive.key, f"the decisive code: {decisive.reason}"
+    return "no_catalog_action", f"no catalog action for {decisive.code or 'its codes'}"
 
-    `actions`: the codes' immediate actions (RESTART_BM, ...), `investigatory`: their investigatory
-    actions (a CONTACT_SUPPORT there adds the support steps), `messages`: the driver's own lines
-    (one asking for nvidia-bug-report.sh puts that first). `facts` fill the placeholders.
+
+def what_to_do(*, component: str, category: str, family: str, decisive: Decisive, decision: Decision,
+               drained: bool = False, investigatory: Sequence[str] = (), messages: Sequence[str] = (),
+               evidence: bool = False, facts: Mapping[str, str] | None = None,
+               runbook: Runbook | None = None) -> WhatToDo:
+    """The steps for an incident, phase by phase.
+
+    `decisive`: its decisive code and NVIDIA's action (`models.decisive.decisive`); `decision`: what the
+    cordon decision came to (the isolate phase says that, never more), `drained`: xidpipe's drain
+    evicted the node's pods after its cordon; `investigatory`: its codes'
+    investigatory actions (a CONTACT_SUPPORT there adds the support steps); `messages`: the driver's
+    own lines (one asking for `nvidia-bug-report.sh` is said so); `evidence`: the dossier holds the
+    node's capture. `facts` fill the placeholders.
     """
     rb = runbook or load_runbook()
-    chosen: list[str] = []
-    if any("nvidia-bug-report" in m for m in messages):
-        chosen.append("bug_report")
-    if category == Category.APPLICATION:
-        chosen.append("application")
-        why = "an application fault: its owners act, not the infrastructure team"
-    elif component == ComponentKind.FLEET:
-        chosen.append("fleet")
-        why = "a fault family on many nodes at once: look for the common cause"
-    else:
-        present = set(actions)
-        if family == Family.GPU_LOST:
-            present.add("gpu_lost")
-        if component == ComponentKind.NVSWITCH:
-            present.add("nvswitch")
-        support = ImmediateAction.CONTACT_SUPPORT
-        primary = next((k for k in rb.order if k in present and k not in (support, ImmediateAction.IGNORE)), None)
-        if primary is None:
-            primary = next((k for k in rb.order if k in present), "no_catalog_action")
-        chosen.append(primary)
-        if primary != support and support in present | set(investigatory):
-            chosen.append(support)
-        why = f"the first of the runbook's order among {', '.join(sorted(present)) or 'no catalog action'}"
-    values = _Facts(facts or {})
-    steps = tuple(dict.fromkeys(s.format_map(values) for key in chosen for s in rb.steps(key)))
+    key, why = entry_for(component=component, category=category, family=family, decisive=decisive, runbook=rb)
+    entry = rb.entries[key]
+    out: list[tuple[Phase, str]] = []
+    if evidence:
+        out.append(("saved", rb.saved["kept"]))
+    elif entry.bug_report:  # a fault whose evidence matters before any reset, and none is held
+        out.append(("saved", rb.saved["none"]))
+    asked = any("nvidia-bug-report" in m for m in messages)
+    if asked or entry.bug_report:
+        out.append(("collect", rb.bug_report["asked" if asked else "plain"]))
+    out += [("collect", s) for s in entry.steps["collect"]]
+    if entry.isolate != "skip":
+        said = DRAINED if entry.isolate == "drain" and decision is Decision.CORDONED and drained else decision
+        out.append(("isolate", rb.isolate[entry.isolate][said]))
+    rec = decisive.recovery
+    if rec is not None and RECOVERY_KEYS.get(rec.name) != ImmediateAction.IGNORE and key != "application":
+        out.append(("vendor", rb.recovery))
+    out += [(p, s) for p in ("vendor", "validate", "rma") for s in entry.steps[p]]
+    chosen = [key]
+    support = ImmediateAction.CONTACT_SUPPORT
+    if key not in (support, "application", "fleet") and support in investigatory:
+        out += [("rma", s) for s in rb.support]
+        chosen.append(support)
+    values_ = _Facts(facts or {})
+    steps = tuple(dict.fromkeys((phase, s.format_map(values_)) for phase, s in out))
     return WhatToDo(steps, f"{', '.join(chosen)}: {why}", tuple(chosen))

@@ -3,9 +3,12 @@
 Pure functions from values to a decision that carries its reason; the Jira adapter gathers the
 facts (the incident→ticket map in SQL, the ticket's status in Jira) and carries the decision out.
 
-- `ticket_fields` chooses project, issue type, priority, components and labels from the incident
-  (node pool, GPU model, fault class). The labels always carry the incident fingerprint in a form
-  Jira accepts (`xidpipe-fp-<hex>`), so a lost map is recovered by a JQL search on that label.
+- `ticket_fields` chooses project, issue type, priority, assignee, components and labels from the
+  incident (node pool, GPU model, fault class, severity, owning team). The priority is the policy's
+  Jira name for the incident's severity (`models.severity`: one table for every sink); the assignee
+  and extra components come from the owner routing (`owners`) when it names the incident's team.
+  The labels always carry the incident fingerprint in a form Jira accepts (`xidpipe-fp-<hex>`), so
+  a lost map is recovered by a JQL search on that label.
 - `decide_ticket` returns create / comment / reopen / link / attach / none:
   * create: the first ticket for an incident whose class calls for one;
   * comment: repeats (at most one comment per `comment_interval`, `models.repeats.repeat_gate`; the
@@ -24,16 +27,31 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from models.repeats import repeat_gate
-from models.vocabulary import Category, Family
+from models.severity import Severity
+from models.vocabulary import Category
 
 TICKET_CATEGORIES = frozenset({Category.HARDWARE, Category.DRIVER, Category.INTERCONNECT, Category.SUSPECTED_HARDWARE,
                                Category.FLEET})
 FP_LABEL_PREFIX = "xidpipe-fp-"
 INCIDENT_LABEL_PREFIX = "xidpipe-inc-"
 _LABEL_UNSAFE = re.compile(r"[^a-z0-9._-]+")
+
+
+class TicketOwner(BaseModel):
+    """Where a team's tickets go in Jira."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    assignee: str | None = Field(default=None, description="Jira user the ticket is assigned to: the user name on "
+                                 "Jira Server and Data Center, the account id on Jira Cloud")
+    components: tuple[str, ...] = Field(default=(), description="Jira components added to the team's tickets")
+
+
+_REPLACED = {"default_priority": "priority_by_severity", "priority_by_category": "priority_by_severity",
+             "priority_by_family": "priority_by_severity"}
 
 
 class TicketPolicy(BaseModel):
@@ -51,15 +69,19 @@ class TicketPolicy(BaseModel):
         default=False, description="also open tickets for application faults (they go to the owning team's chat "
         "instead by default: the workload, not the card, needs fixing)")
     categories: frozenset[Category] = Field(default=TICKET_CATEGORIES, description="classes that get a ticket")
-    default_priority: str = Field(default="Medium", description="Jira priority name when no rule below applies")
-    priority_by_category: dict[Category, str] = Field(
-        default_factory=lambda: {Category.HARDWARE: "High", Category.INTERCONNECT: "High", Category.FLEET: "Highest",
-                                 Category.SUSPECTED_HARDWARE: "Medium", Category.DRIVER: "Medium",
-                                 Category.APPLICATION: "Low"},
-        description="category → priority name")
-    priority_by_family: dict[Family, str] = Field(
-        default_factory=lambda: {Family.GPU_LOST: "Highest", Family.MEMORY: "High"},
-        description="fault family → priority name; wins over the category (a GPU off the bus is always urgent)")
+    priority_by_severity: dict[Severity, str] = Field(
+        default_factory=lambda: {Severity.CRITICAL: "Highest", Severity.ERROR: "High", Severity.WARNING: "Medium",
+                                 Severity.INFO: "Low"},
+        description="severity (models.severity: from the fault family and the cordon decision) → Jira priority name "
+        "(a Jira whose priorities are named otherwise maps them here)")
+    owners: dict[str, TicketOwner] = Field(
+        default_factory=dict, description="the owner routing: team → its Jira assignee and components. An incident's "
+        "team is its workload's owning team for an application fault (the pod's owner label), else team_by_pool's "
+        "team for its node pool, else infra_team")
+    team_by_pool: dict[str, str] = Field(default_factory=dict, description="node pool → the team that owns its "
+                                         "hardware")
+    infra_team: str | None = Field(default=None, description="the team that owns hardware, driver, interconnect and "
+                                   "fleet incidents of pools not in team_by_pool")
     components_by_category: dict[Category, list[str]] = Field(
         default_factory=lambda: {Category.HARDWARE: ["gpu-hardware"], Category.SUSPECTED_HARDWARE: ["gpu-hardware"],
                                  Category.INTERCONNECT: ["nvlink-fabric"], Category.DRIVER: ["gpu-driver"],
@@ -75,6 +97,16 @@ class TicketPolicy(BaseModel):
         "linked to it")
     reopen_transition: str = Field(default="Reopen", description="name of the workflow transition that reopens")
     link_type: str = Field(default="Relates", description="issue link type between a recurrence and its predecessor")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replaced(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            gone = sorted(k for k in data if k in _REPLACED)
+            if gone:
+                raise ValueError(f"{', '.join(gone)}: replaced by priority_by_severity (severity → Jira priority "
+                                 "name; the severity table is models.severity, docs/notifications.md)")
+        return data
 
     @property
     def comment_interval(self) -> timedelta:
@@ -97,6 +129,8 @@ class TicketSubject:
     gpu_model: str | None = None
     previous_incident_id: str | None = None
     evidence: frozenset[str] = frozenset()  # attachment names available now
+    severity: Severity = Severity.WARNING  # the one severity table's (models.severity)
+    owner: str | None = None  # the workload's owning team, where known
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +153,7 @@ class TicketFields:
     priority: str
     components: tuple[str, ...]
     labels: tuple[str, ...]
+    assignee: str | None = None
 
 
 TicketAction = Literal["create", "comment", "reopen", "link", "attach", "none"]
@@ -169,14 +204,24 @@ def _by(mapping: Mapping[Any, _V], name: str, default: _V) -> _V:
     return mapping.get(name, default)
 
 
+def team_of(s: TicketSubject, policy: TicketPolicy) -> str | None:
+    """The team an incident's ticket belongs to: the workload's owners for an application fault, else
+    the team of its node pool, else the infrastructure team."""
+    if s.category == Category.APPLICATION:
+        return s.owner
+    return policy.team_by_pool.get(s.node_pool or "", policy.infra_team)
+
+
 def ticket_fields(s: TicketSubject, policy: TicketPolicy) -> TicketFields:
     pool = s.node_pool or ""
     project = policy.project_by_pool.get(pool, policy.project)
     issue_type = _by(policy.issue_type_by_category, s.category, policy.issue_type)
-    priority = _by(policy.priority_by_family, s.family,
-                   _by(policy.priority_by_category, s.category, policy.default_priority))
+    priority = _by(policy.priority_by_severity, s.severity, "Medium")
+    team = team_of(s, policy)
+    owner = policy.owners.get(team) if team else None
     components = tuple(dict.fromkeys([*_by(policy.components_by_category, s.category, []),
-                                      *policy.components_by_pool.get(pool, [])]))
+                                      *policy.components_by_pool.get(pool, []),
+                                      *(owner.components if owner else ())]))
     labels = [*policy.labels, fingerprint_label(s.fingerprint), incident_label(s.incident_id),
               f"xidpipe-{label_safe(s.category)}",
               f"xidpipe-family-{label_safe(s.family)}"]
@@ -184,7 +229,8 @@ def ticket_fields(s: TicketSubject, policy: TicketPolicy) -> TicketFields:
         labels.append(f"pool-{label_safe(s.node_pool)}")
     if s.gpu_model:
         labels.append(f"gpu-{label_safe(s.gpu_model)}")
-    return TicketFields(project, issue_type, priority, components, tuple(dict.fromkeys(labels)))
+    return TicketFields(project, issue_type, priority, components, tuple(dict.fromkeys(labels)),
+                        owner.assignee if owner else None)
 
 
 def decide_ticket(

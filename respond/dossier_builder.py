@@ -6,7 +6,7 @@ import base64
 import gzip
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session
 
 from history.fleet_incidents import member_incidents
 from history.tables import EvidenceRecord, FaultEvent, Incident, NodeState
+from models.account import ActionItem
 from models.catalog import load_catalog
 from models.dossier import (
-    ActionItem,
     Attribution,
     CodeInfo,
     Dossier,
@@ -90,7 +90,8 @@ def _gpu(s: Session, incident: Incident) -> tuple[DossierGpu, str | None]:
         sa.select(NodeState).where(NodeState.node == incident.node, NodeState.kind == "inventory")
         .order_by(NodeState.valid_from.desc()).limit(1)
     ).first()
-    model = numa = driver = None
+    found: dict[str, Any] = {}
+    driver = None
     if row is not None:
         payload: dict[str, Any] = row.payload or {}
         driver = payload.get("driver_version")
@@ -98,10 +99,15 @@ def _gpu(s: Session, incident: Incident) -> tuple[DossierGpu, str | None]:
             if (incident.gpu_uuid and g.get("uuid") == incident.gpu_uuid) or (
                 incident.pci and str(g.get("pci_bus_id", "")).lower().endswith(incident.pci[-7:])
             ):
-                model, numa = g.get("name"), g.get("numa_node")
+                found = g
                 break
-    return DossierGpu(model=model, uuid=incident.gpu_uuid, serial=incident.serial, pci=incident.pci,
-                      numa_node=numa), driver
+    return DossierGpu(index=_int(found.get("index")), minor_number=_int(found.get("minor_number")),
+                      model=found.get("name"), uuid=incident.gpu_uuid, serial=incident.serial, pci=incident.pci,
+                      numa_node=_int(found.get("numa_node"))), driver
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _evidence(s: Session, events: Sequence[FaultEvent]) -> list[EvidenceItem]:
@@ -170,13 +176,14 @@ def _fleet_dossier(s: Session, incident: Incident, actions: Sequence[ActionItem]
 
 
 def action_items(records: Sequence[Any], incident_id: str) -> list[ActionItem]:
-    """The recorded cluster actions of one incident, as dossier lines."""
+    """The recorded cluster actions of one incident, as dossier lines: each with the action record's own
+    outcome, the decision's outcome and reason, and whether it ran as a dry run."""
     out: list[ActionItem] = []
     for r in records:
         if getattr(r, "incident_id", None) != incident_id:
             continue
-        at: datetime = r.at
-        outcome = "dry-run" if r.dry_run else str(r.outcome)
-        out.append(ActionItem(at=at, action=str(r.action), outcome=outcome, actor=r.actor,
-                              detail=f"{r.decision or ''}: {r.reason}".strip(": ")))
+        at: datetime = r.at if r.at.tzinfo is not None else r.at.replace(tzinfo=UTC)  # SQLite keeps no zone
+        out.append(ActionItem(at=at, action=str(r.action), outcome=str(r.outcome), actor=r.actor,
+                              decision=str(r.decision) if r.decision else None, reason=str(r.reason or ""),
+                              dry_run=bool(r.dry_run), detail=f"{r.decision or ''}: {r.reason}".strip(": ")))
     return out

@@ -43,9 +43,11 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     assert heads["gpu-node-04  nvswitch"] == "INTERCONNECT"
     # attribution from the recorded pod assignments, at the fault's time, in the order the jobs faulted
     assert "team-nlp/bert-finetune-2/finetune, team-serving/vllm-serve-5/vllm, team-vision/trainer-9/trainer" in out
-    # dry-run cordon decisions, never for the application faults
-    cordons = re.findall(r"^  (gpu-node-\d+): cordon \(dry run\)", out, re.M)
+    # dry-run cordon decisions, never for the application faults, said as the tickets say them
+    cordons = re.findall(r"^  (gpu-node-\d+): Not cordoned \(dry run\)", out, re.M)
     assert "gpu-node-03" in cordons and "gpu-node-01" not in cordons
+    assert re.search(r"^  gpu-node-04: Not cordoned \(not needed\): no rule matches nvswitch", out, re.M)
+    assert "NVIDIA: WORKFLOW_XID_48 for Xid 48" in out  # the DBE's decisive code, not its first (Xid 13)
     # outbox tickets and chat messages, each dossier naming its GPU
     tickets = sorted((tmp_path / "var" / "outbox" / "jira").glob("*/ticket.json"))
     assert len(tickets) >= 5
@@ -116,10 +118,15 @@ def assert_tickets_and_messages_say_what_to_do(outbox: Path) -> None:
         assert wiki_errors((t / "description.wiki").read_text()) == [], t.name
         assert adf_errors(json.loads((t / "description.adf.json").read_text())) == [], t.name
     gsp = next((t / "ticket.md").read_text() for t in tickets if "Xid 119" in (t / "ticket.md").read_text())
-    assert "1. The driver asked for `nvidia-bug-report.sh`" in gsp
+    # The guide's order: what xidpipe kept, then what must be collected before any reset (the driver's own
+    # request for a bug report), then the drain, then the vendor's action (Xid 154's decoded recovery).
+    assert "1. xidpipe kept what the node showed at the fault" in gsp
+    assert "2. The driver asked for `nvidia-bug-report.sh`" in gsp
+    assert "GPU Reset Required." in gsp and "`nvidia-smi -r -i GPU-77aa01bc" in gsp and "`dcgmi diag -r 3 -i 0`" in gsp
     assert "Process: nvidia-smi" not in gsp and "Pod: inference-gw-2" in gsp  # nvidia-smi is no workload
     lost = next((t / "ticket.md").read_text() for t in tickets if "gpu_lost" in (t / "ticket.md").read_text())
-    assert "1. Check first, before any reboot" in lost and "Unable to determine the device handle" in lost
+    assert "3. Check before any reboot" in lost and "Unable to determine the device handle" in lost
+    assert lost.index("Check before any reboot") < lost.index("Reboot gpu-node-03")
     messages = [json.loads(p.read_text()) for p in (outbox / "slack").glob("*/*.json")]
     assert messages
     for m in messages:

@@ -31,15 +31,20 @@ import sqlalchemy as sa
 from pydantic import SecretStr
 from sqlalchemy.orm import Session
 
+from agents.evidence import FOLLOW_S
 from agents.kernlog.filetail import content_hash
 from history.incident_rows import all_incidents
 from history.ledger_store import rebuild_ledger
-from history.tables import GpuCard
-from models.event_time import boot_times
+from history.tables import GpuCard, Incident
+from models.account import Account
+from models.dossier import account_of
+from models.event_time import boot_times, line_event_time
+from models.evidence_lines import capture_line
 from models.node_records import Evidence, EvidenceItem, NodeRecord
 from models.topics import topology
 from models.wire import decode_node_record
 from respond.cordon.runtime import build_executor
+from respond.dossier_builder import action_items, build_dossier
 from respond.responder import Responder, build_responder, run_responder
 from respond.settings import RespondSettings
 from respond.sinks.build import build_sinks
@@ -57,6 +62,7 @@ WORK = VAR / "demo"
 REPLAY_RATE = 4000  # kernel lines per second and node
 INCIDENT_PAGES = "http://127.0.0.1:8780"  # where `xidpipe serve` listens by default
 KERNEL_WINDOW = 40  # kernel-log lines up to the fault in a recorded capture
+KERNEL_FOLLOW_S = FOLLOW_S  # and the lines after it, as the agent waits for them
 
 
 def sample_dir() -> Path:
@@ -96,13 +102,35 @@ def recorded_capture(folder: Path) -> Evidence:
     offset = sum(len(ln) + 1 for ln in lines[:index])
     items = [_item(name, item["command"], item["status"], (folder / item["file"]).read_bytes())
              for name, item in spec["items"].items()]
-    window = "\n".join(_message(ln) for ln in lines[max(0, index + 1 - KERNEL_WINDOW): index + 1]) + "\n"
+    captured_at = datetime.fromisoformat(spec["captured_at"])
+    window, last = _kernel_window(lines, index, node, captured_at)
     items.append(_item("kernel-log", [], "ok", window.encode()))
+    captured_at = max(captured_at, last) if last is not None else captured_at  # taken once its lines were in
     digest = content_hash(lines[index] + b"\n")
     trigger = f"file:{digest}:{offset}"
     return Evidence(node=node, record_id=f"evidence:{trigger}", trigger_record_id=trigger,
                     gpu_uuid=spec.get("gpu_uuid"), pci_bus_id=spec.get("pci_bus_id"), xid=spec.get("xid"),
-                    pid=spec.get("pid"), captured_at=datetime.fromisoformat(spec["captured_at"]), items=tuple(items))
+                    pid=spec.get("pid"), captured_at=captured_at, items=tuple(items))
+
+
+def _kernel_window(lines: list[bytes], index: int, node: str, captured_at: datetime) -> tuple[str, datetime | None]:
+    """The kernel-log window the agent captures for the fault at line `index`: the lines up to it and
+    those within `KERNEL_FOLLOW_S` after it, each after its time in UTC (`capture_line`); and the time
+    of its last line."""
+    boot = boot_times(sample_state()).get(node)
+
+    def timed(ln: bytes) -> tuple[datetime | None, str]:
+        text = ln.decode("utf-8", "replace")
+        return line_event_time(text, read_at=captured_at, boot_time=boot), _message(ln)
+
+    window = [timed(ln) for ln in lines[max(0, index + 1 - KERNEL_WINDOW): index + 1]]
+    fault_at = window[-1][0]
+    for ln in lines[index + 1:]:
+        at, text = timed(ln)
+        if not ln.strip() or fault_at is None or at is None or (at - fault_at).total_seconds() > KERNEL_FOLLOW_S:
+            break
+        window.append((at, text))
+    return "".join(capture_line(at, text) + "\n" for at, text in window), window[-1][0]
 
 
 def sample_evidence() -> list[Evidence]:
@@ -242,7 +270,18 @@ def run_demo(say: Callable[[str], None] = print, timeout: float = 110.0) -> dict
         say(f"Ledger: {cards} GPU cards with their placements")
         # Incidents merged into another (a job's faults found to stay with a GPU) are part of that one.
         incidents = [i for i in all_incidents(store.engine) if not i.get("merged_into")]
+        records = executor.store.recent(500)
+        with Session(store.engine) as s:
+            accounts = {i["incident_id"]: incident_account(s, i["incident_id"], records) for i in incidents}
     finally:
         store.dispose()
     return {"incidents": incidents, "seconds": time.monotonic() - started,
-            "actions": executor.store.recent(500)}
+            "actions": records, "accounts": accounts}
+
+
+def incident_account(s: Session, incident_id: str, records: list[Any]) -> Account | None:
+    """The incident's account (`models.account`) as its ticket and message state it."""
+    row = s.get(Incident, incident_id)
+    if row is None:
+        return None
+    return account_of(build_dossier(s, row, action_items(records, incident_id), cluster="demo"))

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.dossier import Dossier, evidence_files
+from models.dossier import Dossier, evidence_files, severity_of
 from models.ticket_policy import TicketSubject
 
 NOTICE_SCHEMA_VERSION = 1
@@ -43,13 +43,14 @@ class IncidentNotice(BaseModel):
             incident_id=d.incident_id, fingerprint=d.fingerprint, category=d.category, family=d.family,
             node=d.node, status=d.status, count=d.count, last_seen=d.last_seen, node_pool=self.node_pool,
             gpu_model=d.gpu.model, previous_incident_id=self.previous_incident_id,
-            evidence=self.attachment_names(),
+            evidence=self.attachment_names(), severity=severity_of(d), owner=d.attribution.owner,
         )
 
     def alert_labels(self) -> dict[str, str]:
-        """Labels for grouping and silence matchers."""
+        """Labels for grouping and silence matchers; `severity` is the one severity table's (`models.severity`)."""
         d = self.dossier
         base = {
+            "severity": severity_of(d).value,
             "incident": d.incident_id, "fingerprint": d.fingerprint, "node": d.node, "family": d.family,
             "category": d.category, "cluster": d.cluster or "", "namespace": d.attribution.namespace or "",
             "pod": d.attribution.pod or "", "pool": self.node_pool or "", "gpu_model": d.gpu.model or "",

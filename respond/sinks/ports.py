@@ -50,7 +50,7 @@ class TicketBody:
 @dataclass(frozen=True, slots=True)
 class TicketInfo:
     key: str
-    url: str
+    url: str | None  # the issue's web address; None for a tracker without one (the file outbox)
     resolved: bool
     labels: frozenset[str]
     attachments: frozenset[str]
@@ -88,7 +88,8 @@ class TicketTracker(Protocol):
     def link(self, key: str, other_key: str, link_type: str) -> None:
         ...
 
-    def url(self, key: str) -> str:
+    def url(self, key: str) -> str | None:
+        """The issue's web address, as chat messages link it; None when the tracker has none."""
         ...
 
 

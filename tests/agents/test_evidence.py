@@ -2,6 +2,7 @@ import base64
 import gzip
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def test_capture_caps_size_times_out_and_marks_absent_tools(tmp_path: Path) -> N
 
 def test_at_most_one_dossier_per_gpu_per_window(tmp_path: Path) -> None:
     sink: list[NodeRecord] = []
-    c = _collector(sink, tmp_path, nvidia_smi="absent-smi", lspci="absent-lspci", window_s=60)
+    c = _collector(sink, tmp_path, nvidia_smi="absent-smi", lspci="absent-lspci", window_s=60, follow_s=0.1)
     line = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
     c.on_kernel_fault("r1", line)
     c.on_kernel_fault("r2", line)
@@ -128,3 +129,27 @@ def test_boot_id_and_boot_time_are_read_bounded(tmp_path: Path) -> None:
     assert read_boot_id(tmp_path / "boot_id") == "6b8c1e0a-0d1c-4bb5-9c2a-0f4b2a1c9e77"
     assert read_boot_time(tmp_path / "stat") is not None
     assert time.monotonic() - began < 1.0
+
+
+def test_the_kernel_log_window_holds_the_lines_after_the_fault_each_after_its_time_in_utc(tmp_path: Path) -> None:
+    """The driver writes a fault's follow-up lines in the seconds after it (Xid 63 after Xid 48): the
+    window waits for them, and gives each line its event time in UTC where the source knew it."""
+    sink: list[NodeRecord] = []
+    c = _collector(sink, tmp_path, nvidia_smi="absent-smi", lspci="absent-lspci", follow_s=1.0)
+    at = datetime(2026, 11, 25, 13, 52, 8, tzinfo=timezone(timedelta(hours=1)))
+    c.observe_line("xfs filesystem being remounted")
+    dbe = "NVRM: Xid (PCI:0000:b7:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error"
+    c.observe_line(dbe, at)
+    c.on_kernel_fault("r1", dbe)
+    c.observe_line("NVRM: Xid (PCI:0000:b7:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row",
+                   at + timedelta(seconds=1))
+    deadline = time.monotonic() + 10
+    while not sink:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    ev = sink[0]
+    assert isinstance(ev, Evidence)
+    window = _data(next(i for i in ev.items if i.name == "kernel-log")).decode().splitlines()
+    assert window == ["xfs filesystem being remounted", f"2026-11-25T12:52:08Z  {dbe}",
+                      "2026-11-25T12:52:09Z  NVRM: Xid (PCI:0000:b7:00): 63, pid='<unknown>', name=<unknown>, "
+                      "Row Remapper: New row"]

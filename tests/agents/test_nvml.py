@@ -25,8 +25,8 @@ POD = "1f2e3d4c-5b6a-4978-8695-a4b3c2d1e0f9"
 BASE = f"""driver 550.54.15
 cuda 12040
 gpu uuid={GPU0} serial=1650123456789 name=NVIDIA_H100_80GB_HBM3 bus=00000000:3B:00.0 numa=0 mig=1 \
-nvlinks=4 ecc_dbe=2 remap=0,1,0,0
-gpu uuid={GPU1} bus=00000000:5E:00.0 unsupported=numa,nvlink,remap,serial,ecc
+nvlinks=4 ecc_dbe=2 remap=0,1,0,0 minor=3
+gpu uuid={GPU1} bus=00000000:5E:00.0 unsupported=numa,nvlink,remap,serial,ecc,minor
 mig gpu=0 uuid={MIG0} gi=2 ci=0
 proc gpu=1 pid=4242 mem=1048576
 """
@@ -98,6 +98,7 @@ def test_inventory_processes_events_and_lost_gpu(fake_nvml_lib: Path, tmp_path: 
         g0, g1 = inv["gpus"]
         assert g0["uuid"] == GPU0 and g0["serial"] == "1650123456789" and g0["name"] == "NVIDIA H100 80GB HBM3"
         assert g0["pci_bus_id"] == "00000000:3B:00.0" and g0["numa_node"] == 0
+        assert (g0["index"], g0["minor_number"]) == (0, 3) and (g1["index"], g1["minor_number"]) == (1, None)
         assert g0["mig_mode_current"] == 1
         assert g0["mig_devices"] == [{"uuid": MIG0, "index": 0, "gpu_instance_id": 2, "compute_instance_id": 0}]
         assert g0["nvlink_active"] == [True, True, True, True, False, False]
@@ -106,7 +107,7 @@ def test_inventory_processes_events_and_lost_gpu(fake_nvml_lib: Path, tmp_path: 
         assert g0["power_limit_mw"] == 700000 and g0["temperature_shutdown_c"] == 92
         assert g0["inforom_versions"] == {"oem": "G520.0200.00.05"}
         assert g1["serial"] is None and g1["numa_node"] is None and g1["nvlink_active"] is None
-        assert {"serial", "numa_node", "nvlink", "remapped_rows", "ecc"} <= set(g1["unsupported"])
+        assert {"serial", "numa_node", "nvlink", "remapped_rows", "ecc", "minor_number"} <= set(g1["unsupported"])
         # The GPUs it read go to the agent: their addresses and GPU 0's root port (the pre-filter keeps
         # their AER lines), the GPUs themselves (the evidence collector names the GPU at an address).
         gpus = probe.wait_for(lambda r: r["kind"] == "gpus")

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from models.chat_message import Routing, message_content, route
-from models.dossier import Attribution
+from models.dossier import Attribution, Dossier
 from respond.sinks.slack.blocks import message
-from tests.models.test_dossier import SECRETS, check_golden, sample
+from tests.models.test_dossier import DEMO, GOLDEN, SECRETS, check_golden, sample
 
 TICKET = "https://jira.example.com/browse/GPU-123"
 PAGE = "https://xidpipe.example.com/incidents/inc-20251127-0042"
@@ -36,7 +37,9 @@ def test_what_to_do_now_comes_right_after_the_headline_and_links_follow() -> Non
 def test_fallback_text_says_what_where_what_to_do_and_links() -> None:
     text = str(render(ticket_url=TICKET, incident_url=PAGE)["text"])
     for part in ("hardware", "gpu-node-03", "0000:63:00.0", "1654923011263", "llm-pretrain-7-worker-3",
-                 "cordon (done)", "GPU-123", "What to do now: Check first", PAGE):
+                 "Decision: Cordoned: xidpipe cordoned gpu-node-03", "GPU-123",
+                 "What to do now: Before anything is reset or rebooted, run `nvidia-bug-report.sh`",
+                 PAGE):
         assert part in text
 
 
@@ -62,7 +65,8 @@ def test_application_faults_tell_the_owner_and_say_no_hardware_action() -> None:
     d.category, d.family, d.component = "application", "application", "workload"
     d.attribution = Attribution(owner="team-vision", workload="team-vision/resnet-train/trainer")
     steps = message_content(d).steps
-    assert "team-vision" in steps[0] and "No hardware action" in steps[0]
+    assert steps[0].startswith("xidpipe kept what the node showed")  # the guide's order: the evidence first
+    assert "team-vision" in steps[1] and "No hardware action" in steps[1]
 
 
 def test_user_text_is_escaped_for_mrkdwn() -> None:
@@ -97,3 +101,19 @@ def test_routing(category: str, namespace: str | None, meta: dict[str, str], exp
     routing = Routing(namespace_channels={"mapped": "#mapped-ch"})
     channel, why = route(category, namespace, meta, routing)
     assert channel == expected and why and "unknown" not in why
+
+
+# The demo's six messages: its five tickets' incidents, and the application fault that gets no ticket.
+MESSAGES = [*DEMO, *sorted((GOLDEN / "demo" / "message-only").glob("*.dossier.json"))]
+
+
+@pytest.mark.parametrize("path", MESSAGES, ids=[p.name.removesuffix(".dossier.json") for p in MESSAGES])
+def test_the_demos_messages_golden(path: Path) -> None:
+    """The demo's chat messages as Slack (and the outbox) get them: linking the incident's page (the outbox
+    tracker has no issue address), saying the decision and NVIDIA's action as the ticket does."""
+    d = Dossier.model_validate_json(path.read_text(encoding="utf-8"))
+    msg = message(message_content(d, None, d.incident_url))
+    text = json.dumps(msg)
+    assert "file://" not in text and "Action taken" not in text and d.incident_url in text
+    check_golden(f"demo/{path.name.removesuffix('.dossier.json')}.slack.json",
+                 json.dumps(msg, indent=2, sort_keys=True, ensure_ascii=False) + "\n")

@@ -59,8 +59,9 @@ def sample() -> Dossier:
         ],
         catalog_version="2026.11-1",
         driver_version="550.127.05",
-        gpu=DossierGpu(model="NVIDIA H100 80GB HBM3", uuid="GPU-c3b9d004-91aa-4e0f-b6d2-0e8f7a6c3d63",
-                    serial="1654923011263", pci="0000:63:00.0", numa_node=1),
+        gpu=DossierGpu(index=3, minor_number=3, model="NVIDIA H100 80GB HBM3",
+                       uuid="GPU-c3b9d004-91aa-4e0f-b6d2-0e8f7a6c3d63", serial="1654923011263", pci="0000:63:00.0",
+                       numa_node=1),
         attribution=Attribution(pod="llm-pretrain-7-worker-3", namespace="team-llm", container="trainer",
                                 owner="PyTorchJob/llm-pretrain-7", process="pt_main_thread", pid=41122),
         evidence=[
@@ -79,8 +80,10 @@ def sample() -> Dossier:
                                  category="hardware", first_seen=datetime(2025, 10, 2, 8, tzinfo=UTC),
                                  status="returned")],
         actions=[
-            ActionItem(at=t(5, 13, 32), action="cordon", outcome="done", detail="taint xidpipe.io/gpu-fault=gpu_lost"),
-            ActionItem(at=t(5, 13, 32), action="condition", outcome="done", detail="GPUHealthy=False"),
+            ActionItem(at=t(5, 13, 32), action="cordon", outcome="done", decision="cordon",
+                       reason="rule gpu-lost: cordon at once for Xid 79 (gpu_lost)",
+                       detail="cordon: rule gpu-lost: cordon at once for Xid 79 (gpu_lost)"),
+            ActionItem(at=t(5, 13, 33), action="evict", outcome="done", reason="2 pods evicted"),
         ],
     )
 
@@ -137,7 +140,7 @@ def test_what_to_do_now_and_the_link_come_first() -> None:
     d = sample()
     d.incident_url = "https://xidpipe.example.com/incidents/inc-20251127-0042"
     wiki = render_jira_wiki(d)
-    assert wiki.startswith("h2. What to do now\n\n# Check first")
+    assert wiki.startswith("h2. What to do now\n\n# xidpipe kept what the node showed at the fault")
     assert f"[{d.incident_url}|{d.incident_url}]" in wiki.split("h2. Summary")[0]
     top = render_adf(d)["content"][:3]
     assert top[1]["type"] == "orderedList"
@@ -208,3 +211,26 @@ def test_the_demos_tickets_golden_in_wiki_markup_and_adf(path: Path) -> None:
     assert "unknown" not in wiki.split("h2. Evidence")[0].lower()
     check_golden(f"demo/{stem}.wiki", wiki)
     check_golden(f"demo/{stem}.adf.json", json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    check_golden(f"demo/{stem}.md", render_markdown(d))  # the outbox's ticket body and dossier.md
+
+
+def test_the_demos_tickets_say_what_the_on_call_engineer_needs() -> None:
+    """Read as the on-call engineer: the DBE leads with Xid 48 and names Xid 63, every command names its
+    GPU, the evidence shows the fault's own lines, and the NVSwitch's ticket says it stays in service."""
+    docs = {p.name.removesuffix(".dossier.json"): render_markdown(Dossier.model_validate_json(p.read_text()))
+            for p in DEMO}
+    dbe = docs["gpu-node-02-memory"]
+    assert dbe.startswith("# \\[xidpipe\\] hardware: Xid 48, Xid 13, Xid 94, Xid 63 on gpu-node-02 GPU 0 (serial ")
+    assert "| **NVIDIA's action** | WORKFLOW_XID_48 for Xid 48 |" in dbe
+    assert "Z  NVRM: Xid (PCI:0000:b7:00): 63, " in dbe  # the Xid 63 after the 48, with its time in UTC
+    gsp = docs["gpu-node-05-gsp"]
+    assert "Z  NVRM: A GPU crash dump has been created" in gsp and "Z  NVRM: Xid (PCI:0000:4e:00): 154, " in gsp
+    assert "names the recovery GPU 0 (serial 1654923050078) needs now: GPU Reset Required." in gsp
+    switch = docs["gpu-node-04-nvswitch"]
+    assert "SXid (PCI:0000:86:00.0): 12028, Severity 0" in switch and "stays in service" in switch
+    assert "fatal SXid stops" not in switch and "cordoned" not in switch.split("## Summary")[0]
+    for name, md in docs.items():
+        todo = md.split("## What to do now")[1].split("## Summary")[0]
+        assert "xfs filesystem" not in md.split("## Evidence")[1].split("```")[1], name
+        assert " on 16549" not in todo and "dcgmi diag -r 3 on" not in todo, name  # tools take -i, not a serial
+        assert "dry-run" not in md and ("dry run" in todo) == ("cordons run as a dry run" in md), name

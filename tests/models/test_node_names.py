@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from models.dead_letter import DeadLetter
 from models.node_names import MAX_NODE_NAME, node_name_problem
 from models.node_records import KernelLine, encode_node_record
 from models.topics import key_node
-from streams.decode import DeadLetter, decode_message
+from streams.decode import decode_message
 
 VALID = ["gpu-node-01", "a", "0", "node-1.rack-7.example.com", "ip-10-0-3-17.ec2.internal",
          "a" * MAX_NODE_NAME, ".".join(["n" * 63] * 4)[:MAX_NODE_NAME - 1] + "x"]

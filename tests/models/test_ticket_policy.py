@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
+from models.severity import Severity
 from models.ticket_policy import (
     TicketPolicy,
     TicketState,
@@ -24,7 +25,8 @@ HOUR = timedelta(hours=1)
 POLICY = TicketPolicy(comment_interval_s=3600)
 S = TicketSubject(incident_id="v1:aa@1", fingerprint="v1:aa", category="hardware", family="gpu_lost",
                   node="gpu-node-03", status="open", count=1, last_seen=T0, node_pool="h100-train",
-                  gpu_model="NVIDIA H100 80GB HBM3", evidence=frozenset({"dossier.md", "dossier.json"}))
+                  gpu_model="NVIDIA H100 80GB HBM3", evidence=frozenset({"dossier.md", "dossier.json"}),
+                  severity=Severity.CRITICAL)
 ST = TicketState(key="GPU-1", created_at=T0, category="hardware", count=1,
                  attached=frozenset({"dossier.md", "dossier.json"}))
 
@@ -114,17 +116,22 @@ def test_create_attaches_all_evidence_and_carries_fields() -> None:
         (S, POLICY, "GPU", "Bug", "Highest", ("gpu-hardware",),
          ("xidpipe", "xidpipe-fp-v1-aa", "xidpipe-inc-v1-aa-1", "xidpipe-hardware", "xidpipe-family-gpu_lost",
           "pool-h100-train", "gpu-nvidia-h100-80gb-hbm3")),
-        (subj(family="xid_app", category="application", node_pool=None, gpu_model=None), POLICY, "GPU", "Bug", "Low",
+        (subj(family="xid_app", category="application", node_pool=None, gpu_model=None, severity=Severity.INFO), POLICY,
+         "GPU", "Bug", "Low",
          ("gpu-workloads",), ("xidpipe", "xidpipe-fp-v1-aa", "xidpipe-inc-v1-aa-1", "xidpipe-application",
                               "xidpipe-family-xid_app")),
-        (subj(family="nvlink", category="interconnect"),
+        (subj(family="nvlink", category="interconnect", severity=Severity.ERROR),
          TicketPolicy(project_by_pool={"h100-train": "TRAIN"}, components_by_pool={"h100-train": ["rack-b"]},
                       issue_type_by_category={"interconnect": "Incident"}, labels=("gpu",)),
          "TRAIN", "Incident", "High", ("nvlink-fabric", "rack-b"),
          ("gpu", "xidpipe-fp-v1-aa", "xidpipe-inc-v1-aa-1", "xidpipe-interconnect", "xidpipe-family-nvlink",
           "pool-h100-train", "gpu-nvidia-h100-80gb-hbm3")),
-        (subj(family="memory", category="suspected_hardware"), POLICY, "GPU", "Bug", "High", ("gpu-hardware",), None),
-        (subj(family="driver_error", category="driver"), POLICY, "GPU", "Bug", "Medium", ("gpu-driver",), None),
+        (subj(family="memory", category="suspected_hardware", severity=Severity.ERROR), POLICY, "GPU", "Bug", "High",
+         ("gpu-hardware",), None),
+        (subj(family="driver", category="driver", severity=Severity.WARNING), POLICY, "GPU", "Bug", "Medium",
+         ("gpu-driver",), None),
+        (subj(severity=Severity.INFO), TicketPolicy(priority_by_severity={"info": "P5"}), "GPU", "Bug", "P5",
+         ("gpu-hardware",), None),
     ],
 )
 def test_ticket_fields(s: TicketSubject, policy: TicketPolicy, project: str, issue_type: str, priority: str,
@@ -150,8 +157,7 @@ def test_incident_and_fingerprint_labels_differ() -> None:
 
 
 @pytest.mark.parametrize("settings", [
-    {"priority_by_category": {"hardwre": "High"}},
-    {"priority_by_family": {"gpu_gone": "Highest"}},
+    {"priority_by_severity": {"urgent": "High"}},
     {"components_by_category": {"nvlink": ["fabric"]}},  # a family, not a category
     {"categories": ["hardware", "everything"]},
 ])
@@ -166,6 +172,31 @@ def test_a_policy_keeps_its_names_as_plain_strings_in_json() -> None:
     dumped = policy.model_dump(mode="json")
     assert sorted(dumped["categories"]) == ["fleet", "hardware"] and dumped["issue_type_by_category"] == {
         "fleet": "Incident"}
-    assert dumped["priority_by_family"] == {"gpu_lost": "Highest", "memory": "High"}
+    assert dumped["priority_by_severity"] == {"critical": "Highest", "error": "High", "warning": "Medium",
+                                              "info": "Low"}
     assert ticket_fields(subj(category="fleet"), policy).issue_type == "Incident"
     assert decide_ticket(subj(category="driver"), None, None, T0, policy).action == "none"
+
+
+@pytest.mark.parametrize("old", ["priority_by_family", "priority_by_category", "default_priority"])
+def test_the_replaced_priority_settings_say_what_replaced_them(old: str) -> None:
+    with pytest.raises(ValidationError, match="replaced by priority_by_severity"):
+        TicketPolicy.model_validate({old: {}})
+
+
+OWNED = TicketPolicy(owners={"gpu-infra": {"assignee": "oncall-gpu", "components": ["dc-east"]},
+                             "team-vision": {"assignee": "vision-lead"}},
+                     team_by_pool={"a100-infer": "inference-infra"}, infra_team="gpu-infra")
+
+
+@pytest.mark.parametrize(("s", "assignee", "components"), [
+    (S, "oncall-gpu", ("gpu-hardware", "dc-east")),  # hardware: the infrastructure team
+    (subj(category="application", family="application", owner="team-vision"), "vision-lead", ("gpu-workloads",)),
+    (subj(category="application", family="application", owner="team-nlp"), None, ("gpu-workloads",)),  # not routed
+    (subj(node_pool="a100-infer"), None, ("gpu-hardware",)),  # its pool's team has no route
+])
+def test_assignee_and_components_come_from_the_owner_routing(s: TicketSubject, assignee: str | None,
+                                                             components: tuple[str, ...]) -> None:
+    f = ticket_fields(s, OWNED)
+    assert (f.assignee, f.components) == (assignee, components)
+    assert ticket_fields(s, POLICY).assignee is None  # no routing configured: nobody is assigned

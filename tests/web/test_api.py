@@ -101,13 +101,38 @@ async def test_one_incident(client: TestClient, seeded: Seeded) -> None:
     body = await get(client, f"{API}/incidents/{seeded.bert}")
     assert body["incident"]["incident_id"] == seeded.bert and body["incident"]["lifecycle"] == "open"
     d = body["dossier"]
-    assert d["incident_id"] == seeded.bert and d["dossier_version"] == 1
+    assert d["incident_id"] == seeded.bert and d["dossier_version"] == 2
     assert d["attribution"]["pod"] == "bert-1" and d["attribution"]["namespace"] == "team-nlp"
     assert [c["code"] for c in d["codes"]] == ["Xid 13", "Xid 43"]
     assert [e["code"] for e in body["timeline"]] == ["Xid 13", "Xid 43"]
     assert body["timeline"][0]["pid"] == 11 and body["transitions"] == []
     by_prefix = await get(client, f"{API}/incidents/{seeded.bert[:14]}")
     assert by_prefix["incident"]["incident_id"] == seeded.bert
+
+
+async def test_cordon_requested_and_the_decision_come_from_the_action_record(client: TestClient,
+                                                                              seeded: Seeded) -> None:
+    """`cordon_requested` is true exactly when the cordon policy asked for a cordon (the stored column
+    never said so); `decision` is what came of it, in the list as in the incident."""
+    from tests.web.test_pages import _record
+
+    def listed_dbe(body: dict[str, Any]) -> dict[str, Any]:
+        return next(i for i in body["incidents"] if i["incident_id"] == seeded.dbe_b)
+
+    before = await get(client, f"{API}/incidents/{seeded.dbe_b}")
+    assert (before["incident"]["cordon_requested"], before["incident"]["decision"]) == (False, "pending")
+    _record(seeded.url, seeded.lost_c, "node-c", outcome="skipped", decision="not_needed", reason="no rule")
+    _record(seeded.url, seeded.dbe_b, "node-b", outcome="done", decision="cordon", reason="rule dbe")
+    after = await get(client, f"{API}/incidents/{seeded.dbe_b}")
+    assert (after["incident"]["cordon_requested"], after["incident"]["decision"]) == (True, "cordoned")
+    assert after["dossier"]["account"]["decision_text"].startswith("Cordoned: xidpipe cordoned node-b")
+    assert after["dossier"]["what_to_do"][0].startswith("xidpipe ")
+    lost = await get(client, f"{API}/incidents/{seeded.lost_c}")
+    assert (lost["incident"]["cordon_requested"], lost["incident"]["decision"]) == (False, "not_needed")
+    page = await get(client, f"{API}/incidents?node=node-b")
+    assert (listed_dbe(page)["cordon_requested"], listed_dbe(page)["decision"]) == (True, "cordoned")
+    bert = await get(client, f"{API}/incidents/{seeded.bert}")
+    assert bert["incident"]["decision"] in ("not_offered", "pending") and not bert["incident"]["cordon_requested"]
 
 
 async def test_an_unknown_incident_is_404(client: TestClient) -> None:

@@ -153,3 +153,56 @@ async def test_gpu_and_heatmap_pages(client: TestClient, seeded: Seeded) -> None
     heat = await (await client.get("/heatmap", params={"since": "2026-11-26", "until": "2026-11-28"})).text()
     assert 'data-node="node-b" data-day="2026-11-27" data-count="2"' in heat
     assert "3 hardware incidents on 2 nodes" in heat
+
+
+def _record(url: str, incident_id: str, node: str, **kw: object) -> None:
+    """A row of the responder's action record, as its executor writes it."""
+    import sqlalchemy as sa
+
+    from history.engine import make_engine
+    from history.migrate import upgrade
+    from respond.cordon.action_log import ActionRecord, SqlActionStore
+
+    engine = make_engine(url)
+    try:
+        upgrade(engine)
+        SqlActionStore(engine).record(ActionRecord(action="cordon", node=node, incident_id=incident_id, **kw))
+        assert sa.inspect(engine).has_table("actions")
+    finally:
+        engine.dispose()
+
+
+async def test_the_incident_page_says_what_to_do_and_the_decision_its_record_holds(
+        client: TestClient, seeded: Seeded) -> None:
+    await login(client, READ_TOKEN)
+    html = await (await client.get(f"/incidents/{seeded.dbe_b}")).text()
+    todo = html.split('id="what-to-do">')[1].split("</ol>")[0]
+    assert todo.count("<li>") >= 5 and "<code>nvidia-smi -r -i GPU-" in todo  # commands shown as code
+    assert "No cordon decision yet" in html and "cordon_requested" not in html
+    _record(seeded.url, seeded.dbe_b, "node-b", outcome="dry_run", decision="cordon", dry_run=True,
+            reason="rule dbe: cordon at once for Xid 48 (memory)")
+    html = await (await client.get(f"/incidents/{seeded.dbe_b}")).text()
+    decision = html.split('id="decision">')[1].split("</table>")[0]
+    assert "Not cordoned (dry run)" in decision and "rule dbe: cordon at once" in decision
+    assert "WORKFLOW_XID_48 for Xid 48" in decision
+    assert "unknown" not in html.split("<h2>Evidence</h2>")[0].lower()
+
+
+async def test_a_merged_incident_links_the_one_it_was_merged_into(client: TestClient, seeded: Seeded) -> None:
+    import sqlalchemy as sa
+
+    from history.engine import make_engine
+    from history.tables import Incident
+
+    engine = make_engine(seeded.url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.update(Incident).where(Incident.incident_id == seeded.hostile)
+                         .values(merged_into=seeded.bert))
+    finally:
+        engine.dispose()
+    await login(client, READ_TOKEN)
+    html = await (await client.get(f"/incidents/{seeded.hostile}")).text()
+    merged = html.split('id="merged-into">')[1].split("</p>")[0]
+    assert f'href="/incidents/{seeded.bert}"' in merged and "Merged into" in merged
+    assert 'id="what-to-do"' not in html and 'id="decision"' not in html  # said once, in the one it joined

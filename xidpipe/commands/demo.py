@@ -7,6 +7,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from models.account import Account, Decision, action_text, headline
 from models.node_records import NodeRecord
 from models.scan import scan
 from models.vocabulary import ComponentKind
@@ -56,14 +57,14 @@ def run(args: argparse.Namespace) -> int:
         result = run_demo(say, timeout=args.timeout)
     except (TimeoutError, RuntimeError, OSError) as exc:
         raise Unavailable(str(exc)) from None
-    print_incidents(result["incidents"])
-    print_actions(result["actions"])
+    print_incidents(result["incidents"], result["accounts"])
+    print_decisions(result["incidents"], result["accounts"])
     print(f"\nTickets and chat messages (outbox): {OUTBOX}/jira, {OUTBOX}/slack")
     print(f"Incident history: {DB} (sqlite); the pipeline took {result['seconds']:.0f} s")
     return EXIT_OK
 
 
-def print_incidents(incidents: list[dict[str, Any]]) -> None:
+def print_incidents(incidents: list[dict[str, Any]], accounts: dict[str, Account | None] | None = None) -> None:
     rows = sorted(incidents, key=lambda i: (i["node"], i["first_seen"] or "", i["family"]))
     print(f"\n{len(rows)} incidents:\n")
     for n, i in enumerate(rows, 1):
@@ -76,8 +77,10 @@ def print_incidents(incidents: list[dict[str, Any]]) -> None:
         if attribution:  # what is not known is left out
             print(f"    {attribution}")
         print(f"    why: {i['reason']}")
-        if i.get("immediate_action"):
-            print(f"    NVIDIA: {i['immediate_action']}")
+        account = (accounts or {}).get(i["incident_id"])
+        action = action_text(account) if account is not None else i.get("immediate_action")
+        if action:  # NVIDIA's action for the decisive code, as the ticket states it
+            print(f"    NVIDIA: {action}")
 
 
 def _component(i: dict[str, Any]) -> str:
@@ -94,8 +97,11 @@ def _component(i: dict[str, Any]) -> str:
     return "  ".join(f"{what} {value}" for what, value in facts if value)
 
 
-def print_actions(actions: list[Any]) -> None:
-    cordons = [a for a in actions if getattr(a, "action", "") == "cordon"]
-    print(f"\nCordon decisions (no cluster configured: dry run): {len(cordons)}")
-    for a in sorted(cordons, key=lambda a: (a.node or "", a.at)):
-        print(f"  {a.node}: {a.decision or a.outcome} ({'dry run' if a.dry_run else a.outcome}): {a.reason}")
+def print_decisions(incidents: list[dict[str, Any]], accounts: dict[str, Account | None]) -> None:
+    """Each incident's cordon decision as its ticket and message state it (no cluster: dry runs)."""
+    decided = sorted(((i, a) for i in incidents if (a := accounts.get(i["incident_id"])) is not None
+                      and a.decision is not Decision.NOT_OFFERED),
+                     key=lambda p: (p[0]["node"], p[0]["first_seen"] or ""))
+    print(f"\nCordon decisions (no cluster configured: dry run): {len(decided)}")
+    for i, a in decided:
+        print(f"  {i['node']}: {headline(a)}: {a.reason}")

@@ -28,7 +28,7 @@ __all__ = ["LABELS", "parse_duration", "register"]
 
 # The labels of an incident's notification (respond.sinks.model.IncidentNotice.alert_labels, and
 # `component` on fleet incidents): what a matcher can name.
-LABELS = ("node", "family", "category", "component", "namespace", "pod", "pool", "gpu_model", "gpu_uuid",
+LABELS = ("node", "family", "category", "severity", "component", "namespace", "pod", "pool", "gpu_model", "gpu_uuid",
           "gpu_serial", "pci", "cluster", "incident", "fingerprint", "codes")
 
 

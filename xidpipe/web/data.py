@@ -6,6 +6,7 @@ queries in `history.queries`; they only shape rows into the documented objects.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any
 
@@ -14,7 +15,8 @@ from sqlalchemy.orm import Session
 
 from history import queries as q
 from history.tables import FaultEvent, Incident
-from models.dossier import ActionItem, render_json
+from models.account import REQUESTED, ActionItem, decision_of
+from models.dossier import render_json
 from models.redact import redact
 from respond.dossier_builder import build_dossier
 
@@ -25,7 +27,9 @@ def iso(value: datetime | date | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def incident_json(i: Incident) -> dict[str, Any]:
+def incident_json(i: Incident, actions: Sequence[ActionItem] = ()) -> dict[str, Any]:
+    """An incident as the API shows it; `decision` and `cordon_requested` from its recorded actions."""
+    decision, _ = decision_of(actions, i.component or "gpu")
     return {
         "incident_id": i.incident_id, "fingerprint": i.fingerprint, "node": i.node, "gpu": i.gpu,
         "gpu_uuid": i.gpu_uuid, "serial": i.serial, "pci": i.pci, "family": i.family, "status": i.status,
@@ -36,7 +40,8 @@ def incident_json(i: Incident) -> dict[str, Any]:
         "previous_incident_id": i.previous_incident_id, "codes": [str(c) for c in i.codes or []],
         "pods": [str(p) for p in i.pods or []], "processes": [redact(str(p)) for p in i.processes or []],
         "workloads": [str(w) for w in i.workloads or []], "immediate_action": i.immediate_action,
-        "investigatory_action": i.investigatory_action, "cordon_requested": bool(i.cordon_requested),
+        "investigatory_action": i.investigatory_action, "cordon_requested": decision in REQUESTED,
+        "decision": decision.value, "merged_into": i.merged_into,
         "component": i.component or "gpu", "component_id": i.component_id,
         "nodes": [str(n) for n in i.nodes or []],
     }
@@ -51,20 +56,31 @@ def event_json(e: FaultEvent) -> dict[str, Any]:
 
 def list_incidents(s: Session, f: q.IncidentFilter, sort: q.SortKey, limit: int, offset: int) -> dict[str, Any]:
     rows, total = q.list_incidents(s, f, sort=sort, limit=limit, offset=offset)
-    return {"total": total, "limit": limit, "offset": offset, "incidents": [incident_json(i) for i in rows]}
+    actions = _actions_of(s, [i.incident_id for i in rows])
+    return {"total": total, "limit": limit, "offset": offset,
+            "incidents": [incident_json(i, actions.get(i.incident_id, [])) for i in rows]}
 
 
-def _actions(s: Session, incident_id: str) -> list[ActionItem]:
-    """The cluster actions the responder recorded for this incident (its `actions` table, if any)."""
+def _actions_of(s: Session, incident_ids: Sequence[str]) -> dict[str, list[ActionItem]]:
+    """The cluster actions the responder recorded for these incidents (its `actions` table, if any), the
+    latest `ACTIONS_LIMIT` of each, oldest first."""
     from history.action_tables import actions_table
     from respond.dossier_builder import action_items
 
     bind = s.get_bind()
-    if not sa.inspect(bind).has_table("actions"):
-        return []
-    rows = s.execute(sa.select(actions_table).where(actions_table.c.incident_id == incident_id)
-                     .order_by(actions_table.c.at).limit(ACTIONS_LIMIT)).all()
-    return action_items(rows, incident_id)
+    if not incident_ids or not sa.inspect(bind).has_table("actions"):
+        return {}
+    rows = s.execute(sa.select(actions_table).where(actions_table.c.incident_id.in_(list(incident_ids)))
+                     .order_by(actions_table.c.at.desc())).all()
+    out: dict[str, list[ActionItem]] = {}
+    for i in incident_ids:
+        mine = [r for r in rows if r.incident_id == i][:ACTIONS_LIMIT]
+        out[i] = action_items(list(reversed(mine)), i)
+    return out
+
+
+def _actions(s: Session, incident_id: str) -> list[ActionItem]:
+    return _actions_of(s, [incident_id]).get(incident_id, [])
 
 
 def transition_json(t: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +96,7 @@ def incident_detail(s: Session, ident: str) -> dict[str, Any] | None:
     actions = _actions(s, row.incident_id)
     dossier = render_json(build_dossier(s, row, actions))
     return {
-        "incident": incident_json(row),
+        "incident": incident_json(row, actions),
         "dossier": dossier,
         "timeline": [event_json(e) for e in q.timeline(s, row.incident_id)],
         "transitions": [transition_json(t) for t in q.incident_transitions(s, row.incident_id)],
@@ -109,7 +125,8 @@ def gpu_history(s: Session, ident: str) -> dict[str, Any] | None:
     # The history lists incidents as row dicts; the API shows them as its Incident objects.
     ids = [i["incident_id"] for i in out.get("incidents", [])]
     rows = {r.incident_id: r for r in s.scalars(sa.select(Incident).where(Incident.incident_id.in_(ids)))}
-    out["incidents"] = [incident_json(rows[i]) for i in ids if i in rows]
+    actions = _actions_of(s, [i for i in ids if i in rows])
+    out["incidents"] = [incident_json(rows[i], actions.get(i, [])) for i in ids if i in rows]
     return out
 
 

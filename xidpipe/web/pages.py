@@ -11,6 +11,7 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import web
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 
 from history.queries import GpuFilter
 from models.vocabulary import ComponentKind, values
@@ -44,6 +45,17 @@ def _when(value: Any, seconds_only: bool = True) -> str:
 
 
 ENV.filters["when"] = _when
+
+
+def _step(text: Any) -> Markup:
+    """A runbook step: its `backticked` parts are commands, shown as code; everything escaped."""
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: plain text
+        return escape(str(text))
+    return Markup("").join(Markup("<code>{}</code>").format(p) if i % 2 else escape(p) for i, p in enumerate(parts))
+
+
+ENV.filters["step"] = _step
 PAGE_SIZE = 50
 
 

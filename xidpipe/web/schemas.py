@@ -6,8 +6,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from models.account import Account, Decision
 from models.dossier import Dossier
 from models.lifecycle import BY_PEOPLE, STATES
+from models.severity import Severity
 from models.vocabulary import ComponentKind, values
 
 LIFECYCLE: tuple[str, ...] = STATES
@@ -60,12 +62,26 @@ def dossier_schemas() -> dict[str, Any]:
     defs = raw.pop("$defs", {})
     out = {f"dossier.{name}": body for name, body in defs.items()}
     dossier = copy.deepcopy(raw)
-    dossier["properties"]["dossier_version"] = INT
-    dossier["properties"]["title"] = STR
-    dossier["required"] = sorted({*dossier.get("required", []), "dossier_version", "title", *dossier["properties"]})
+    account = Account.model_json_schema(ref_template="#/components/schemas/dossier.{model}", mode="serialization")
+    out.update({f"dossier.{name}": body for name, body in account.pop("$defs", {}).items()})
+    account["properties"]["decision_text"] = _s("string", description="the decision in one sentence, with its reason")
+    account["properties"]["action_text"] = _s("string", description="NVIDIA's action for the decisive code")
+    account["required"] = sorted(account["properties"])
+    out["dossier.Account"] = account
+    dossier["properties"].update({
+        "dossier_version": INT, "title": STR, "account": ref("dossier.Account"),
+        "severity": _s("string", enum=list(values(Severity)), description="the one severity table's"),
+        "what_to_do": _s("array", items=STR, description="the runbook's steps, in the operations guide's order"),
+        "workload": _s("array", items=STR, description="the workload at the fault, as the ticket names it"),
+    })
+    dossier["required"] = sorted({*dossier.get("required", []), *dossier["properties"]})
     out["Dossier"] = dossier
+    out["dossier.DossierGpu"]["properties"]["label"] = _n("string", description="the GPU as sentences name it")
     ev = out["dossier.EvidenceItem"]
     ev["properties"]["truncated"] = _s("boolean", description="content cut at the dossier's per-item cap")
+    ev["properties"]["fault_lines"] = _s("array", items=STR, description="a kernel-log capture's lines of the "
+                                         "fault and the GPU around it, each after its time in UTC")
+    ev["properties"]["fault_lines_note"] = _s("string", description="what the fault's lines are of the capture")
     return out
 
 
@@ -78,7 +94,11 @@ def components() -> dict[str, Any]:
         "category": STR, "reason": STR, "count": INT, "first_seen": TIME, "last_seen": TIME, "opened_at": TIME,
         "updated_at": TIME, "resolved_at": NTIME, "previous_incident_id": NSTR, "codes": arr(STR), "pods": arr(STR),
         "processes": arr(STR), "workloads": arr(STR), "immediate_action": NSTR, "investigatory_action": NSTR,
-        "cordon_requested": _s("boolean"),
+        "cordon_requested": _s("boolean", description="the cordon policy asked for a cordon of the node (whatever "
+                                "came of it: `decision`)"),
+        "decision": _s("string", enum=list(values(Decision)), description="what the cordon decision came to, from "
+                       "the action record (models.account.Decision)"),
+        "merged_into": _n("string", description="the incident this one was merged into (its faults count there)"),
         "component": _s("string", enum=list(values(ComponentKind)), description="what the incident is about"),
         "component_id": _n("string", description="which one: a GPU UUID or PCI address, an NVSwitch's PCI address, "
                            "a workload, a fault family (fleet), or `breaker` (a tripped cordon breaker)"),

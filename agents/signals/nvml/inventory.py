@@ -74,6 +74,7 @@ def read_gpu(nv: Any, call: NvmlCaller, index: int, handle: Any) -> GpuInfo:
     uuid = _text(call(nv.nvmlDeviceGetUUID, handle))
     pci = call(nv.nvmlDeviceGetPciInfo_v3, handle)
     serial = f.get("serial", nv.nvmlDeviceGetSerial, handle)
+    minor = f.get("minor_number", nv.nvmlDeviceGetMinorNumber, handle)
     name = f.get("name", nv.nvmlDeviceGetName, handle)
     vbios = f.get("vbios_version", nv.nvmlDeviceGetVbiosVersion, handle)
     inforom: dict[str, str] = {}
@@ -105,6 +106,7 @@ def read_gpu(nv: Any, call: NvmlCaller, index: int, handle: Any) -> GpuInfo:
         index=index,
         uuid=uuid,
         pci_bus_id=_text(pci.busId),
+        minor_number=int(minor) if minor is not None else None,
         serial=_text(serial) if serial is not None else None,
         name=_text(name) if name is not None else None,
         vbios_version=_text(vbios) if vbios is not None else None,

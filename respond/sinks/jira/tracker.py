@@ -41,7 +41,7 @@ T = TypeVar("T")
 
 DESCRIPTION_CAP = 30_000  # Jira's description field holds 32,767 characters; the full dossier is attached
 _INFO_FIELDS = "status,labels,attachment"
-_OPTIONAL_FIELDS = frozenset({"components", "priority"})
+_OPTIONAL_FIELDS = frozenset({"components", "priority", "assignee"})
 
 
 class JiraTracker:
@@ -174,13 +174,15 @@ class JiraTracker:
             "priority": {"name": fields.priority},
             "labels": list(fields.labels), "components": [{"name": c} for c in fields.components],
         }
+        if fields.assignee:  # Jira Cloud names users by account id, Server and Data Center by user name
+            payload["assignee"] = {"accountId" if self.flavor == "cloud" else "name": fields.assignee}
         try:
             issue = self._call("create issue", lambda j: j.create_issue(fields=payload, prefetch=False))
         except PermanentError as exc:
             optional = [f for f in exc.fields if f in _OPTIONAL_FIELDS]
             if exc.status != 400 or not optional or len(optional) != len(exc.fields):
                 raise
-            # A component or priority this Jira does not know must not keep the ticket from being written.
+            # A component, priority or assignee this Jira does not know must not keep the ticket from being written.
             log.warning("Jira refused %s: creating the ticket without them (%s)", ", ".join(optional), exc.message)
             for name in optional:
                 payload.pop(name, None)

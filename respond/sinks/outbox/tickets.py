@@ -1,7 +1,8 @@
 """The outbox's `TicketTracker`: each ticket a folder of files under `<root>/jira/`, with what Jira
 would hold (`ticket.json`), the body as Jira Server and Cloud get it and as Markdown, the
 attachments and the comments. `<ticket>` is derived from the incident, so a redelivery overwrites
-the same files: never a second ticket."""
+the same files: never a second ticket. A file is no page anyone else can open: the outbox has no
+issue URL (`url` is None), so a chat message links the incident's page instead."""
 
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ class OutboxTracker:
     def _save(self, meta: dict[str, Any]) -> None:
         write_atomic(self._dir(meta["key"]) / "ticket.json", json_bytes(meta))
 
-    def url(self, key: str) -> str:
-        return self._dir(key).resolve().as_uri()
+    def url(self, key: str) -> str | None:
+        """None: a folder on the responder's disk is no link for a reader (messages link the incident page)."""
+        return None
 
     def find_by_label(self, label: str) -> list[TicketInfo]:
         if not self.root.exists():
@@ -62,13 +64,14 @@ class OutboxTracker:
         old = self._meta(key) or {}
         meta = {
             "key": key, "summary": summary, "project": fields.project, "issue_type": fields.issue_type,
-            "priority": fields.priority, "components": list(fields.components),
+            "priority": fields.priority, "assignee": fields.assignee, "components": list(fields.components),
             "labels": sorted(set(fields.labels) | set(old.get("labels", []))), "status": old.get("status", "Open"),
             "attachments": old.get("attachments", []), "links": old.get("links", []),
             "created_at": old.get("created_at", datetime.now(UTC).isoformat()),
         }
         head = [f"# {summary}", "", f"- Project: {fields.project}", f"- Issue type: {fields.issue_type}",
-                f"- Priority: {fields.priority}", f"- Components: {', '.join(fields.components) or 'none'}",
+                f"- Priority: {fields.priority}", *([f"- Assignee: {fields.assignee}"] if fields.assignee else []),
+                f"- Components: {', '.join(fields.components) or 'none'}",
                 f"- Labels: {', '.join(meta['labels'])}", "", "---", ""]
         body = markdown.render(description.document(title_heading=True))
         write_atomic(self._dir(key) / "ticket.md", ("\n".join(head) + body).encode())

@@ -46,7 +46,8 @@ def _section(text: str) -> SectionBlock:
 
 def blocks_of(c: ChatContent, group_summary: str | None = None) -> list[Block]:
     steps = "\n".join(f"{n}. {mrkdwn(s)}" for n, s in enumerate(c.steps, 1))
-    headline = f"{EMOJI.get(c.category, ':grey_question:')} *{mrkdwn(c.category)}*: {mrkdwn(c.reason)}"
+    headline = (f"{EMOJI.get(c.category, ':grey_question:')} *{mrkdwn(c.category)}* ({mrkdwn(c.severity)}): "
+                f"{mrkdwn(c.reason)}")
     out: list[Block] = [
         HeaderBlock(text=PlainTextObject(text=_cut(c.title, HEADER_CAP), emoji=True)),
         _section(headline),

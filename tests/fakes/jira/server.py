@@ -57,6 +57,7 @@ class FakeJira(FakeHTTPServer):
         self.search_lag_s = 0.0  # Jira's search index is eventually consistent: new issues show up this late
         self.priorities = {"Highest", "High", "Medium", "Low", "Lowest"}
         self.components = {"gpu-hardware", "nvlink-fabric", "gpu-driver", "gpu-fleet", "gpu-workloads"}
+        self.users = {"oncall-gpu", "vision-lead"}  # user names on Server, account ids on Cloud
         self.issues: dict[str, FakeIssue] = {}
         self.refused_bodies: list[tuple[str, Any, list[str]]] = []  # (field, body, why)
         self._next_id = 10000
@@ -149,6 +150,10 @@ class FakeJira(FakeHTTPServer):
         unknown = [c.get("name") for c in f.get("components") or [] if c.get("name") not in self.components]
         if unknown:
             errors["components"] = f"Component name '{unknown[0]}' is not valid"
+        if f.get("assignee") is not None:  # Cloud names a user by accountId, Server and Data Center by name
+            who = (f["assignee"] or {}).get("accountId" if self.deployment == "Cloud" else "name")
+            if who not in self.users:
+                errors["assignee"] = f"User '{who}' does not exist."
         labels = f.get("labels") or []
         if any(" " in label for label in labels):
             errors["labels"] = "The label must not contain spaces."

@@ -10,7 +10,7 @@
  *   cuda 12040
  *   gpu uuid=GPU-... serial=1650 name=NVIDIA_H100 bus=00000000:3B:00.0 vbios=96.00.89.00.01
  *       inforom=G520.0200.00.05 numa=0 mig=1 power=700000 enforced=690000 tshut=92 tslow=89
- *       ecc_sbe=3 ecc_dbe=0 remap=0,1,0,0 nvlinks=4 lost=0 unsupported=numa,nvlink,remap,ecc
+ *       ecc_sbe=3 ecc_dbe=0 remap=0,1,0,0 nvlinks=4 lost=0 minor=0 unsupported=numa,nvlink,remap,ecc,minor
  *   mig gpu=0 uuid=MIG-... gi=1 ci=0
  *   proc gpu=0 pid=1234 mem=1048576 gi=4294967295 ci=4294967295
  *   event id=1 gpu=0 type=8 data=79 gi=4294967295 ci=4294967295
@@ -51,7 +51,7 @@ typedef struct {
 
 typedef struct {
     char uuid[96], serial[64], name[96], bus[32], vbios[64], inforom[64], unsupported[256];
-    int numa, mig_mode, lost, nvlinks;
+    int numa, mig_mode, lost, nvlinks, minor;
     unsigned int power, enforced, tshut, tslow;
     unsigned long long ecc_sbe, ecc_dbe;
     unsigned int remap[4];
@@ -151,6 +151,7 @@ static void parse(FILE *f) {
             if (!kv(padded, "inforom", g->inforom, sizeof g->inforom)) strcpy(g->inforom, "G520.0200.00.05");
             kv(padded, "unsupported", g->unsupported, sizeof g->unsupported);
             g->numa = (int)kvu(padded, "numa", 0);
+            g->minor = (int)kvu(padded, "minor", (unsigned long long)n_gpus);
             g->mig_mode = (int)kvu(padded, "mig", 0);
             g->lost = (int)kvu(padded, "lost", 0);
             g->nvlinks = (int)kvu(padded, "nvlinks", 0);
@@ -445,6 +446,13 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id) {
     DEVICE_CALL("nvmlDeviceGetComputeInstanceId", d);
     if (d->mig < 0) DONE(NVML_ERROR_NOT_SUPPORTED);
     *id = g->migs[d->mig].ci;
+    DONE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minor) {
+    DEVICE_CALL("nvmlDeviceGetMinorNumber", d);
+    if (unsupported(g, "minor")) DONE(NVML_ERROR_NOT_SUPPORTED);
+    *minor = (unsigned)g->minor;
     DONE(NVML_SUCCESS);
 }
 

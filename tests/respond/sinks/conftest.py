@@ -69,7 +69,8 @@ def make_notice(node: str = "gpu-node-03", *, count: int = 1, category: str = "h
         reason="GPU has fallen off the bus", status=status, count=count, first_seen=T0,
         last_seen=last_seen or T0 + timedelta(seconds=count), catalog_version="r570",
         codes=[CodeInfo(code=c, count=count, mnemonic="GPU_LOST") for c in codes], driver_version="570.124.06",
-        gpu=DossierGpu(model="NVIDIA H100 80GB HBM3", uuid="GPU-6a1e", serial="1654922001234", pci="0000:3b:00.0"),
+        gpu=DossierGpu(index=2, model="NVIDIA H100 80GB HBM3", uuid="GPU-6a1e", serial="1654922001234",
+                       pci="0000:3b:00.0"),
         attribution=Attribution(pod="trainer-0", namespace=namespace, process="python", pid=4242),
         evidence=items,
     )

@@ -50,9 +50,11 @@ def test_without_jira_or_slack_everything_goes_to_the_outbox(tmp_path: Path, clo
     assert json.loads((ticket / "dossier.json").read_text())["incident_id"] == notice.incident_id
     [message_file] = list((tmp_path / "outbox" / "slack" / "gpu-infra").iterdir())
     message = json.loads(message_file.read_text())
-    content = message_content(notice.dossier, sinks.tickets.ticket_url(notice.incident_id), page)
+    assert sinks.tickets.ticket_url(notice.incident_id) is None  # a folder is no link: the message links the page
+    content = message_content(notice.dossier, None, page)
     expected = slack_message(content)
     assert (message["text"], message["blocks"]) == (expected["text"], expected["blocks"])
+    assert content.links == (("Incident page", page),) and "file://" not in json.dumps(message)
     text = all_text(tmp_path / "outbox")
     assert POD_SECRET not in text and SLACK_TOKEN not in text and "[REDACTED]" in text
 
