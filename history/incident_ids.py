@@ -15,9 +15,10 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.tables import Incident
-from models.incident_ref import id_prefixes, probe_keys, short_id
+from models.incident_ref import id_prefixes, probe_keys, short_id, strip_version
 
 CANDIDATES = 10  # an ambiguous name lists this many incidents
+TYPED_MIN = 4  # as git: a shorter prefix of the hex is too easily someone else's incident
 
 
 class AmbiguousIdent(LookupError):
@@ -45,7 +46,7 @@ def resolve_incident(s: Session, ident: str) -> Incident:
     row = s.get(Incident, ident)
     if row is not None:
         return row
-    prefixes = id_prefixes(ident)
+    prefixes = tuple(p for p in id_prefixes(ident) if len(strip_version(p)) >= TYPED_MIN or p == ident)
     for prefix in prefixes:
         row = s.get(Incident, prefix)
         if row is not None:
@@ -57,12 +58,14 @@ def resolve_incident(s: Session, ident: str) -> Incident:
     if len(matches) == 1:
         return next(iter(matches.values()))
     if not matches:
-        raise LookupError(f"no incident {ident!r}")
+        short = len(strip_version(ident.strip())) < TYPED_MIN
+        raise LookupError(f"no incident {ident!r}" + (f" (a prefix takes at least {TYPED_MIN} characters)"
+                                                       if short else ""))
     ordered = sorted(matches.values(), key=lambda m: (m.opened_at, m.incident_id), reverse=True)
-    raise AmbiguousIdent(ident, [_candidate(s, m) for m in ordered])
+    raise AmbiguousIdent(ident, [_candidate(m) for m in ordered])
 
 
-def _candidate(s: Session, m: Incident) -> str:
+def _candidate(m: Incident) -> str:
     merged = f", merged into {m.merged_into}" if m.merged_into else ""
     return f"{m.incident_id} ({m.node} {m.family} {m.category}{merged})"
 
