@@ -6,7 +6,7 @@ import base64
 import gzip
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -175,7 +175,7 @@ def action_items(records: Sequence[Any], incident_id: str) -> list[ActionItem]:
     for r in records:
         if getattr(r, "incident_id", None) != incident_id:
             continue
-        at: datetime = r.at
+        at: datetime = r.at if r.at.tzinfo is not None else r.at.replace(tzinfo=UTC)  # SQLite's are naive UTC
         outcome = "dry-run" if r.dry_run else str(r.outcome)
         out.append(ActionItem(at=at, action=str(r.action), outcome=outcome, actor=r.actor,
                               detail=f"{r.decision or ''}: {r.reason}".strip(": ")))
