@@ -112,11 +112,12 @@ async def _await_schema(db: Any, deadline_s: float, stop: asyncio.Event) -> None
 async def _serve(db: Any, tokens: Any, host: str, port: int, deadline_s: float) -> None:
     from aiohttp import web
 
+    from xidpipe.web.access_log import PathAccessLogger
     from xidpipe.web.app import make_app
 
-    # One access-log line per request, through the service's log handler (JSON with the request's fields).
+    # One access-log line per request, through the service's log handler, without the query string.
     runner = web.AppRunner(make_app(db, tokens), access_log=logging.getLogger("aiohttp.access"),
-                           access_log_format='%a "%r" %s %b %Tf')
+                           access_log_class=PathAccessLogger)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
