@@ -91,6 +91,14 @@ def lifecycle_exits(tmp: Path) -> None:
     assert xidpipe("incidents", "transition", "v2:", "closed", "--reason", "x", "--database-url", url, cwd=tmp) == 2
 
 
+def ambiguous_prefixes(tmp: Path) -> None:
+    from tests.xidpipe.sample_history import build
+
+    url = build(tmp).url
+    assert xidpipe("gpus", "history", "GPU-", "--database-url", url, cwd=tmp) == 2  # every card's UUID
+    assert xidpipe("incidents", "show", "v2:", "--database-url", url, cwd=tmp) == 2
+
+
 def release_without_a_cluster(tmp: Path) -> None:
     assert xidpipe("node", "release", "n1", "--reason", "x", "--action-log", str(tmp / "a.jsonl"), cwd=tmp) == 2
 
@@ -152,6 +160,7 @@ CLAIMS = (
     Claim("deploy/README.md", "(exit 4 while tripped)", breaker_status_exits),
     Claim("docs/history.md", "A step the table does not allow is refused with exit status 4", lifecycle_exits),
     Claim("docs/history.md", "a prefix of several incidents, fails with exit status 2", lifecycle_exits),
+    Claim("docs/history.md", "an ambiguous prefix is refused with the candidates (exit 2)", ambiguous_prefixes),
     Claim("docs/configuration.md", "It refuses (exit 4) when the node's cordon was not set by xidpipe",
           release_refused_by_the_cordons_owner),
     Claim("docs/configuration.md", "no cluster configured it is an error (exit 2)", release_without_a_cluster),
