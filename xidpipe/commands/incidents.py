@@ -11,6 +11,7 @@ relative times (`24h`, `7d`, `yesterday`). A query that answers exits 0, whateve
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import getpass
 import json
 import sys
@@ -167,7 +168,7 @@ def run_list(args: argparse.Namespace) -> int:
         rows, total = list_incidents(s, f, sort=args.sort, limit=args.limit, offset=args.offset)
         data = [incident_to_dict(i) for i in rows]
         short = short_ids(s, [d["incident_id"] for d in data])
-        hidden = count_incidents(s, _replace(f, merged="only")) if f.merged == "hide" else 0
+        hidden = count_incidents(s, dataclasses.replace(f, merged="only")) if f.merged == "hide" else 0
     for d in data:
         d["short_id"] = short[d["incident_id"]]
     if fmt in ("json", "yaml"):
@@ -180,12 +181,6 @@ def run_list(args: argparse.Namespace) -> int:
     print_table(LIST_COLUMNS, [_list_row(d, now) for d in data], wide=fmt == "wide")
     print(f"\n{len(data)} of {total} (offset {args.offset}){more}")
     return EXIT_OK
-
-
-def _replace(f: Any, **changes: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(f, **changes)
 
 
 def _list_row(d: dict[str, Any], now: datetime) -> list[Any]:
