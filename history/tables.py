@@ -135,6 +135,7 @@ class Incident(Base):
         sa.Index("ix_incidents_pci", "pci"),
         sa.Index("ix_incidents_gpu", "gpu"),
         sa.Index("ix_incidents_component_last_seen", "component", "last_seen"),
+        sa.Index("ix_incidents_merged_into", "merged_into"),  # the filters find an incident through its merged ones
     )
 
     incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
@@ -247,7 +248,8 @@ class IncidentCode(Base):
     the history counts and pages incidents through `(xid, incident_id)` without reading fault events."""
 
     __tablename__ = "incident_codes"
-    __table_args__ = (sa.Index("ix_incident_codes_xid_incident", "xid", "incident_id"),)
+    __table_args__ = (sa.Index("ix_incident_codes_xid_incident", "xid", "incident_id"),
+                      sa.Index("ix_incident_codes_code_incident", "code", "incident_id"))
 
     incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
     code: Mapped[str] = mapped_column(sa.String(64), primary_key=True)

@@ -66,9 +66,10 @@ def _renamed() -> dict[str, str]:
     old["XIDPIPE_API_TOKENS_FILE"] = "XIDPIPE_WEB_TOKENS_FILE"
     for key in _SECURITY:  # the stream worker's Kafka principal, once unprefixed
         old[f"XIDPIPE_{key.upper()}"] = f"XIDPIPE_WORKER_{key.upper()}"
+    # (`XIDPIPE_WEB_PORT`, the worker's once, is `xidpipe serve`'s port now: `XIDPIPE_WEB_<NAME>`.)
     for key in ("app_id", "datadir", "batch_max", "batch_within_s", "store_process", "parser_idle_flush_s",
                 "sweep_interval_s", "outbox_resend_after_s", "db_retry_max_s", "session_timeout_s",
-                "heartbeat_interval_s", "commit_interval_s", "fetch_max_wait_ms", "web_enabled", "web_port",
+                "heartbeat_interval_s", "commit_interval_s", "fetch_max_wait_ms", "web_enabled",
                 "verify_node_identity", "node_identity_audience", "node_identity_account",
                 "node_identity_kubeconfig", "node_identity_cache_size", "node_identity_refused_ttl_s"):
         old[f"XIDPIPE_{key.upper()}"] = f"XIDPIPE_WORKER_{key.upper()}"

@@ -43,9 +43,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xidpipe.commands.config",
 )
 
-EPILOG = ("exit status: 0 ok, 1 findings (scan found faults, replay found incidents), 2 usage or input "
-          "error, 3 a dependency unavailable (database, Kafka, cluster, output), 4 refused by policy or "
-          "by the circuit breaker")
+EPILOG = ("exit status: 0 ok, 1 findings (scan found faults, replay found incidents; a command that lists "
+          "what it found exits 0), 2 usage or input error, 3 a dependency unavailable (database, Kafka, "
+          "cluster, output), 4 refused by policy or by the circuit breaker")
 
 
 def package_version() -> str:

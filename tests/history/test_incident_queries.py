@@ -13,6 +13,7 @@ from models.stream_policy import PipelinePolicy
 from streams.items import ItemMapper
 from streams.store import Store
 from tests.streams.records import T0, Kmsg, inventory, pods, s, serial
+from tests.terminal import in_terminal
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +66,17 @@ def test_pagination_and_sort(db: str) -> None:
 
 def test_show_prints_the_dossier_and_timeline(db: str) -> None:
     (inc,) = listed(db, "--xid", "13")
+    # On a terminal: rendered as sections, not Markdown: no `#` headings, no `|` table rows.
+    screen = in_terminal("incidents", "show", str(inc["incident_id"])[:12], "--database-url", db, columns=100)
+    assert screen.code == 0, screen.stderr
+    shown = "\n".join(screen.lines)
+    assert "\nTimeline\n" in shown and "Xid 13 (kernel) pid 11 bert" in shown and "bert-1" in shown
+    assert not [line for line in screen.lines if line.startswith(("#", "|"))]
+    # Piped: the dossier's Markdown, every id whole, and the same timeline as plain columns.
     proc = xidpipe("incidents", "show", str(inc["incident_id"])[:12], "--database-url", db)
     assert proc.returncode == 0, proc.stderr
-    # Rendered as sections for a terminal, not Markdown: no `#` headings, no `|` table rows.
-    assert "\nTimeline\n" in proc.stdout and "Xid 13 (kernel) pid 11 bert" in proc.stdout and "bert-1" in proc.stdout
-    assert not [line for line in proc.stdout.splitlines() if line.startswith(("#", "|"))]
+    assert proc.stdout.startswith("# ") and f"| {inc['incident_id']} (`{inc['fingerprint']}`)" in proc.stdout
+    assert "…" not in proc.stdout and "\nTimeline\n" in proc.stdout and "Xid 13 (kernel) pid 11 bert" in proc.stdout
     missing = xidpipe("incidents", "show", "v1:nothing", "--database-url", db)
     assert missing.returncode == 2 and "no incident 'v1:nothing'" in missing.stderr
 

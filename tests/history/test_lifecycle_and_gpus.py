@@ -166,7 +166,9 @@ def test_a_card_claimed_by_another_node_is_a_conflict_in_gpus_list_and_history(
     listed = js(capsys, "gpus", "list", "--database-url", db, "--state", "conflict")["gpus"]
     assert [(g["serial"], g["node"], g["claimed_by"]) for g in listed] == [(serial("node-b", 2), "node-b", "node-a")]
     table = cli(capsys, "gpus", "list", "--database-url", db, "--state", "conflict")
-    assert re.search(r"node-b .* conflict: claimed by node-a", table), table
+    assert re.search(r"node-b .* conflict,faulted ", table), table  # the status names the conflict
+    wide = cli(capsys, "gpus", "list", "--database-url", db, "--state", "conflict", "-o", "wide")
+    assert re.search(r"node-b .* conflict: claimed by node-a", wide), wide
     text = cli(capsys, "gpus", "history", serial("node-b", 2), "--database-url", db)
     assert "claimed by node-a" in text and re.search(r"conflict +\S+ is listed by node-a", text), text
 
@@ -190,12 +192,18 @@ def test_stats_separate_incidents_from_events_and_a_storm_counts_once(db: str,
     assert (rates["gpus"], rates["gpus_from"], rates["incidents"]) == (8, "ledger", 3)
     # Between one card's two incidents: 3600 s. Per line it would be the storm's 0.1 s.
     assert rates["mean_time_between_incidents_s"] == 3600.0
-    assert rates["window_days"] == 1.0 and rates["incidents_per_gpu_per_30d"] == round(3 / 8 * 30, 3)
+    # The history spans an hour (the inventories at T0, the last fault at T0 + 3630 s): the rate is given
+    # over that hour, never stretched to 30 days.
+    span = rates["span"]
+    assert (span["from"], span["to"]) == ((T0).isoformat(), (T0 + s(3630)).isoformat())
+    assert span["days"] == round(3630 / 86400, 3) and rates["incidents_per_gpu"] == round(3 / 8, 3)
+    assert rates["incidents_per_gpu_per_30d"] is None and "less than 30 days" in rates["note"]
     assert rates["by_model"][MODEL]["incidents"] == 3
     text = cli(capsys, "stats", "--database-url", db)
     assert "Incidents: 4 (a storm of lines is one incident)" in text
     assert "Fault events: 304 (every report of every sensor)" in text
-    assert re.search(r"all +8 +3 +11.25 +3600", text)
+    assert "GPU fault rates over 1.0 hours" in text and "no rate per 30 days" in text
+    assert re.search(r"all +8 +3 +0.375 +n/a +60m", text)
     since = js(capsys, "stats", "--database-url", db, "--since", "2026-11-29T12:30:00Z")
     assert since["incidents"]["total"] == 1 and since["since"] == "2026-11-29T12:30:00+00:00"
 

@@ -99,7 +99,7 @@ def test_cli_lists_and_shows_fleet_incidents(history: WithFleet, capsys: pytest.
     assert "fleet: 3 nodes" in table and "prod-east" in table and "node-a" not in table
     assert main(["incidents", "show", history.fleet_id, "--database-url", history.url]) == 0
     shown = capsys.readouterr().out
-    # Rendered for a terminal: the summary's rows, no GPU row.
-    rows = {" ".join(line.replace("│", " ").split()) for line in shown.splitlines()}
-    assert "Cluster prod-east" in rows and "Nodes 3: rack-1, rack-2, rack-3" in rows, shown
-    assert "Incidents of its nodes" in shown and not any(r.startswith("GPU ") for r in rows)
+    # Piped: the dossier's Markdown; the summary's rows, no GPU row.
+    rows = set(shown.splitlines())
+    assert "| **Cluster** | prod-east |" in rows and "| **Nodes** | 3: rack-1, rack-2, rack-3 |" in rows, shown
+    assert "### Incidents of its nodes" in rows and not any(r.startswith("| **GPU** |") for r in rows)

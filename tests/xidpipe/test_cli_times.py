@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from xidpipe.commands.timeflags import format_time, parse_duration, parse_time
+from xidpipe.commands.timeflags import format_age, format_time, parse_duration, parse_time
 
 NOW = datetime(2026, 11, 25, 15, 26, 51, 250000, tzinfo=UTC)
 
@@ -59,3 +59,21 @@ def test_parse_duration(text: str, seconds: float) -> None:
 ])
 def test_format_time(value: datetime | str | None, shown: str) -> None:
     assert format_time(value) == shown
+
+
+@pytest.mark.parametrize(("ago", "shown"), [
+    (timedelta(seconds=0), "0s"), (timedelta(seconds=45), "45s"), (timedelta(seconds=119), "119s"),
+    (timedelta(minutes=5, seconds=30), "5m30s"), (timedelta(minutes=7), "7m"), (timedelta(minutes=95), "95m"),
+    (timedelta(hours=3, minutes=40), "3h40m"), (timedelta(hours=5), "5h"), (timedelta(hours=40), "40h"),
+    (timedelta(days=3, hours=5), "3d5h"), (timedelta(days=7, hours=17, minutes=30), "7d17h"),
+    (timedelta(days=45), "45d"), (timedelta(days=800), "2y70d"), (timedelta(days=365 * 9), "9y"),
+    (timedelta(hours=-2), "0s"),  # a clock ahead of ours: no negative age
+])
+def test_ages_as_kubectl_writes_them(ago: timedelta, shown: str) -> None:
+    assert format_age(NOW - ago, NOW) == shown
+    assert format_age((NOW - ago).isoformat(), NOW) == shown
+
+
+def test_an_age_of_nothing_or_of_no_time() -> None:
+    assert format_age(None, NOW) == "-" and format_age("uptime 30000.0s", NOW) == "-"
+    assert format_age(datetime(2026, 11, 25, 14, 26, 51), NOW) == "60m"  # no offset: UTC

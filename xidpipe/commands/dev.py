@@ -20,12 +20,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from xidpipe.commands.exits import EXIT_UNAVAILABLE
 from xidpipe.localinfra import kafka, postgres
 from xidpipe.localinfra.process import LocalInfraError, RunRecord, remove_file, write_pid_file
 
 DEFAULT_STATE_DIR = Path("var") / "dev"
 STATE_DIR_ENV = "XIDPIPE_STATE_DIR"
-EXIT_NOT_RUNNING = 3  # `status` of a stopped service, as LSB init scripts report it
+EXIT_NOT_RUNNING = EXIT_UNAVAILABLE  # `status` of a stopped service (3, as LSB init scripts report it too)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -301,5 +302,6 @@ def _info(message: str) -> None:
 
 
 def _fail(what: str, exc: Exception) -> int:
+    """A local service that could not be fetched, started, stopped or read: a dependency unavailable."""
     print(f"xidpipe dev {what}: {exc}", file=sys.stderr)
-    return 1
+    return EXIT_UNAVAILABLE

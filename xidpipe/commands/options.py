@@ -17,7 +17,7 @@ from history.database import DEFAULT_DB
 from xidpipe.commands.output import enum_arg
 
 SHARED_DEFAULTS: dict[str, Any] = {
-    "database_url": None, "json": False, "action_log": None, "kubeconfig": None, "context": None,
+    "database_url": None, "json": False, "output": None, "action_log": None, "kubeconfig": None, "context": None,
     "in_cluster": False, "dry_run": None, "policy_file": None,
 }
 
@@ -39,9 +39,26 @@ def json_parent() -> argparse.ArgumentParser:
     return p
 
 
+OUTPUTS = ("table", "wide", "json", "yaml")
+
+
+def output_parent() -> argparse.ArgumentParser:
+    """`-o table|wide|json|yaml` (kubectl's flag) and `--json`, which is `-o json`."""
+    p = _parent()
+    p.add_argument("-o", "--output", type=enum_arg("output format", OUTPUTS), metavar="FORMAT",
+                   help="table (default: fits the terminal), wide (more columns, nothing cut), json or yaml")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text (as -o json)")
+    return p
+
+
+def output_format(args: argparse.Namespace) -> str:
+    """The output a command was asked for: `--json` is `-o json`; default `table`."""
+    return "json" if getattr(args, "json", False) else (getattr(args, "output", None) or "table")
+
+
 def history_parents() -> list[argparse.ArgumentParser]:
-    """`--database-url` and `--json`: the options of every command that reads the incident history."""
-    return [database_parent(), json_parent()]
+    """`--database-url`, `-o` and `--json`: the options of every command that reads the incident history."""
+    return [database_parent(), output_parent()]
 
 
 def node_name(text: str) -> str:

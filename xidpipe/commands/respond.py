@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from respond.settings import RespondSettings
     from respond.sinks.build import build_sinks
     from streams.topics import ensure_topics
-    from xidpipe.commands.exits import UsageError
+    from xidpipe.commands.exits import EXIT_UNAVAILABLE, UsageError
     from xidpipe.commands.startup import (
         config_error,
         load,
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             await run_elected(elector, lambda lost: run_responder(settings, responder, lost), stop)
         except LeadershipLost as exc:  # work still running after the fence: nothing of it may act on
             logging.getLogger("xidpipe.respond").critical("%s: exiting", exc)
-            os._exit(1)
+            os._exit(EXIT_UNAVAILABLE)  # the Lease, a dependency, is lost
 
     asyncio.run(main())
     return 0

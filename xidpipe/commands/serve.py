@@ -125,8 +125,10 @@ def app_runner(app: Any, settings: Any) -> Any:
     `body_timeout_s` more (aiohttp's lingering time, 10 s by default), then the connection is closed."""
     from aiohttp import web
 
-    # One access-log line per request, through the service's log handler (JSON with the request's fields).
-    return web.AppRunner(app, access_log=logging.getLogger("aiohttp.access"), access_log_format='%a "%r" %s %b %Tf',
+    from xidpipe.web.access_log import PathAccessLogger
+
+    # One access-log line per request, through the service's log handler, without the query string.
+    return web.AppRunner(app, access_log=logging.getLogger("aiohttp.access"), access_log_class=PathAccessLogger,
                          keepalive_timeout=settings.header_timeout_s, lingering_time=settings.body_timeout_s)
 
 

@@ -7,7 +7,8 @@ Accepted by every time flag (`--since`, `--until`, `--starts-at`, `--at`):
     2026-11-25                     midnight UTC of that day
     2026-11-25T15:26:51Z           ISO 8601; an offset is honoured, a time without one is UTC
 
-Printed: ISO 8601 in UTC to the second, `2026-11-25T15:26:51Z`.
+Printed: ISO 8601 in UTC to the second, `2026-11-25T15:26:51Z`; an age (how long ago) as `kubectl`
+prints one: `45s`, `5m30s`, `95m`, `3h40m`, `40h`, `3d5h`, `45d`, `2y30d`.
 """
 
 from __future__ import annotations
@@ -74,3 +75,46 @@ def format_time(value: datetime | str | None) -> str:
         at = value
     at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _when(value: datetime | str) -> datetime | None:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def format_age(value: datetime | str | None, now: datetime) -> str:
+    """How long before `now` `value` was, in kubectl's words (`HumanDuration`): at most two units, the
+    second only while it still matters (`5m30s` but `95m`; `3h40m` but `40h`; `3d5h` but `45d`); `-`
+    for none or an unreadable time, `0s` for a time ahead of `now`."""
+    at = _when(value) if value is not None and value != "" else None
+    if at is None:
+        return "-"
+    return format_duration((now.astimezone(UTC) - at).total_seconds())
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as `format_age` writes an age (`45s`, `5m30s`, `3h40m`, `3d5h`, `45d`); `0s` below 0."""
+    seconds = max(0, int(seconds))
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    years = days // 365
+    if seconds < 120:
+        return f"{seconds}s"
+    if minutes < 10:
+        return f"{minutes}m{seconds % 60}s" if seconds % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 192:
+        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
+    if days < 365 * 2:
+        return f"{days}d"
+    if years < 8:
+        return f"{years}y{days % 365}d" if days % 365 else f"{years}y"
+    return f"{years}y"

@@ -48,8 +48,8 @@ TIME = _s("string", format="date-time")
 NTIME = _n("string", format="date-time")
 STR, NSTR, INT, NINT = _s("string"), _n("string"), _s("integer"), _n("integer")
 COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
-_GPU_RATE = {"gpus": INT, "incidents": INT, "incidents_per_gpu_per_30d": _n("number"),
-             "mean_time_between_incidents_s": _n("number")}
+_GPU_RATE = {"gpus": INT, "incidents": INT, "incidents_per_gpu": _n("number"),
+             "incidents_per_gpu_per_30d": _n("number"), "mean_time_between_incidents_s": _n("number")}
 
 
 def page(key: str, item: str) -> dict[str, Any]:
@@ -114,11 +114,16 @@ def components() -> dict[str, Any]:
     state = _s("string", description="in_service, missing, retired or conflict (another node lists it too)")
     claimed_by = _n("string", description="in conflict: the other node that lists the card (it stays on `node` "
                     "until that node stops listing it); null otherwise")
+    status = _s("string", description="ok, or what holds, comma-separated: the state when not in_service, faulted "
+                "(an incident of its own is open), rma, quarantined, cordoned, cordon-dry-run (models.gpu_status)")
+    vbios_from = _n("string", enum=["inventory", "evidence", None],
+                    description="where the VBIOS was read: the inventory, or a fault's nvidia-smi -q")
     gpu = obj({"card": card, "serial": NSTR, "uuid": STR, "model": NSTR, "node": STR, "pci_slot": STR,
                "since": TIME, "state": state, "last_seen": TIME, "claimed_by": claimed_by,
-               "incidents": _s("integer", minimum=0), "hardware_incidents": _s("integer", minimum=0)})
+               "incidents": _s("integer", minimum=0), "hardware_incidents": _s("integer", minimum=0),
+               "status": status, "status_reason": STR, "vbios": NSTR, "vbios_from": vbios_from})
     placement = obj({"node": STR, "pci_slot": STR, "uuid": STR, "mig_layout": arr(STR), "vbios": NSTR,
-                     "driver": NSTR, "valid_from": TIME,
+                     "vbios_from": vbios_from, "driver": NSTR, "valid_from": TIME,
                      "valid_to": _n("string", format="date-time", description="null: still there")})
     ledger_event = obj({"kind": _s("string", description="placed, moved, replaced, returned, changed, missing, "
                                    "conflict (another node lists the card), resolved (it no longer does)"),
@@ -147,10 +152,13 @@ def components() -> dict[str, Any]:
                              description="counts of incidents (a storm of lines is one incident)"),
             "fault_events": obj({"total": INT, "by_code": COUNTS, "by_namespace": COUNTS},
                                 description="counts of fault events (every report of every sensor)"),
-            "gpu_rates": obj({"window_days": _n("number"), "gpus_from": _n("string"), **_GPU_RATE,
+            "gpu_rates": obj({"span": {"oneOf": [{"type": "null"}, obj({"from": TIME, "to": TIME,
+                                                                           "days": _s("number")})]},
+                              "gpus_from": _n("string"), "note": _n("string"), **_GPU_RATE,
                               "by_model": {"type": "object", "additionalProperties": obj(_GPU_RATE)}},
-                             description="incidents of component gpu per GPU per 30 days, and the mean time "
-                             "between one GPU's incidents"),
+                             description="incidents of component gpu per GPU over the span the history observed "
+                             "(per 30 days only for a span of 30 days or more; `note` says why not), and the mean "
+                             "time between one GPU's incidents"),
         }),
         "Gpu": gpu,
         "GpuPage": page("gpus", "Gpu"),
@@ -158,7 +166,8 @@ def components() -> dict[str, Any]:
         "LedgerEvent": ledger_event,
         "GpuHistory": obj({"card": card, "serial": NSTR, "uuid": STR, "model": NSTR, "state": state, "node": STR,
                            "pci_slot": STR, "since": TIME, "first_seen": TIME, "last_seen": TIME,
-                           "missing_since": NTIME, "claimed_by": claimed_by, "placements": arr(ref("Placement")),
+                           "missing_since": NTIME, "claimed_by": claimed_by, "status": status, "status_reason": STR,
+                           "placements": arr(ref("Placement")),
                            "events": arr(ref("LedgerEvent")), "incidents": arr(ref("Incident"))}),
         "Heatmap": obj({
             "since": _n("string", format="date-time", description="the window's start (null: empty window)"),
