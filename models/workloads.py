@@ -16,6 +16,7 @@ without owners is its own workload. Each rule names the source that documents it
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 How = Literal["label", "owner", "owner_chain", "pod"]
+MAX_KEY = 253  # an incident's component id (`history.tables.Incident.component_id`)
 
 # Kinds that Kubernetes itself defines: a kind of another API group with the same name (Volcano's
 # `Job`) is written with its group in a workload's key, so that the two never share one.
@@ -77,10 +79,14 @@ class WorkloadRef(BaseModel):
     @property
     def key(self) -> str:
         """`<namespace>/<Kind>/<name>`, the kind qualified by its group when it shares a built-in kind's
-        name (`team/Job.batch.volcano.sh/train`): the workload's identity in incidents."""
+        name (`team/Job.batch.volcano.sh/train`): the workload's identity in incidents. A key longer than
+        an incident's component id may be (`MAX_KEY`) keeps its start and a hash of the whole."""
         builtin = BUILTIN_GROUPS.get(self.kind)
         kind = self.kind if builtin is None or builtin == self.group else f"{self.kind}.{self.group}"
-        return f"{self.namespace}/{kind}/{self.name}"
+        key = f"{self.namespace}/{kind}/{self.name}"
+        if len(key) <= MAX_KEY:
+            return key
+        return f"{key[:MAX_KEY - 17]}~{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 # --- labels ----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from models.correlate import workload_name
-from models.workloads import OwnerRef, PodFacts, WorkloadRef, holds_gpu, pod_facts, workload_of
+from models.workloads import MAX_KEY, OwnerRef, PodFacts, WorkloadRef, holds_gpu, pod_facts, workload_of
 
 # A batch/v1 Job's pod (kubernetes/pkg/controller/job: the controller-uid and job-name labels, both
 # spellings, and the Job as controller). `{index}` lines are an Indexed Job's.
@@ -435,3 +435,13 @@ def test_pod_facts_keep_only_what_the_rules_read() -> None:
 ])
 def test_holds_gpu(spec: dict[str, Any], held: bool) -> None:
     assert holds_gpu({"spec": spec}, ("nvidia.com/gpu", "nvidia.com/mig-")) is held
+
+
+def test_a_key_longer_than_an_incidents_component_id_stays_distinct_and_bounded() -> None:
+    def ref(name: str) -> WorkloadRef:
+        return WorkloadRef(kind="Deployment", group="apps", namespace="n" * 63, name=name, how="owner", basis="")
+
+    short, long_a, long_b = ref("web"), ref("a" * 250 + "x"), ref("a" * 250 + "y")
+    assert short.key == f"{'n' * 63}/Deployment/web"
+    assert len(long_a.key) == len(long_b.key) == MAX_KEY and long_a.key != long_b.key
+    assert long_a.key.startswith(f"{'n' * 63}/Deployment/aaa")
