@@ -82,7 +82,7 @@ class WorkloadRef(BaseModel):
         name (`team/Job.batch.volcano.sh/train`): the workload's identity in incidents. A key longer than
         an incident's component id may be (`MAX_KEY`) keeps its start and a hash of the whole."""
         builtin = BUILTIN_GROUPS.get(self.kind)
-        kind = self.kind if builtin is None or builtin == self.group else f"{self.kind}.{self.group}"
+        kind = self.kind if builtin in (None, self.group) or not self.group else f"{self.kind}.{self.group}"
         key = f"{self.namespace}/{kind}/{self.name}"
         if len(key) <= MAX_KEY:
             return key
