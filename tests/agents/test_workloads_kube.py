@@ -29,7 +29,7 @@ from agents.signals import SYSTEM_CLOCK, SensorContext
 from agents.signals import workloads as workloads_spec
 from agents.signals.workloads.sensor import WorkloadsSensor, WorkloadsSettings
 from models.node_records import NodeRecordBase, PodWorkloads
-from tests.kube import PodFactory, kubeconfig_for, load_controlplane, make_configuration, status_of
+from tests.kube import PodFactory, kubeconfig_for, load_controlplane, make_configuration, status_of, unique
 from tests.models.test_workloads import POD
 from tests.polling import poll
 
@@ -318,3 +318,35 @@ def test_the_agent_builds_the_sensor_from_its_settings(tmp_path: Path) -> None:
         workloads_heartbeat_s=120, workloads_watch_timeout_s=30, gpu_resource_prefixes=["example.com/gpu"]))
     assert got == WorkloadsSettings(kube_config="/etc/kube/config", heartbeat_s=120, watch_timeout_s=30,
                                     resource_prefixes=("example.com/gpu",))
+
+
+def test_an_owner_the_agent_may_not_read_leaves_the_pod_with_the_owner_it_names(
+        admin_client: client.ApiClient, control_plane: Any, node: client.V1Node, namespace: str, tmp_path: Path,
+        running: Callable[[str, WorkloadsSettings], Running]) -> None:
+    """An identity that may watch pods but not read Jobs (a chart with narrower RBAC): a CronJob's pod
+    is its Job's, not the CronJob's, and the refused read is not repeated before `retry_s`."""
+    core, rbac = client.CoreV1Api(admin_client), client.RbacAuthorizationV1Api(admin_client)
+    name = unique("pods-only")
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(
+        name=name)))
+    rbac.create_cluster_role({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                              "metadata": {"name": name},
+                              "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]})
+    rbac.create_cluster_role_binding({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]})
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[],
+                                                                                  expiration_seconds=600))
+    token = core.create_namespaced_service_account_token(name, namespace, request).status.token
+    kubeconfig = kubeconfig_for(control_plane, str(token), tmp_path / "kubeconfig")
+    core.create_namespaced_pod(namespace, gpu_pod(namespace, node.metadata.name, "cronjob"))
+
+    sensor = running(node.metadata.name, WorkloadsSettings(kube_config=str(kubeconfig), retry_s=300))
+    sensor.wait_for("the pod, its Job unread", lambda k: k == {"nightly-29087640-abcde": f"{namespace}/Job/"
+                                                                                           "nightly-29087640"})
+    core.create_namespaced_pod(namespace, gpu_pod(namespace, node.metadata.name, "cronjob", name="nightly-retry"))
+    keys = sensor.wait_for("its Job's second pod", lambda k: len(k) == 2)
+    assert set(keys.values()) == {f"{namespace}/Job/nightly-29087640"}
+    chains = sensor.sensor._chains
+    assert chains is not None and chains.reads == 1  # refused once, not asked again within retry_s

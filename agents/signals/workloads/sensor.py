@@ -83,9 +83,12 @@ class OwnerChains:
             self.reads += 1
             found = self._source.owners_of(ref, namespace, plural)
         except Exception as exc:  # refused (RBAC) or unreachable: the chain stops here for now
-            self._failed[key] = self._monotonic() + self._retry_s
+            now = self._monotonic()
+            if len(self._failed) >= self._size:  # bounded: forget the owners whose wait is over
+                self._failed = {k: until for k, until in self._failed.items() if until > now}
+            self._failed[key] = now + self._retry_s
             log.warning("cannot read %s %s/%s for its owner: %s", ref.kind, namespace, ref.name, exc,
-                        extra={"kind": ref.kind, "namespace": namespace, "name": ref.name})
+                        extra={"owner_kind": ref.kind, "namespace": namespace, "owner": ref.name})
             return ()
         self._failed.pop(key, None)
         self._known[key] = found or ()  # None: it is gone; its pods keep the owner they name
@@ -133,6 +136,8 @@ class WorkloadsSensor:
                 self.step()
                 wait = self._settings.retry_s
             except Exception as exc:  # the API server unreachable or refusing: tried again, ever less often
+                if self._stop.is_set():
+                    return  # `close` ended the watch
                 self._ctx.metrics.inc("xidpipe_agent_workloads_errors_total")
                 log.warning("pod watch failed, retrying in %.0f s: %s", wait, exc, extra={"node": self._ctx.node})
                 self._stop.wait(wait)
