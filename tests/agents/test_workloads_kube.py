@@ -80,6 +80,9 @@ class Running:
         poll(what, lambda: want(self.keys()), timeout, context=lambda: repr(self.keys()))
         return self.keys()
 
+    def metric(self, name: str) -> float:
+        return self.metrics.get(f"xidpipe_agent_workloads_{name}")
+
     def close(self) -> None:
         self.stop.set()
         self.sensor.close()
@@ -199,14 +202,12 @@ def test_each_pods_workload_from_the_api_server(admin_client: client.ApiClient, 
     }
     last = sensor.last()
     assert last is not None and all(p.uid for p in last.pods)
-    chains = sensor.sensor._chains
-    assert chains is not None
-    reads = chains.reads  # each owner read once: the Jobs (two of them gone), the RayCluster
+    reads = sensor.metric("owner_reads_total")  # each owner read once: the Jobs, the RayCluster
     for name in ("nightly-29087640-abcde", "raycluster-kuberay-gpu-group-worker-x7k2p", "job-3-x7k2p"):
         core.patch_namespaced_pod(name, ns, {"metadata": {"labels": {"touched": "yes"}}})
     core.delete_namespaced_pod("debug-shell", ns, grace_period_seconds=0)
     sensor.wait_for("the deleted pod gone", lambda k: "debug-shell" not in k)
-    assert chains.reads == reads == 6  # the five Jobs (four of them gone: their pods name them only) and the cluster
+    assert sensor.metric("owner_reads_total") == reads == 6  # five Jobs (four gone: their pods name them), a cluster
     assert sensor.metrics.get("xidpipe_agent_workloads_pods") == len(bodies) - 3
 
 
@@ -218,12 +219,12 @@ def test_a_watch_the_server_ends_resumes_and_the_snapshot_beats(
     core.create_namespaced_pod(namespace, gpu_pod(namespace, here, "job"))
     sensor = running(here, WorkloadsSettings(kube_config=str(agent_kubeconfig), watch_timeout_s=2, heartbeat_s=1))
     sensor.wait_for("the first pod", lambda k: k == {"pi-x7k2p": f"{namespace}/Job/pi"})
-    poll("three watches the server ended", lambda: sensor.sensor.watches >= 3, 30)
+    poll("three watches the server ended", lambda: sensor.metric("watches_total") >= 3, 30)
     core.create_namespaced_pod(namespace, gpu_pod(namespace, here, "statefulset"))
     core.delete_namespaced_pod("pi-x7k2p", namespace, grace_period_seconds=0)
     sensor.wait_for("the change seen through the resumed watch",
                     lambda k: k == {"embeddings-2": f"{namespace}/StatefulSet/embeddings"})
-    assert sensor.sensor.relists == 1  # resumed from its resourceVersion each time, never listed again
+    assert sensor.metric("lists_total") == 1  # resumed from its resourceVersion each time, never listed again
     last = sensor.last()
     assert last is not None
     poll("the snapshot sent again", lambda: [r.record_id for r in sensor.records].count(last.record_id) >= 2, 10)
@@ -253,7 +254,7 @@ def test_a_watch_from_a_version_the_restarted_api_server_lacks_lists_again(
 
         sensor.wait_for("the pods as listed again", lambda k: k == {
             "inference-7d4b9c8f6d-k2x9p": "team-a/Deployment/inference"}, timeout=60)
-        poll("a second list", lambda: sensor.sensor.relists == 2, 30)
+        poll("a second list", lambda: sensor.metric("lists_total") == 2, 30)
         assert sensor.metrics.get("xidpipe_agent_workloads_errors_total") >= 1  # the broken watch, retried
     finally:
         plane.stop()
@@ -348,5 +349,4 @@ def test_an_owner_the_agent_may_not_read_leaves_the_pod_with_the_owner_it_names(
     core.create_namespaced_pod(namespace, gpu_pod(namespace, node.metadata.name, "cronjob", name="nightly-retry"))
     keys = sensor.wait_for("its Job's second pod", lambda k: len(k) == 2)
     assert set(keys.values()) == {f"{namespace}/Job/nightly-29087640"}
-    chains = sensor.sensor._chains
-    assert chains is not None and chains.reads == 1  # refused once, not asked again within retry_s
+    assert sensor.metric("owner_reads_total") == 1  # refused once, not asked again within retry_s

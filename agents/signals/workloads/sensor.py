@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agents.metrics import Metrics
 from agents.signals.base import SensorContext
 from agents.signals.workloads.port import Expired, PodSource
 from models.node_records import PodWorkload, PodWorkloads
@@ -53,11 +54,12 @@ class OwnerChains:
     """The owners above a pod's controller, read once per owner (by UID) and kept (an owner reference
     never changes); an owner that could not be read is tried again after `retry_s`."""
 
-    def __init__(self, source: PodSource, size: int, retry_s: float, monotonic: Callable[[], float]) -> None:
+    def __init__(self, source: PodSource, size: int, retry_s: float, monotonic: Callable[[], float],
+                 metrics: Metrics) -> None:
         self._source, self._size, self._retry_s, self._monotonic = source, size, retry_s, monotonic
+        self._metrics = metrics
         self._known: OrderedDict[tuple[str, str, str, str], tuple[OwnerRef, ...]] = OrderedDict()
         self._failed: dict[tuple[str, str, str, str], float] = {}
-        self.reads = 0
 
     def chain(self, pod: PodFacts) -> tuple[OwnerRef, ...]:
         out: list[OwnerRef] = []
@@ -80,7 +82,7 @@ class OwnerChains:
         if self._monotonic() < self._failed.get(key, 0.0):
             return ()
         try:
-            self.reads += 1
+            self._metrics.inc("xidpipe_agent_workloads_owner_reads_total")
             found = self._source.owners_of(ref, namespace, plural)
         except Exception as exc:  # refused (RBAC) or unreachable: the chain stops here for now
             now = self._monotonic()
@@ -98,10 +100,10 @@ class OwnerChains:
 
 
 class WorkloadsSensor:
-    def __init__(self, ctx: SensorContext[WorkloadsSettings], source: PodSource | None = None) -> None:
+    def __init__(self, ctx: SensorContext[WorkloadsSettings]) -> None:
         self._ctx = ctx
         self._settings = ctx.settings
-        self._source = source
+        self._source: PodSource | None = None
         self._chains: OwnerChains | None = None
         self._pods: dict[str, PodWorkload] = {}  # by pod UID (or namespace/name)
         self._version: str | None = None  # where the watch resumes; None: list first
@@ -109,8 +111,6 @@ class WorkloadsSensor:
         self._sent_at = 0.0  # monotonic time the record was last published
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.relists = 0  # lists of the node's pods (the first, then one after each expired watch)
-        self.watches = 0  # watch requests
 
     def start(self, stop: threading.Event) -> None:
         self._stop = stop
@@ -123,11 +123,6 @@ class WorkloadsSensor:
             self._source.close()
         if self._thread is not None:
             self._thread.join(timeout=10)
-
-    @property
-    def snapshot(self) -> PodWorkloads | None:
-        """The record last published (None before the first list)."""
-        return self._record
 
     def _run(self) -> None:
         wait = self._settings.retry_s
@@ -149,7 +144,7 @@ class WorkloadsSensor:
         source = self._connect()
         if self._version is None:
             self._relist(source)
-        self.watches += 1
+        self._ctx.metrics.inc("xidpipe_agent_workloads_watches_total")
         try:
             for kind, obj in source.watch(self._version or "", self._settings.watch_timeout_s):
                 self._event(kind, obj)
@@ -168,12 +163,13 @@ class WorkloadsSensor:
             self._source = KubePods(self._ctx.node, self._settings.kube_config)
         if self._chains is None:
             s = self._settings
-            self._chains = OwnerChains(self._source, s.owner_cache, s.retry_s, self._ctx.clock.monotonic)
+            self._chains = OwnerChains(self._source, s.owner_cache, s.retry_s, self._ctx.clock.monotonic,
+                                       self._ctx.metrics)
         return self._source
 
     def _relist(self, source: PodSource) -> None:
         pods, version = source.list()
-        self.relists += 1
+        self._ctx.metrics.inc("xidpipe_agent_workloads_lists_total")
         self._pods = {}
         for obj in pods:
             self._keep(obj)
