@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.incident_rows import MAX_LISTED
-from history.tables import Incident
+from history.tables import GpuAssignment, Incident
 from models.stream_policy import PipelinePolicy
 from respond.dossier_builder import build_dossier
 from respond.sinks.build import build_sinks
@@ -105,6 +106,9 @@ def test_a_job_torn_down_on_40_nodes_is_one_workload_incident(store: Store, job:
     assert len(events) == NODES and {e["workload"] for e in events} == {JOBS[job][2]}
     owner = events[0]["attribution"]["workload_owner"]
     assert owner["source"] == "api" and owner["kind"] == JOBS[job][1][0]
+    with Session(store.engine) as session:  # what ran where, for classification: the same workload
+        ran = set(session.scalars(sa.select(GpuAssignment.workload)))
+    assert ran == {JOBS[job][2]}
 
     deliver(store, results, tmp_path / "out")
     (message,) = chat_messages(tmp_path / "out")
