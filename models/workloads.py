@@ -17,7 +17,7 @@ without owners is its own workload. Each rule names the source that documents it
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -104,28 +104,33 @@ TRAINING_OPERATORS: Mapping[str, str] = {  # `training.kubeflow.org/operator-nam
 RAY_ROOT_KINDS = frozenset({"RayJob", "RayService"})
 
 
+def _ray_root_kind(pod: PodFacts) -> str | None:
+    crd = pod.labels.get("ray.io/originated-from-crd", "")
+    return crd if crd in RAY_ROOT_KINDS else None
+
+
+def _training_kind(pod: PodFacts) -> str | None:
+    operator = TRAINING_OPERATORS.get(pod.labels.get("training.kubeflow.org/operator-name", ""))
+    return operator or next((o.kind for o in pod.owners if o.group == "kubeflow.org"), None)
+
+
 @dataclass(frozen=True, slots=True)
 class LabelRule:
-    """A label (or annotation) a controller writes on every pod of its workload, naming it."""
+    """A label (or annotation) a controller writes on every pod of its workload, naming it; its kind is
+    `kind`, or what `kind_from` reads of the pod (None: the rule does not apply)."""
 
     key: str
-    kind: str  # "" when `kind_of` decides
+    kind: str
     group: str
     annotation_too: bool = False
+    kind_from: Callable[[PodFacts], str | None] | None = None
 
     def name_in(self, pod: PodFacts) -> str | None:
         value = pod.labels.get(self.key) or (pod.annotations.get(self.key) if self.annotation_too else None)
         return value or None
 
     def kind_of(self, pod: PodFacts) -> str | None:
-        if self.kind:
-            return self.kind
-        if self.key == "ray.io/originated-from-cr-name":
-            crd = pod.labels.get("ray.io/originated-from-crd", "")
-            return crd if crd in RAY_ROOT_KINDS else None
-        operator = TRAINING_OPERATORS.get(pod.labels.get("training.kubeflow.org/operator-name", ""))
-        owner = next((o.kind for o in pod.owners if o.group == "kubeflow.org"), None)
-        return operator or owner
+        return self.kind_from(pod) if self.kind_from is not None else self.kind
 
 
 # Outermost first: a workload that creates another is checked before it.
@@ -134,11 +139,11 @@ LABEL_RULES: tuple[LabelRule, ...] = (
     LabelRule("trainer.kubeflow.org/trainjob-name", "TrainJob", "trainer.kubeflow.org"),
     # KubeRay ray-operator/controllers/ray/utils/constant.go: RayJob or RayService, with
     # `ray.io/originated-from-crd`; rayjob_controller.go writes both on the submitter Job's pods.
-    LabelRule("ray.io/originated-from-cr-name", "", "ray.io"),
+    LabelRule("ray.io/originated-from-cr-name", "", "ray.io", kind_from=_ray_root_kind),
     # Kubeflow training jobs: kubeflow/common pkg/apis/common/v1/constants.go (`JobNameLabel`,
     # `OperatorNameLabel`), training-operator's `GenLabels`, mpi-operator's `defaultLabels` (its workers
     # and its launcher Job's pods); the kind from the operator's name or the kubeflow.org owner.
-    LabelRule("training.kubeflow.org/job-name", "", "kubeflow.org"),
+    LabelRule("training.kubeflow.org/job-name", "", "kubeflow.org", kind_from=_training_kind),
     # KubeRay common/pod.go `labelPod`: a cluster's pods name their RayCluster only (a RayJob's or
     # RayService's is its owner, read by the agent).
     LabelRule("ray.io/cluster", "RayCluster", "ray.io"),
