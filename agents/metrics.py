@@ -33,6 +33,12 @@ _HELP: dict[str, tuple[str, str]] = {
     "xidpipe_agent_evidence_captures_total": ("counter", "Evidence dossiers captured."),
     "xidpipe_agent_evidence_suppressed_total": ("counter", "Evidence captures suppressed by the per-GPU window."),
     "xidpipe_agent_podresources_errors_total": ("counter", "Failed kubelet PodResources calls."),
+    "xidpipe_agent_workloads_errors_total": ("counter", "Failed pod lists and watches of the workloads sensor."),
+    "xidpipe_agent_workloads_lists_total": (
+        "counter", "Lists of the node's pods (the first, then one per expired watch)."),
+    "xidpipe_agent_workloads_watches_total": ("counter", "Pod watch requests (each resumed from a resourceVersion)."),
+    "xidpipe_agent_workloads_owner_reads_total": ("counter", "Owners read from the API server (once per owner)."),
+    "xidpipe_agent_workloads_pods": ("gauge", "GPU pods whose workload the last snapshot holds."),
 }
 
 

@@ -89,6 +89,32 @@ class AgentSettings(KafkaClientSecurity, ServiceSettings):
     podresources_timeout_s: float = Field(default=10.0, gt=0)
     gpu_resource_prefixes: list[str] = Field(default_factory=lambda: ["nvidia.com/gpu", "nvidia.com/mig-"])
 
+    # --- workloads: the GPU pods' owners, from the API server -----------------------------------
+    workloads_enabled: bool = Field(
+        default=False,
+        description="watch the node's pods on the API server and publish each GPU pod's workload (its owner "
+        "chain and well-known labels); off by default because it needs an API token and RBAC, which the chart "
+        "gives the agent when agent.workloads.enabled (its default there)",
+    )
+    workloads_kube_config: str = Field(
+        default="in-cluster", description="'in-cluster' (the pod's ServiceAccount token) or a kubeconfig's path",
+    )
+    workloads_heartbeat_s: float = Field(
+        default=600.0, gt=0,
+        description="the snapshot is sent again at least this often: a state record a full spool dropped, or a "
+        "worker that lost it, has it back within 10 minutes, for one small record per node",
+    )
+    workloads_watch_timeout_s: int = Field(
+        default=300, ge=10,
+        description="how long one watch request lasts before the server ends it and it is resumed from its "
+        "resourceVersion (the API server's own default is 5 to 10 minutes)",
+    )
+    workloads_retry_s: float = Field(
+        default=5.0, gt=0,
+        description="first wait after a failed list or watch (doubling up to 60 s), and how long an owner that "
+        "could not be read is not asked for again",
+    )
+
     # --- evidence ---------------------------------------------------------------------------
     evidence_enabled: bool = True
     evidence_window_s: float = Field(default=600.0, ge=0, description="at most one dossier per GPU per window")

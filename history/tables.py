@@ -208,7 +208,7 @@ class NodeState(Base):
     id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
                                     autoincrement=True)
     node: Mapped[str] = mapped_column(sa.String(253))
-    kind: Mapped[str] = mapped_column(sa.String(32))  # inventory, identity, pods, processes
+    kind: Mapped[str] = mapped_column(sa.String(32))  # inventory, identity, pods, processes, workloads
     record_id: Mapped[str] = mapped_column(sa.String(512))
     valid_from: Mapped[datetime]
     payload: Mapped[dict[str, Any]]

@@ -8,7 +8,10 @@ Pure functions over a node's state history:
 - GPU (or MIG device) → the pod, namespace and container the kubelet had allocated it to at the
   fault's time (PodResources history); when pods share the GPU, the faulting process's pod UID
   (from its cgroup) says which;
-- pid → process, container and pod from the GPU process snapshots.
+- pid → process, container and pod from the GPU process snapshots;
+- pod → its workload (its owner chain and its controllers' labels, read from the API server by the
+  agent's workloads sensor: `models.workloads`), from the workload snapshots; the pod's name without
+  its generated suffixes (`workload_name`) only for a pod no snapshot names.
 
 A snapshot is valid at time t when it is the latest one taken at or before t (plus the policy's
 clock skew). t is the fault's event time (the kernel's clock, `models.event_time`), never the time
@@ -24,8 +27,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from models.node_records import DeviceAssignment, GpuInfo, GpuProcess
+from models.node_records import DeviceAssignment, GpuInfo, GpuProcess, PodWorkload
 from models.pci import normalize_pci
+from models.workloads import WorkloadRef
 
 UNKNOWN = "unknown"
 
@@ -58,6 +62,14 @@ class ProcessSnapshot:
     processes: tuple[GpuProcess, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class WorkloadSnapshot:
+    """The workloads of a node's GPU pods as the API server had them (`models.node_records.PodWorkloads`)."""
+
+    at: datetime
+    pods: tuple[PodWorkload, ...]
+
+
 @dataclass(slots=True)
 class NodeHistory:
     """A node's state records, each list in time order."""
@@ -67,12 +79,14 @@ class NodeHistory:
     identities: list[IdentityLine] = field(default_factory=list)
     pods: list[PodSnapshot] = field(default_factory=list)
     processes: list[ProcessSnapshot] = field(default_factory=list)
+    workloads: list[WorkloadSnapshot] = field(default_factory=list)
 
     def sort(self) -> NodeHistory:
         self.inventories.sort(key=lambda s: s.at)
         self.identities.sort(key=lambda s: s.at)
         self.pods.sort(key=lambda s: s.at)
         self.processes.sort(key=lambda s: s.at)
+        self.workloads.sort(key=lambda s: s.at)
         return self
 
 
@@ -109,18 +123,29 @@ class ProcessAttribution:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkloadAttribution:
+    name: str | None  # the workload's identity: `WorkloadRef.key`, else what `workload_name` guesses
+    ref: WorkloadRef | None  # its kind, group, namespace and name when the API server said so
+    source: str  # "api", "pod_name", "process", "unknown"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Attribution:
     gpu: GpuAttribution
     pod: PodAttribution
     process: ProcessAttribution
+    owner: WorkloadAttribution | None = None  # None: not resolved (the name heuristics stand in)
 
     @property
     def workload(self) -> str | None:
+        if self.owner is not None:
+            return self.owner.name
         return workload_name(self.pod.namespace, self.pod.pod, self.pod.container, self.process.process)
 
     def to_dict(self) -> dict[str, Any]:
-        g, p, r = self.gpu, self.pod, self.process
-        return {
+        g, p, r, o = self.gpu, self.pod, self.process, self.owner
+        out = {
             "gpu": {"uuid": g.uuid, "serial": g.serial, "pci": g.pci, "index": g.index, "name": g.name,
                     "mig_uuid": g.mig_uuid, "source": g.source, "reason": g.reason},
             "pod": {"pod": p.pod, "namespace": p.namespace, "container": p.container, "source": p.source,
@@ -129,9 +154,15 @@ class Attribution:
                         "pod_uid": r.pod_uid, "source": r.source, "reason": r.reason},
             "workload": self.workload,
         }
+        if o is not None:
+            ref = o.ref
+            out["workload_owner"] = {"kind": ref.kind if ref else None, "group": ref.group if ref else None,
+                                     "name": ref.name if ref else None, "how": ref.how if ref else None,
+                                     "source": o.source, "reason": o.reason}
+        return out
 
 
-_S = TypeVar("_S", InventorySnapshot, PodSnapshot, ProcessSnapshot, IdentityLine)
+_S = TypeVar("_S", InventorySnapshot, PodSnapshot, ProcessSnapshot, IdentityLine, WorkloadSnapshot)
 
 
 def valid_at(snapshots: Sequence[_S], at: datetime, skew_s: float = 0.0) -> _S | None:
@@ -321,6 +352,41 @@ def resolve_process(
     return ProcessAttribution(pid, None, None, None, UNKNOWN, f"pid {pid} is in no process snapshot at the fault")
 
 
+def resolve_workload(history: NodeHistory, at: datetime, pod: PodAttribution, process: ProcessAttribution,
+                     *, skew_s: float = 0.0) -> WorkloadAttribution:
+    """The workload of the fault's pod: as the API server had it (the workload snapshots), else, for a
+    pod no snapshot names (the API server no longer had it when the agent looked, or its node runs no
+    workloads sensor), the pod's name without its generated suffixes: the last resort."""
+    if pod.pod and pod.namespace:
+        found = workload_at(history.workloads, at, pod.namespace, pod.pod, skew_s)
+        if found is not None:
+            snap, entry = found
+            ref = entry.workload
+            return WorkloadAttribution(ref.key, ref, "api", f"{ref.basis} (the API server's, in the workload "
+                                                            f"snapshot of {snap.at.isoformat()})")
+        return WorkloadAttribution(
+            workload_name(pod.namespace, pod.pod, pod.container, process.process), None, "pod_name",
+            f"no workload snapshot names {pod.namespace}/{pod.pod}: its name without generated suffixes")
+    if process.process:
+        return WorkloadAttribution(f"process:{process.process}", None, "process", "no pod: the process name")
+    return WorkloadAttribution(None, None, UNKNOWN, "the fault names no pod or process")
+
+
+def workload_at(snapshots: Sequence[WorkloadSnapshot], at: datetime, namespace: str, pod: str,
+                skew_s: float = 0.0) -> tuple[WorkloadSnapshot, PodWorkload] | None:
+    """The pod's entry in the snapshot valid at `at`; else in the nearest later one (a pod that faulted
+    as it started, its snapshot read after the fault), else in the nearest earlier one (a pod the watch
+    saw deleted before the kubelet let go of its GPU). A pod's workload does not change while it lives."""
+    limit = at + timedelta(seconds=skew_s)
+    valid = max((i for i, s in enumerate(snapshots) if s.at <= limit), default=-1)
+    order = [*range(max(valid, 0), len(snapshots)), *range(valid - 1, -1, -1)]
+    for i in order:
+        for entry in snapshots[i].pods:
+            if entry.pod == pod and entry.namespace == namespace:
+                return snapshots[i], entry
+    return None
+
+
 def correlate(
     history: NodeHistory,
     at: datetime,
@@ -336,7 +402,7 @@ def correlate(
     gpu = resolve_gpu(history, at, pci=pci, uuid=gpu_uuid, gpu_instance_id=gpu_instance_id, skew_s=skew_s)
     proc = resolve_process(history, at, pid=pid, process=process, gpu_uuid=gpu.uuid, skew_s=skew_s)
     pod = resolve_pod(history, at, gpu, skew_s=skew_s, pod_uid=proc.pod_uid)
-    return Attribution(gpu, pod, proc)
+    return Attribution(gpu, pod, proc, resolve_workload(history, at, pod, proc, skew_s=skew_s))
 
 
 _POD_SUFFIXES = (
@@ -346,12 +412,18 @@ _POD_SUFFIXES = (
 )
 
 
-def workload_name(namespace: str | None, pod: str | None, container: str | None, process: str | None) -> str | None:
-    """The workload a fault belongs to: `<namespace>/<pod without generated suffix>/<container>`.
+def workload_name(namespace: str | None, pod: str | None, container: str | None, process: str | None,
+                  owner: WorkloadRef | None = None) -> str | None:
+    """The workload a fault belongs to: its owner's key (`namespace/Kind/name`, the API server's, from
+    the workloads sensor) when known.
 
-    Replicas and retries of one Deployment, Job or StatefulSet share a workload name; when the pod is
-    unknown, the process name stands in.
+    The last resort, for a pod the API server no longer has (or a node without the sensor):
+    `<namespace>/<pod without generated suffix>/<container>`, which joins the replicas and retries of
+    one Deployment, Job or StatefulSet but not the pods of a JobSet or an Indexed Job (their names
+    keep an index). When the pod is unknown, the process name stands in.
     """
+    if owner is not None:
+        return owner.key
     if pod:
         base = pod
         for rx in _POD_SUFFIXES:

@@ -34,6 +34,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from models.node_names import NodeName
+from models.workloads import WorkloadRef
 
 SCHEMA_VERSION = 1
 
@@ -224,6 +225,26 @@ class PodAssignments(NodeRecordBase):
     allocatable: tuple[str, ...] = ()
 
 
+class PodWorkload(BaseModel):
+    """One pod on the node and its workload (`models.workloads.workload_of`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    pod: str
+    uid: str | None = None
+    workload: WorkloadRef
+
+
+class PodWorkloads(NodeRecordBase):
+    """The workloads of the node's pods that ask for a GPU, as the API server has them: a snapshot,
+    published when it changes and again every `workloads_heartbeat_s` (the agent's workloads sensor)."""
+
+    kind: Literal["pod_workloads"] = "pod_workloads"
+    changed_at: datetime
+    pods: tuple[PodWorkload, ...] = ()
+
+
 class SpoolDrops(NodeRecordBase):
     """The agent's disk spool was full and dropped records (never fault lines)."""
 
@@ -336,6 +357,7 @@ for _record, _topic, _droppable in (
     (GpuInventory, STATE_TOPIC, True),
     (GpuProcesses, STATE_TOPIC, True),
     (PodAssignments, STATE_TOPIC, True),
+    (PodWorkloads, STATE_TOPIC, True),
     (SpoolDrops, STATE_TOPIC, False),
     (Evidence, EVIDENCE_TOPIC, False),
 ):

@@ -206,7 +206,7 @@ def topology(prefix: str = "", partitions: int = 8) -> Topology:
     return Topology(
         kernel=spec("kernel", node_records.KERNEL_TOPIC, "node", f"{nr}.KernelLine | KernelGap"),
         state=spec("state", node_records.STATE_TOPIC, "node/kind (hashed by node)",
-                   f"{nr}.GpuInventory | GpuProcesses | PodAssignments | SpoolDrops"),
+                   f"{nr}.GpuInventory | GpuProcesses | PodAssignments | PodWorkloads | SpoolDrops"),
         nvml=spec("nvml", node_records.NVML_TOPIC, "node", "models.signals.nvml.records.NvmlEvent | GpuMissing"),
         evidence=spec("evidence", node_records.EVIDENCE_TOPIC, "node", f"{nr}.Evidence"),
         incidents=spec("incidents", INCIDENTS_TOPIC, "node (incident) or cluster (fleet incident)",

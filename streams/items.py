@@ -40,6 +40,7 @@ from models.node_records import (
     KernelLine,
     NodeRecord,
     PodAssignments,
+    PodWorkloads,
     SpoolDrops,
 )
 from models.pci import normalize_pci
@@ -57,7 +58,7 @@ class StateItem:
     node: str
     record_id: str
     topic: str
-    kind: str  # inventory, identity, pods, processes
+    kind: str  # inventory, identity, pods, processes, workloads
     valid_from: datetime
     payload: dict[str, Any]
 
@@ -247,6 +248,9 @@ class ItemMapper:
                               record.model_dump(mode="json"))]
         if isinstance(record, PodAssignments):
             return [StateItem(record.node, record.record_id, topic, "pods", record.changed_at,
+                              record.model_dump(mode="json"))]
+        if isinstance(record, PodWorkloads):  # the GPU pods' owners, from the agent's workloads sensor
+            return [StateItem(record.node, record.record_id, topic, "workloads", record.changed_at,
                               record.model_dump(mode="json"))]
         if isinstance(record, GpuProcesses):
             return [StateItem(record.node, record.record_id, topic, "processes", record.emitted_at,

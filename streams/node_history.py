@@ -21,16 +21,25 @@ from pydantic import TypeAdapter
 from sqlalchemy.orm import Session
 
 from history.tables import NodeState
-from models.correlate import IdentityLine, InventorySnapshot, NodeHistory, PodSnapshot, ProcessSnapshot
-from models.node_records import DeviceAssignment, GpuInfo, GpuProcess
+from models.correlate import (
+    IdentityLine,
+    InventorySnapshot,
+    NodeHistory,
+    PodSnapshot,
+    ProcessSnapshot,
+    WorkloadSnapshot,
+)
+from models.node_records import DeviceAssignment, GpuInfo, GpuProcess, PodWorkload
 
 # Snapshot kinds (each replaces the one before); identity lines are facts of their own and are not.
-_SNAPSHOT_KINDS = ("inventory", "pods", "processes")
+_SNAPSHOT_KINDS = ("inventory", "pods", "processes", "workloads")
 _GPUS = TypeAdapter(tuple[GpuInfo, ...])
 _ASSIGNMENTS = TypeAdapter(tuple[DeviceAssignment, ...])
 _PROCESSES = TypeAdapter(tuple[GpuProcess, ...])
+_WORKLOADS = TypeAdapter(tuple[PodWorkload, ...])
 _ITEMS: dict[str, tuple[str, TypeAdapter[Any]]] = {
     "inventory": ("gpus", _GPUS), "pods": ("assignments", _ASSIGNMENTS), "processes": ("processes", _PROCESSES),
+    "workloads": ("pods", _WORKLOADS),
 }
 _ENTRY_BYTES = 120  # a snapshot's time and its tuple, besides its (shared) JSON
 _IDENTITY_BYTES = 400  # an identity line with its strings
@@ -50,6 +59,7 @@ class CompactHistory:
     pods: Snapshots
     processes: Snapshots
     size: int
+    workloads: Snapshots = ()
 
     def expand(self) -> NodeHistory:
         """The history, validated (each distinct JSON once: snapshots that repeat share their items)."""
@@ -59,6 +69,7 @@ class CompactHistory:
             identities=list(self.identities),
             pods=[PodSnapshot(at, a) for at, a in _validated(_ASSIGNMENTS, self.pods)],
             processes=[ProcessSnapshot(at, p) for at, p in _validated(_PROCESSES, self.processes)],
+            workloads=[WorkloadSnapshot(at, w) for at, w in _validated(_WORKLOADS, self.workloads)],
         )
 
 
@@ -94,7 +105,8 @@ def compact(node: str, rows: list[NodeState]) -> CompactHistory:
     entries = sum(len(s) for s in snapshots.values())
     return CompactHistory(node, tuple(snapshots["inventory"]), tuple(identities), tuple(snapshots["pods"]),
                           tuple(snapshots["processes"]),
-                          size=held + _ENTRY_BYTES * entries + _IDENTITY_BYTES * len(identities))
+                          size=held + _ENTRY_BYTES * entries + _IDENTITY_BYTES * len(identities),
+                          workloads=tuple(snapshots["workloads"]))
 
 
 # Per node: (highest node_state id, start, history) of the last history loaded, for the nodes that

@@ -38,6 +38,7 @@ from models.dead_letter import DeadLetter
 from models.incidents import FaultObservation, resolve_if_quiet
 from models.pci import normalize_pci
 from models.stream_policy import PipelinePolicy
+from models.workloads import WorkloadRef
 from streams import outbox
 from streams.fleet import sweep_fleet
 from streams.grouping import IncidentGrouping, StoreCaches
@@ -187,7 +188,7 @@ class Store:
             )
         )
         inventories: list[tuple[str, datetime, dict[str, Any]]] = []
-        for it in states:
+        for it in sorted(states, key=lambda i: i.kind != "workloads"):  # a batch's workloads before its pods
             key = (it.node, it.record_id)
             if key in seen:
                 res.duplicates += 1
@@ -201,13 +202,24 @@ class Store:
             if it.kind == "inventory":  # the GPU asset ledger: placements, swaps, moves, returns
                 inventories.append((it.node, it.valid_from, it.payload))
             if it.kind == "pods":
+                owners = self._owners(s, it.node, it.valid_from)
                 for a in it.payload.get("assignments", []):
-                    workload = workload_name(a.get("namespace"), a.get("pod"), a.get("container"), None)
+                    workload = workload_name(a.get("namespace"), a.get("pod"), a.get("container"), None,
+                                             owner=owners.get((a.get("namespace"), a.get("pod"))))
                     s.add(GpuAssignment(node=it.node, gpu=a["gpu_id"], workload=workload or "?", pod=a["pod"],
                                         namespace=a["namespace"], container=a["container"], seen_at=it.valid_from))
         if inventories:
             apply_inventories(s, inventories)
         return valid_from
+
+    @staticmethod
+    def _owners(s: Session, node: str, at: datetime) -> dict[tuple[str, str], WorkloadRef]:
+        """(namespace, pod) → workload in the node's workload snapshot valid at `at` (this batch's included)."""
+        payload = s.scalars(sa.select(NodeState.payload).where(
+            NodeState.node == node, NodeState.kind == "workloads", NodeState.valid_from <= at,
+        ).order_by(NodeState.valid_from.desc(), NodeState.id.desc()).limit(1)).first()
+        pods = payload.get("pods", []) if isinstance(payload, dict) else []
+        return {(p["namespace"], p["pod"]): WorkloadRef.model_validate(p["workload"]) for p in pods}
 
     def _new_faults(self, s: Session, faults: list[FaultObservation], res: BatchResult) -> list[FaultObservation]:
         if not faults:

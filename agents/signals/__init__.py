@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.signals import nvml, podresources
+from agents.signals import nvml, podresources, workloads
 from agents.signals.base import (
     CAPABILITIES,
     SYSTEM_CLOCK,
@@ -31,6 +31,7 @@ from agents.signals.base import (
 SENSORS: tuple[SensorSpec[Any], ...] = (
     nvml.SENSOR,
     podresources.SENSOR,
+    workloads.SENSOR,
 )
 
 for _sensor in SENSORS:

@@ -15,8 +15,11 @@ from models.node_records import (
     MigDevice,
     NodeRecord,
     PodAssignments,
+    PodWorkload,
+    PodWorkloads,
 )
 from models.signals.nvml.records import NvmlEvent
+from models.workloads import WorkloadRef
 from streams.items import Item, ItemMapper
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -61,6 +64,15 @@ def pods(node: str, at: datetime, held: dict[int, tuple[str, str, str]], mig: di
                                             container=c))
     return PodAssignments(node=node, record_id=f"pods:{node}:{at.isoformat()}", emitted_at=at, changed_at=at,
                           assignments=tuple(assignments))
+
+
+def workloads(node: str, at: datetime, owned: dict[tuple[str, str], tuple[str, str, str]]) -> PodWorkloads:
+    """`owned`: (namespace, pod) → (kind, API group, name) of its workload, as the agent's workloads
+    sensor reads them from the API server."""
+    return PodWorkloads(node=node, record_id=f"workloads:{node}:{at.isoformat()}", emitted_at=at, changed_at=at,
+                        pods=tuple(PodWorkload(namespace=ns, pod=pod, uid=f"uid-{ns}-{pod}", workload=WorkloadRef(
+                            kind=kind, group=group, namespace=ns, name=name, how="label", basis="test"))
+                            for (ns, pod), (kind, group, name) in sorted(owned.items())))
 
 
 def processes(node: str, at: datetime, procs: dict[int, int]) -> GpuProcesses:

@@ -14,11 +14,12 @@ from models.node_records import STATE_TOPIC, NodeRecord, SpoolDrops, encode_node
 from models.topics import key_names_record, key_node, record_key, topology
 from streams.decode import decode_message
 from streams.node_identity import NodeIdentityGate
-from tests.streams.records import T0, Kmsg, inventory, pods, processes
+from tests.streams.records import T0, Kmsg, inventory, pods, processes, workloads
 
 STATE_KINDS = topology().kinds_for(STATE_TOPIC)
 STATE = [inventory("node-1", T0), pods("node-1", T0, {0: ("ns", "p", "c")}, {}), processes("node-1", T0, {0: 7}),
-         SpoolDrops(node="node-1", record_id="d1", dropped_total=3, dropped_since_last=3)]
+         SpoolDrops(node="node-1", record_id="d1", dropped_total=3, dropped_since_last=3),
+         workloads("node-1", T0, {("ns", "p"): ("JobSet", "jobset.x-k8s.io", "trainer")})]
 
 
 def test_every_state_kind_has_its_own_key_and_other_records_are_keyed_by_node() -> None:
