@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from models.correlate import Attribution
+from models.decisive_action import decisive_of_stored
 from models.grouping import (
     AppContext,
     Placement,
@@ -143,6 +144,7 @@ class ScanIncident:
             if r.pid is not None or r.process:
                 processes[f"{r.process or '?'}[{r.pid if r.pid is not None else '?'}]"] = None
         actions: dict[str, None] = {e.record.immediate_action: None for e in events if e.record.immediate_action}
+        decisive = decisive_of_stored(self.state.codes)
         return {
             "fingerprint": self.fingerprint,
             "component": self.component,
@@ -161,6 +163,9 @@ class ScanIncident:
             "codes": self.codes(),
             "mnemonics": sorted({e.record.mnemonic for e in events if e.record.mnemonic}),
             "immediate_actions": list(actions),
+            # NVIDIA's action for the incident: its decisive code's (`models.decisive_action`)
+            "immediate_action": decisive.action if decisive else None,
+            "decisive_code": str(decisive.code) if decisive else None,
             "processes": list(processes),
             "pods": _listed(_pod(e.attribution) for e in events),
             "workloads": _listed(e.workload for e in events),

@@ -25,6 +25,7 @@ from history.incident_rows import add_listed, incident_state, lock_open
 from history.tables import FaultEvent, Incident, OutboxMessage
 from models.actions import action_requests
 from models.correlate import Attribution, correlate
+from models.decisive_action import decisive_of_stored
 from models.fleet import fleet_fingerprint
 from models.grouping import (
     AppContext,
@@ -361,6 +362,7 @@ class IncidentGrouping:
             last = t.observations[-1].code if t.observations else (row.codes or ["?"])[-1]
             reason = f"{row.count} faults; last {last}"
         row.category, row.reason, row.rule = v.category, v.reason, v.rule
+        _nvidia_action(row)
         row.catalog_version = next((o.catalog_version for o in reversed(t.observations) if o.catalog_version),
                                    row.catalog_version)
         if kind != "opened" and kind != "reopened":
@@ -389,6 +391,15 @@ def _grouped_without_pod(event: FaultEvent, incident: Incident) -> bool:
     want of one: an open application incident of the GPU, not (yet) suspected to be the GPU's."""
     return (event.family == "application" and incident.component == "gpu" and incident.status == "open"
             and incident.family == "application" and incident.category != "suspected_hardware")
+
+
+def _nvidia_action(row: Incident) -> None:
+    """The incident's NVIDIA action and its catalog text: its decisive code's (`models.decisive_action`),
+    not its first code's."""
+    found = decisive_of_stored(row.codes or ())
+    if found is not None:
+        row.immediate_action, row.description = found.action, found.info.description
+        row.investigatory_action = found.info.investigatory_action
 
 
 def _identity(comp: Component, obs: FaultObservation, attr: Attribution) -> dict[str, str | None]:
