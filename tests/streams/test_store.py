@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from models.node_records import NodeRecord
+from models.node_records import KernelLine, NodeRecord
 from models.stream_policy import PipelinePolicy
 from streams.items import Item
 from streams.store import BatchResult, Store
@@ -302,3 +302,27 @@ def test_evidence_that_arrives_before_its_fault_is_linked_later(store: Store) ->
     with Session(store.engine) as sess:
         event = sess.scalars(select(FaultEvent)).one()
         assert sess.scalars(select(EvidenceRecord)).one().fault_event_id == event.id
+
+
+def test_one_kernel_record_read_from_kmsg_kern_log_and_syslog_is_one_fault(store: Store) -> None:
+    """One Xid 94 record as the agent reads it from /dev/kmsg (bare message, the header's stamp), from
+    kern.log and from syslog (rsyslog writes the record to both): one contained ECC error, whichever copy
+    comes first and in whichever batch; another boot's record with the same stamp and text is its own."""
+    xid = "NVRM: Xid (PCI:0000:18:00): 94, pid=4242, name=python3, Contained: SM (0x1). RST: No, D-RST: No"
+
+    def line(record_id: str, source: str, message: str, **kw: object) -> KernelLine:
+        return KernelLine(node="n1", record_id=record_id, source=source, message=message, fault=True,
+                          observed_at=T0 + s(20), emitted_at=T0 + s(20), **kw)  # type: ignore[arg-type]
+
+    kern_log = line("file:/var/log/kern.log:8812", "file", f"Nov 29 12:00:10 n1 kernel: [11123.000000] {xid}")
+    syslog = line("file:/var/log/syslog:90211", "file", f"Nov 29 12:00:10 n1 kernel: [11123.000000] {xid}")
+    kmsg = line("kmsg:b0:5001", "kmsg", xid, boot_id="b0", seq=5001, monotonic_us=11_123_000_000)
+    first = feed(store, items_of([inventory("n1", T0), kmsg, kern_log]))[0]
+    assert (first.faults, first.duplicates) == (1, 1)
+    later = store.process(items_of([syslog]))  # a later batch: the stored copy is found in the database
+    assert (later.faults, later.duplicates) == (0, 1)
+    other_boot = line("kmsg:b1:5001", "kmsg", xid, boot_id="b1", seq=5001, monotonic_us=11_123_000_000)
+    assert store.process(items_of([other_boot])).faults == 1
+    events = store_reads.fault_events(store)
+    assert [(e["record_id"], e["boot_id"]) for e in events] == [("kmsg:b0:5001", "b0"), ("kmsg:b1:5001", "b1")]
+    assert events[0]["record_key"] == events[1]["record_key"]
