@@ -119,6 +119,9 @@ class FaultEvent(Base):
     # sequence number) and the boot it was read in: a later copy of it (kern.log and syslog) is a duplicate.
     record_key: Mapped[str | None] = mapped_column(sa.String(96))
     boot_id: Mapped[str | None] = mapped_column(sa.String(64))
+    # True: a sympathetic report of its incident's hardware fault (`models.sympathetic`: the Xid 45 of a job a
+    # DBE killed); its workload was affected, not at fault, and it counts towards no workload's faults.
+    sympathetic: Mapped[bool | None]
 
 
 class Incident(Base):
@@ -184,6 +187,11 @@ class Incident(Base):
     rule: Mapped[str | None] = mapped_column(sa.String(64))
     merged_into: Mapped[str | None] = mapped_column(sa.String(128))  # the incident that absorbed this one
     nodes: Mapped[list[Any] | None]  # fleet incidents: the nodes the burst (or the breaker's cordons) spans
+    # The workloads the fault killed (`models.sympathetic`): namespace/pod/container, else process[pid].
+    affected: Mapped[list[Any] | None]
+    occurrence_pids: Mapped[list[Any] | None]  # the processes the occurrence counted last named
+    # NVIDIA's current instruction for the GPU: the recovery action its latest Xid 154 decoded (GPU_RESET, ...).
+    recovery_action: Mapped[str | None] = mapped_column(sa.String(32))
 
 
 class EvidenceRecord(Base):

@@ -141,6 +141,10 @@ class IncidentState:
     occurrence_at: datetime | None = None
     occurrence_signals: tuple[str, ...] = ()
     gpu_uuid: str | None = None  # the GPU's UUID once known (an incident opened under its PCI address keeps it)
+    # The processes the occurrence counted last named (a contained Xid 94's: only it follows the fault).
+    occurrence_pids: tuple[int, ...] = ()
+    # NVIDIA's current instruction for the GPU: the recovery action its latest Xid 154 decoded (GPU_RESET, ...).
+    recovery_action: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

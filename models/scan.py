@@ -13,8 +13,9 @@ it on its node. The faults of one moment (reports within `occurrence_window_s` o
 node) are grouped together, as the stream groups a batch: those that name a GPU first. Identity
 lines (`GPU at PCI:...: GPU-<uuid>`, serial number) give each PCI address its UUID and serial,
 wherever in the input they appear. One kernel record read from several files of a node (kern.log
-and syslog) is one report (`models.record_identity`): its first copy. Without pod assignments an application fault stays with its GPU
-(its workload is its process, `process:<name>`), as in the stream.
+and syslog) is one report (`models.record_identity`): its first copy. Without pod assignments an
+application fault stays with its GPU (its workload is its process, `process:<name>`), as in the
+stream.
 """
 
 from __future__ import annotations

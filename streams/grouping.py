@@ -200,8 +200,9 @@ class IncidentGrouping:
                 repaired[inc.incident_id] = inc
                 if inc.component != "nvswitch":
                     inc.gpu_uuid, inc.serial = inc.gpu_uuid or g.uuid, inc.serial or g.serial
-                add_listed(inc, "pods", f"{p.namespace}/{p.pod}/{p.container}" if p.pod else None)
-                add_listed(inc, "workloads", attr.workload)
+                pod = f"{p.namespace}/{p.pod}/{p.container}" if p.pod else None
+                add_listed(inc, "pods", pod)
+                add_listed(inc, "affected" if r.sympathetic else "workloads", pod if r.sympathetic else attr.workload)
                 if p.pod and attr.workload and _grouped_without_pod(r, inc):
                     to_workloads[attr.workload].append(r)
         self._to_workloads(to_workloads)
@@ -260,7 +261,11 @@ class IncidentGrouping:
             log.info("incident %s %s: %s", inc.incident_id, change.kind, change.reason,
                      extra={"node": node, "gpu": inc.gpu, "xid": obs.xid, "incident": inc.incident_id})
         assert row is not None
-        _fill_in(row, obs, attr)
+        _fill_in(row, obs, attr, affected=placed.sympathetic is not None)
+        if placed.sympathetic is not None:
+            event.sympathetic = True
+            log.info("%s on %s is a sympathetic report: %s", obs.code, row.incident_id, placed.sympathetic,
+                     extra={"node": node, "gpu": row.gpu, "xid": obs.xid, "incident": row.incident_id})
         # Count, first and last seen, codes: written to the row by `_write_back`; its GPU's UUID as the
         # row knows it now, for the next report's look-up.
         self.states[row.incident_id] = inc if inc.gpu_uuid == row.gpu_uuid else replace(inc, gpu_uuid=row.gpu_uuid)
@@ -287,6 +292,7 @@ class IncidentGrouping:
             investigatory_action=obs.investigatory_action, description=obs.description, cordon_requested=False,
             version=1, component=comp.kind, component_id=comp.id, occurrence_at=inc.occurrence_at,
             occurrence_signals=list(inc.occurrence_signals), catalog_version=obs.catalog_version,
+            occurrence_pids=list(inc.occurrence_pids), recovery_action=inc.recovery_action, affected=[],
             **_identity(comp, obs, attr),
         )
 
@@ -306,6 +312,10 @@ class IncidentGrouping:
                 row.family = st.family
             if row.occurrence_at != st.occurrence_at or tuple(row.occurrence_signals or ()) != st.occurrence_signals:
                 row.occurrence_at, row.occurrence_signals = st.occurrence_at, list(st.occurrence_signals)
+            if tuple(row.occurrence_pids or ()) != st.occurrence_pids:
+                row.occurrence_pids = list(st.occurrence_pids)
+            if row.recovery_action != st.recovery_action:
+                row.recovery_action = st.recovery_action
 
     def finish(self) -> None:
         # Fault events are inserted and node state flushed already: classification queries need nothing
@@ -410,8 +420,9 @@ def _identity(comp: Component, obs: FaultObservation, attr: Attribution) -> dict
     return {"gpu_uuid": attr.gpu.uuid, "serial": attr.gpu.serial, "pci": attr.gpu.pci or normalize_pci(obs.pci)}
 
 
-def _fill_in(row: Incident, obs: FaultObservation, attr: Attribution) -> None:
-    """What the row does not know yet and this fault tells: GPU identity, catalog text, pods, processes."""
+def _fill_in(row: Incident, obs: FaultObservation, attr: Attribution, *, affected: bool = False) -> None:
+    """What the row does not know yet and this fault tells: GPU identity, catalog text, pods, processes;
+    the workload of a sympathetic report (`affected`) is listed as affected, not among its workloads."""
     if row.component != "nvswitch":
         if attr.gpu.uuid and not row.gpu_uuid:
             row.gpu_uuid = attr.gpu.uuid
@@ -424,6 +435,10 @@ def _fill_in(row: Incident, obs: FaultObservation, attr: Attribution) -> None:
     if obs.description and not row.description:
         row.description = obs.description
     add_listed(row, "pods", f"{attr.pod.namespace}/{attr.pod.pod}/{attr.pod.container}" if attr.pod.pod else None)
-    add_listed(row, "processes",
-               f"{attr.process.process or '?'}[{attr.process.pid}]" if attr.process.pid is not None else None)
+    process = f"{attr.process.process or '?'}[{attr.process.pid}]" if attr.process.pid is not None else None
+    add_listed(row, "processes", process)
+    if affected:
+        pod = f"{attr.pod.namespace}/{attr.pod.pod}/{attr.pod.container}" if attr.pod.pod else None
+        add_listed(row, "affected", pod or process or attr.workload)
+        return
     add_listed(row, "workloads", attr.workload)

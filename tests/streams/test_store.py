@@ -14,7 +14,7 @@ from models.stream_policy import PipelinePolicy
 from streams.items import Item
 from streams.store import BatchResult, Store
 from tests import store_reads
-from tests.streams.records import T0, Kmsg, inventory, items_of, nvml_xid, pods, processes, s, serial, uuid
+from tests.streams.records import T0, Kmsg, inventory, items_of, nvml_xid, pci, pods, processes, s, serial, uuid
 
 
 def test_repeats_are_published_once_per_update_interval(tmp_path: Path) -> None:
@@ -326,3 +326,36 @@ def test_one_kernel_record_read_from_kmsg_kern_log_and_syslog_is_one_fault(store
     events = store_reads.fault_events(store)
     assert [(e["record_id"], e["boot_id"]) for e in events] == [("kmsg:b0:5001", "b0"), ("kmsg:b1:5001", "b1")]
     assert events[0]["record_key"] == events[1]["record_key"]
+
+
+def test_a_double_bit_error_that_kills_a_job_is_one_hardware_incident_and_the_job_is_affected(store: Store) -> None:
+    """Issue #23: Xid 48, then 63 and 95, the driver's Xid 45 for the process the DBE killed and its Xid 154:
+    one hardware incident (one occurrence), the job listed as affected; no workload incident, no ticket or
+    message of its own. Its later crash, on its own, is its own again."""
+    k = Kmsg("n1")
+    records: list[NodeRecord] = [
+        inventory("n1", T0), pods("n1", T0 + s(1), {0: ("team-vision", "trainer-9", "trainer")}),
+        k.xid(0, 48, T0 + s(10), text="An uncorrectable double bit error (DBE) has been detected on GPU."),
+        k.xid(0, 63, T0 + s(11), text="Row Remapper: New row (0x00bf12a0) was marked for remapping."),
+        k.xid(0, 95, T0 + s(11.2), 4242, "trainer", text="Uncontained: FBHUB. RST: Yes, D-RST: No"),
+    ]
+    feed(store, items_of(records))
+    # The job's Xid 45 and the recovery action in a later batch: the hardware incident is read from the database.
+    later = feed(store, items_of([k.xid(0, 45, T0 + s(12), 4242, "trainer", text="Ch 00000010"),
+                                  k.line(f"NVRM: Xid (PCI:{pci(0)[:-2]}): 154, GPU recovery action changed from 0x0 "
+                                         "(None) to 0x4 (Drain and Reset)", T0 + s(12.5))]))[0]
+    (inc,) = store_reads.incidents(store)
+    assert (inc["component"], inc["family"], inc["category"], inc["count"]) == ("gpu", "memory", "hardware", 1)
+    assert inc["codes"] == ["Xid 48", "Xid 63", "Xid 95", "Xid 45", "Xid 154"]
+    assert inc["affected"] == ["team-vision/trainer-9/trainer"]
+    assert inc["recovery_action"] == "DRAIN_AND_RESET" and inc["immediate_action"] == "WORKFLOW_XID_48"
+    assert inc["occurrence_pids"] == [4242]
+    events = store_reads.fault_events(store)
+    assert [(e["code"], e["counted"], e["sympathetic"]) for e in events] == [
+        ("Xid 48", True, False), ("Xid 63", False, False), ("Xid 95", False, False), ("Xid 45", False, True),
+        ("Xid 154", False, False)]
+    assert not [o for o in later.outgoing if o.payload.get("operation") in ("create", "opened")]
+    crash = feed(store, items_of([k.xid(0, 13, T0 + s(900), 4242, "trainer", text="Graphics SM Warp Exception")]))[0]
+    assert crash.faults == 1
+    own = [i for i in store_reads.incidents(store) if i["component"] == "workload"]
+    assert [i["component_id"] for i in own] == ["team-vision/trainer/trainer"]
