@@ -30,10 +30,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
-from models.catalog import load_catalog
 from models.classify import ClassifyPolicy, Evidence, FaultGroup, Verdict, classify, classify_workload
 from models.correlate import Attribution
-from models.decisive_action import decisive_action
+from models.decisive_action import application_workflow, decisive_evidence, with_workflow
 from models.identity import (
     Component,
     attaches_to_gpu_fault,
@@ -49,7 +48,7 @@ from models.incidents import FaultObservation, IncidentChange, IncidentState, co
 from models.pci import normalize_pci
 from models.stream_policy import PipelinePolicy
 from models.sympathetic import sympathetic_to
-from models.vocabulary import Category, ComponentKind, Family, stored_code
+from models.vocabulary import ComponentKind, Family
 
 # --- reports ------------------------------------------------------------------------------------
 
@@ -476,42 +475,17 @@ def incident_verdict(inc: IncidentState, *, pci: str | None, workloads: Sequence
         gpu_label = f"NVSwitch {inc.component_id}"
     if inc.component == "workload":
         gpus, nodes = app.fault_gpus.get(inc.component_id or "", 1) if app else 1, app.count if app else 1
-        return classify_workload(", ".join(inc.codes), inc.component_id or "?", gpus, nodes, inc.count)
+        verdict = classify_workload(", ".join(inc.codes), inc.component_id or "?", gpus, nodes, inc.count)
+        return with_workflow(verdict, application_workflow(inc, observations, gpus - 1))
     if inc.family != "application" or app is None:
         return classify_in_context(ClassifyContext(
             gpu=gpu_label, family=inc.family, codes=inc.codes, categories=cats, count=inc.count,
             workloads=list(workloads), workload_fault_gpus={}, severity=severity, recovery_action=recovery,
-            evidence=decisive_evidence(inc, workloads) if inc.family != "application" else None,
+            evidence=decisive_evidence(inc, workloads, observations) if inc.family != "application" else None,
         ), policy)
-    return classify_in_context(ClassifyContext(
+    verdict = classify_in_context(ClassifyContext(
         gpu=gpu_label, family=inc.family, codes=inc.codes, categories=cats, count=max(app.count, inc.count),
         workloads=app.workloads, workload_fault_gpus=app.fault_gpus, workload_clean_gpus=app.clean_gpus,
     ), policy)
-
-
-def decisive_evidence(inc: IncidentState, workloads: Sequence[str]) -> Evidence | None:
-    """What decides an incident that is not an application fault: its decisive code
-    (`models.decisive_action`) and, when it holds application faults (a GPU found to keep failing jobs),
-    how many different jobs it failed, in what time, before."""
-    codes = [c for text in inc.codes if (c := stored_code(text)) is not None]
-    found = decisive_action(codes)
-    if found is None:
-        return None
-    cat = load_catalog()
-    app_codes = tuple(text for text, c in zip(inc.codes, (stored_code(t) for t in inc.codes), strict=True)
-                      if c is not None and (info := cat.xid(c.number)) is not None
-                      and info.category == Category.APPLICATION and c != found.code)
-    decisive = f"{found.code} ({found.info.description}; NVIDIA: {found.action})"
-    jobs = len(set(workloads)) if app_codes else 0
-    return Evidence(decisive, app_codes, jobs, duration((inc.last_seen - inc.first_seen).total_seconds()))
-
-
-def duration(seconds: float) -> str:
-    """A span in the unit people say it in: "45 s", "50 min", "20 h", "3 d"."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.0f} h"
-    return f"{seconds / 86400:.0f} d"
+    other_gpus = max((n - 1 for n in app.fault_gpus.values()), default=0)
+    return with_workflow(verdict, application_workflow(inc, observations, other_gpus))

@@ -7,8 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from models.decisive_action import action_rank, decisive_action, decisive_of_stored
-from models.grouping import decisive_evidence, duration
+from models.decisive_action import action_rank, decisive_action, decisive_evidence, decisive_of_stored, duration
 from models.incidents import IncidentState
 from models.runbook import load_runbook
 from models.vocabulary import CodeKind, FaultCode
@@ -64,8 +63,10 @@ def state(codes: tuple[str, ...], span_s: float, family: str = "memory") -> Inci
 def test_the_reason_names_the_decisive_evidence() -> None:
     ev = decisive_evidence(state(("Xid 13", "Xid 94", "Xid 48", "Xid 63"), 20 * 3600), ["a", "b", "c", "a"])
     assert ev is not None
-    assert ev.lead() == ("the GPU failed 3 different jobs in 20 h (Xid 13), then Xid 48 "
-                         "(Double Bit ECC Error; NVIDIA: WORKFLOW_XID_48)")
+    # NVIDIA's action for the decisive code is its workflow's decision: WORKFLOW_XID_48 "w/ 63 or 64: DRAIN_AND_RESET".
+    assert ev.lead() == ("the GPU failed 3 different jobs in 20 h (Xid 13), then Xid 48 (Double Bit ECC Error; "
+                         "NVIDIA: WORKFLOW_XID_48 → DRAIN_AND_RESET: w/ 63 or 64 (Xid 63): DRAIN_AND_RESET; the line "
+                         "names no unit: RUN_FIELDDIAG)")
     alone = decisive_evidence(state(("Xid 95", "Xid 45"), 1), [])
     assert alone is not None and alone.lead() == "Xid 95 (Uncontained memory error; NVIDIA: RESET_GPU)"
     assert decisive_evidence(state(("SXid 12028",), 0, "nvswitch"), []) is None
