@@ -471,6 +471,9 @@ def incident_verdict(inc: IncidentState, *, pci: str | None, workloads: Sequence
     recovery = next((str(o.details["recovery_action_new"]) for o in reversed(observations)
                      if "recovery_action_new" in o.details), None)
     gpu_label = inc.gpu_uuid or (f"GPU {pci}" if pci else "the node")
+    below = next((o.details for o in reversed(observations) if o.details.get("gpus_below")), None)
+    if below is not None and inc.component == "node":  # a root port's AER report above several GPUs
+        gpu_label = f"the GPUs below port {below.get('port')} ({', '.join(map(str, below['gpus_below']))})"
     if inc.component == "nvswitch":
         gpu_label = f"NVSwitch {inc.component_id}"
     if inc.component == "workload":

@@ -98,9 +98,17 @@ def observation_from_record(rec: FaultRecord, *, node: str, record_id: str, at: 
         category=rec.category, immediate_action=rec.immediate_action,
         investigatory_action=_str(rec.details.get("investigatory_action")),
         description=_str(rec.details.get("description")), catalog_version=rec.catalog_version,
-        details={k: v for k, v in rec.details.items() if k not in ("description", "investigatory_action")},
-        record_key=ident.key, boot_id=ident.boot,
+        details=_details(rec), record_key=ident.key, boot_id=ident.boot,
     )
+
+
+def _details(rec: FaultRecord) -> dict[str, Any]:
+    """The record's details as an observation keeps them; a root port's AER report names its port
+    (`models.port_reports` ties it to the GPU below)."""
+    out = {k: v for k, v in rec.details.items() if k not in ("description", "investigatory_action")}
+    if rec.kind == "pcie_aer" and rec.details.get("subject") == "port" and (rec.source_pci or rec.pci):
+        out["port"] = rec.source_pci or rec.pci
+    return out
 
 
 def parse_time(text: str | None) -> datetime | None:

@@ -40,6 +40,7 @@ from models.incidents import observation_from_record
 from models.kernlog.record import FaultRecord
 from models.node_records import GpuInventory, GpuProcesses, NodeRecord, PodAssignments
 from models.pci import normalize_pci
+from models.port_reports import tie_port_report
 from models.record_identity import first_copies, record_identity
 from models.stream_policy import PipelinePolicy
 
@@ -96,8 +97,10 @@ def _events(records: Iterable[tuple[str, FaultRecord]], histories: dict[str, Nod
     out: list[ScanEvent] = []
     # One kernel record read from several files (kern.log and syslog) is one report: its first copy.
     for seq, rec, at, host in first_copies(faults, lambda f: (f[3], record_identity(f[1]))):
-        obs = observation_from_record(rec, node=host, record_id=f"scan:{seq}", at=at)
-        attr = correlate(histories.get(host) or NodeHistory(host), at, pci=obs.pci, gpu_uuid=obs.gpu_uuid,
+        history = histories.get(host) or NodeHistory(host)
+        obs = tie_port_report(observation_from_record(rec, node=host, record_id=f"scan:{seq}", at=at), history, at,
+                              p.clock_skew_s)
+        attr = correlate(history, at, pci=obs.pci, gpu_uuid=obs.gpu_uuid,
                          pid=obs.pid, process=obs.process, skew_s=p.clock_skew_s)
         out.append(ScanEvent(seq, rec, obs, attr, report_of(obs, attr),
                              gpu=gpu_key(attr.gpu.uuid, attr.gpu.pci or normalize_pci(obs.pci)),

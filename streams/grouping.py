@@ -40,6 +40,7 @@ from models.grouping import (
 from models.identity import Component
 from models.incidents import FaultObservation, IncidentChange, IncidentState
 from models.pci import normalize_pci
+from models.port_reports import tie_port_report
 from models.repeats import publish_change
 from models.stream_policy import PipelinePolicy
 from models.vocabulary import ComponentKind
@@ -117,6 +118,7 @@ class IncidentGrouping:
             history = self.histories.since(node, min(o.occurred_at for o in node_faults))
             skew = self.p.clock_skew_s
             for o in node_faults:
+                o = tie_port_report(o, history, o.occurred_at, skew)  # a root port's AER report: the GPU below
                 attr = correlate(history, o.occurred_at, pci=o.pci, gpu_uuid=o.gpu_uuid,
                                  gpu_instance_id=o.gpu_instance_id, pid=o.pid, process=o.process, skew_s=skew)
                 attributed.append((report_of(o, attr), o, attr))

@@ -359,3 +359,26 @@ def test_a_double_bit_error_that_kills_a_job_is_one_hardware_incident_and_the_jo
     assert crash.faults == 1
     own = [i for i in store_reads.incidents(store) if i["component"] == "workload"]
     assert [i["component_id"] for i in own] == ["team-vision/trainer/trainer"]
+
+
+def test_a_root_port_s_aer_report_joins_the_lost_gpu_below_it(store: Store) -> None:
+    """The agent's inventory names each GPU's upstream bridges: the root port's AER report (which names no
+    device) is the GPU's below the port, one lost GPU with its Xid 79; before any inventory knows the port it
+    would be a node-level PCIe incident (tests/models/test_port_reports.py)."""
+    k = Kmsg("n1")
+    inv = inventory("n1", T0)
+    gpus = tuple(g.model_copy(update={"upstream_bridges": (f"0000:{0x10 + i:02x}:01.0",)})
+                 for i, g in enumerate(inv.gpus))
+    port = "0000:11:01.0"  # GPU 1's root port
+    records: list[NodeRecord] = [
+        inv.model_copy(update={"gpus": gpus}),
+        k.line(f"pcieport {port}: AER: Uncorrected (Fatal) error received: {port}", T0 + s(10)),
+        k.line(f"pcieport {port}: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, "
+               "(Requester ID)", T0 + s(10)),
+        k.line(f"pcieport {port}:   device [8086:6f08] error status/mask=00004020/00000000", T0 + s(10)),
+        k.xid(1, 79, T0 + s(10.5), text="GPU has fallen off the bus."),
+    ]
+    feed(store, items_of(records))
+    (inc,) = store_reads.incidents(store)
+    assert (inc["component"], inc["gpu_uuid"], inc["family"], inc["count"]) == ("gpu", uuid("n1", 1), "gpu_lost", 1)
+    assert inc["codes"] == ["AER", "Xid 79"]
