@@ -55,6 +55,8 @@ class Evidence:
     app_codes: Sequence[str] = ()  # the incident's application-class codes ("Xid 13")
     jobs_failed: int = 0  # distinct workloads whose application faults the incident holds
     span: str = ""  # how long the incident's faults took ("50 min")
+    # Application-class codes the family's own reason leaves out (the jobs' faults, an Xid 45 that followed).
+    not_own: Sequence[str] = ()
 
     def lead(self) -> str:
         """The decisive evidence in words: "the GPU failed 3 different jobs in 50 min (Xid 13), then Xid 48 (...)"."""
@@ -101,7 +103,7 @@ def classify(group: FaultGroup, policy: ClassifyPolicy | None = None) -> Verdict
     # The codes and count the family's reason names: the jobs the GPU failed before are no memory errors
     # (the evidence names them).
     before = bool(ev and ev.app_codes)
-    own = ", ".join(c for c in group.codes if not ev or c not in ev.app_codes) or codes
+    own = ", ".join(c for c in group.codes if not ev or (c not in ev.app_codes and c not in ev.not_own)) or codes
     times = "" if before else " once" if group.count == 1 else f" {group.count} times"
     reason = f"{own} seen{times or ''} on {group.gpu}"
     if group.family == Family.GPU_LOST:

@@ -123,15 +123,18 @@ def decisive_evidence(inc: IncidentState, workloads: Sequence[str],
     if found is None:
         return None
     cat = load_catalog()
-    app_codes = tuple(text for text in inc.codes if (c := stored_code(text)) is not None and c != found.code
-                      and c.kind is CodeKind.XID and (info := cat.xid(c.number)) is not None
-                      and info.category == Category.APPLICATION)
+    application = [(text, info) for text in inc.codes if (c := stored_code(text)) is not None and c != found.code
+                   and c.kind is CodeKind.XID and (info := cat.xid(c.number)) is not None
+                   and info.category == Category.APPLICATION]
+    # The jobs' own faults: an Xid 45 reports the cleanup after another fault, never a job that failed.
+    app_codes = tuple(text for text, info in application if info.investigatory_action not in FOLLOWS_OTHER_XID)
     action = str(found.action)
     decided = decide(action, workflow_facts(inc, observations)) if action.startswith("WORKFLOW_") else None
     nvidia = f"{action} → {decided.action}: {decided.reason}" if decided is not None else action
     decisive = f"{found.code} ({found.info.description}; NVIDIA: {nvidia})"
     jobs = len(set(workloads)) if app_codes else 0
-    return Evidence(decisive, app_codes, jobs, duration((inc.last_seen - inc.first_seen).total_seconds()))
+    return Evidence(decisive, app_codes, jobs, duration((inc.last_seen - inc.first_seen).total_seconds()),
+                    tuple(text for text, _ in application))
 
 
 def application_workflow(inc: IncidentState, observations: Sequence[FaultObservation],

@@ -46,6 +46,17 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     # dry-run cordon decisions, never for the application faults
     cordons = re.findall(r"^  (gpu-node-\d+): cordon \(dry run\)", out, re.M)
     assert "gpu-node-03" in cordons and "gpu-node-01" not in cordons
+    # The DBE (Xid 48, then 63 and 95, and the driver's Xid 45 for the job it killed) is one hardware incident:
+    # the killed job is told it was affected, not blamed (no workload incident: still 6); NVIDIA's action is the
+    # decisive code's (Xid 48's, not Xid 13's RESTART_APP), and a double-bit-error rule cordons it at once.
+    assert "Xid 13, Xid 94, Xid 48, Xid 63, Xid 95, Xid 45" in out
+    assert "jobs killed by the fault: team-vision/trainer-9/trainer" in out
+    assert "why: the GPU failed 3 different jobs in 50 min (Xid 13), then Xid 48 (Double Bit ECC Error" in out
+    assert "NVIDIA: WORKFLOW_XID_48 (for Xid 48)" in out
+    assert ("gpu-node-02: cordon (dry run): rule double-bit-error: cordon at once for Xid 48 (memory; NVIDIA: "
+            "WORKFLOW_XID_48)") in out
+    # Xid 154 joined the GSP fault it reports on; its decoded recovery action is the GPU's current instruction.
+    assert "NVIDIA: RESET_GPU (for Xid 119); the GPU's recovery action now: GPU_RESET" in out
     # outbox tickets and chat messages, each dossier naming its GPU
     tickets = sorted((tmp_path / "var" / "outbox" / "jira").glob("*/ticket.json"))
     assert len(tickets) >= 5
