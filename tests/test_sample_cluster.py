@@ -3,10 +3,11 @@ sensor's report of a fault counted once, one ticket per physical fault and none 
 crashed on its own (its owner's channel gets the message).
 
 The five recorded faults: a job that crashes on two GPUs of gpu-node-01; a GPU of gpu-node-02 that
-fails three different jobs and then reports ECC errors (a contained error, the double-bit error with its
-row remapping and an uncontained error, and the driver's Xid 45 for the job it killed); a GPU of gpu-node-03 that falls off the bus
-(AER, Xid 79, "fallen off the bus" twice, the driver's GPU-lost lines); an NVLink storm on gpu-node-04
-with an NVSwitch error; a GSP timeout on gpu-node-05 with its crash dump and Xid 154.
+fails three different jobs and then reports ECC errors (a contained error, the double-bit error with
+its row remapping and an uncontained error, and the driver's Xid 45 for the job it killed); a GPU of
+gpu-node-03 that falls off the bus (AER, Xid 79, "fallen off the bus" twice, the driver's GPU-lost
+lines); an NVLink storm on gpu-node-04 with an NVSwitch error; a GSP timeout on gpu-node-05 with its
+crash dump and Xid 154.
 """
 
 from __future__ import annotations
