@@ -7,7 +7,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from models.decisive_action import decisive_of_stored
 from models.node_records import NodeRecord
 from models.scan import scan
 from models.vocabulary import ComponentKind
@@ -76,13 +75,9 @@ def print_incidents(incidents: list[dict[str, Any]]) -> None:
                                    if values)
         if attribution:  # what is not known is left out
             print(f"    {attribution}")
-        if i.get("affected"):  # the jobs a hardware fault killed: told so, not blamed
-            print(f"    jobs killed by the fault: {', '.join(str(v) for v in i['affected'])}")
         print(f"    why: {i['reason']}")
-        decisive = decisive_of_stored(i.get("codes") or [])
-        if i.get("immediate_action"):  # NVIDIA's action for the decisive code, and its current instruction (Xid 154)
-            now = f"; the GPU's recovery action now: {i['recovery_action']}" if i.get("recovery_action") else ""
-            print(f"    NVIDIA: {i['immediate_action']}" + (f" (for {decisive.code})" if decisive else "") + now)
+        if i.get("immediate_action"):
+            print(f"    NVIDIA: {i['immediate_action']}")
 
 
 def _component(i: dict[str, Any]) -> str:
