@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from models.catalog import Catalog, load_catalog
 from models.event_time import record_time
 from models.families import family_of
 from models.identity import Component
@@ -26,7 +25,7 @@ from models.kernlog.record import FaultRecord
 from models.node_records import KernelLine
 from models.record_identity import RecordIdentity, record_identity
 from models.stream_policy import PipelinePolicy
-from models.vocabulary import Category, ComponentKind, report_code
+from models.vocabulary import ComponentKind, report_code
 
 FaultSource = Literal["kernel", "nvml"]
 
