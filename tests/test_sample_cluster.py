@@ -105,12 +105,14 @@ def test_one_ticket_per_physical_fault_and_the_job_s_owner_gets_the_message(repl
 @pytest.mark.parametrize("log", sorted(SAMPLES.glob("*.log")), ids=lambda p: p.stem)
 def test_scan_finds_the_incidents_replay_finds(replayed: ReplayResult, log: Path) -> None:
     """`xidpipe scan LOG --state state.jsonl` and the pipeline (replay) run one grouping engine: the
-    same incidents, component by component, with the same codes, occurrence counts, families and
-    categories."""
+    same incidents, component by component, with the same codes, occurrence counts, families,
+    categories, NVIDIA actions, affected jobs and recovery actions."""
     scanned = scan(collect([str(log)], None, None), state=read_state(SAMPLES / "state.jsonl"))
-    got = sorted((i.component, i.state.component_id, tuple(i.codes()), i.count, i.family, i.category)
-                 for i in scanned)
-    want = sorted((i["component"], i["component_id"], tuple(i["codes"]), i["count"], i["family"], i["classification"])
+    got = sorted((i.component, i.state.component_id, tuple(i.codes()), i.count, i.family, i.category,
+                  d["immediate_action"], tuple(d["affected"]), d["recovery_action"])
+                 for i in scanned for d in [i.to_dict()])
+    want = sorted((i["component"], i["component_id"], tuple(i["codes"]), i["count"], i["family"], i["classification"],
+                   i["immediate_action"], tuple(i["affected"]), i["recovery_action"])
                   for i in replayed.incidents if i["node"] == log.stem)
     assert want, f"replay found no incident on {log.stem}"
     assert got == want
