@@ -13,11 +13,11 @@ from sqlalchemy.orm import Session
 from history.tables import Incident
 from models.incidents import IncidentState
 
-MAX_LISTED = 20  # pods, processes, workloads listed on one incident
+MAX_LISTED = 20  # pods, processes, workloads, affected workloads listed on one incident
 
 
 def add_listed(row: Incident, attr: str, value: str | None) -> None:
-    """Add `value` to the row's list `attr` (pods, processes, workloads) unless present or full."""
+    """Add `value` to the row's list `attr` (pods, processes, workloads, affected) unless present or full."""
     if not value:
         return
     current: list[Any] = list(getattr(row, attr) or [])
@@ -62,7 +62,8 @@ def incident_state(row: Incident) -> IncidentState:
         previous_incident_id=row.previous_incident_id, resolved_at=row.resolved_at,
         cordon_requested=row.cordon_requested, component=row.component or "gpu", component_id=row.component_id,
         occurrence_at=row.occurrence_at, occurrence_signals=tuple(row.occurrence_signals or ()),
-        gpu_uuid=row.gpu_uuid,
+        gpu_uuid=row.gpu_uuid, occurrence_pids=tuple(int(p) for p in row.occurrence_pids or ()),
+        recovery_action=row.recovery_action,
     )
 
 

@@ -75,6 +75,7 @@ class FaultEvent(Base):
         sa.Index("ix_fault_events_gpu_time", "node", "gpu", "occurred_at"),
         sa.Index("ix_fault_events_family_time", "family", "occurred_at"),
         sa.Index("ix_fault_events_incident_time", "incident_id", "occurred_at"),
+        sa.Index("ix_fault_events_record_key", "node", "record_key"),
     )
 
     id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
@@ -114,6 +115,13 @@ class FaultEvent(Base):
     # True when this report counted a new fault occurrence of its incident; False when it is another
     # sensor's view of the occurrence already counted (NULL: written before migration 0005, counted).
     counted: Mapped[bool | None]
+    # The kernel record it is a copy of (`models.record_identity`: the monotonic stamp and text, or the kmsg
+    # sequence number) and the boot it was read in: a later copy of it (kern.log and syslog) is a duplicate.
+    record_key: Mapped[str | None] = mapped_column(sa.String(96))
+    boot_id: Mapped[str | None] = mapped_column(sa.String(64))
+    # True: a sympathetic report of its incident's hardware fault (`models.sympathetic`: the Xid 45 of a job a
+    # DBE killed); its workload was affected, not at fault, and it counts towards no workload's faults.
+    sympathetic: Mapped[bool | None]
 
 
 class Incident(Base):
@@ -180,6 +188,11 @@ class Incident(Base):
     rule: Mapped[str | None] = mapped_column(sa.String(64))
     merged_into: Mapped[str | None] = mapped_column(sa.String(128))  # the incident that absorbed this one
     nodes: Mapped[list[Any] | None]  # fleet incidents: the nodes the burst (or the breaker's cordons) spans
+    # The workloads the fault killed (`models.sympathetic`): namespace/pod/container, else process[pid].
+    affected: Mapped[list[Any] | None]
+    occurrence_pids: Mapped[list[Any] | None]  # the processes the occurrence counted last named
+    # NVIDIA's current instruction for the GPU: the recovery action its latest Xid 154 decoded (GPU_RESET, ...).
+    recovery_action: Mapped[str | None] = mapped_column(sa.String(32))
 
 
 class EvidenceRecord(Base):

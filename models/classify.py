@@ -41,6 +41,30 @@ class FaultGroup:
     workload_gpu_spread: dict[str, int]
     severity: str | None = None  # for PCIe AER: corrected / non-fatal / fatal
     recovery_action: str | None = None  # for Xid 154: the driver's latest recovery action
+    # The decisive evidence of a hardware incident (`Evidence`): its most drastic code and what came before.
+    evidence: Evidence | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What decides an incident that is not an application fault, for its reason: its decisive code
+    (the most drastic NVIDIA action, `models.decisive_action`), and the application faults the GPU had
+    before it (jobs it failed, which made it suspect)."""
+
+    decisive: str  # "Xid 48 (Double Bit ECC Error; NVIDIA: WORKFLOW_XID_48)"
+    app_codes: Sequence[str] = ()  # the incident's application-class codes ("Xid 13")
+    jobs_failed: int = 0  # distinct workloads whose application faults the incident holds
+    span: str = ""  # how long the incident's faults took ("50 min")
+    # Application-class codes the family's own reason leaves out (the jobs' faults, an Xid 45 that followed).
+    not_own: Sequence[str] = ()
+
+    def lead(self) -> str:
+        """The decisive evidence in words: "the GPU failed 3 different jobs in 50 min (Xid 13), then Xid 48 (...)"."""
+        if self.app_codes and self.jobs_failed:
+            jobs = "1 job" if self.jobs_failed == 1 else f"{self.jobs_failed} different jobs"
+            within = f" in {self.span}" if self.span else ""
+            return f"the GPU failed {jobs}{within} ({', '.join(self.app_codes)}), then {self.decisive}"
+        return self.decisive
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,18 +99,25 @@ def classify(group: FaultGroup, policy: ClassifyPolicy | None = None) -> Verdict
     if category is None:
         category = group.categories[0] if group.categories else Category.UNKNOWN
         rule = "catalog"
-    times = "once" if group.count == 1 else f"{group.count} times"
-    reason = f"{codes} seen {times} on {group.gpu}"
+    ev = group.evidence
+    # The codes and count the family's reason names: the jobs the GPU failed before are no memory errors
+    # (the evidence names them).
+    before = bool(ev and ev.app_codes)
+    own = ", ".join(c for c in group.codes if not ev or (c not in ev.app_codes and c not in ev.not_own)) or codes
+    times = "" if before else " once" if group.count == 1 else f" {group.count} times"
+    reason = f"{own} seen{times or ''} on {group.gpu}"
     if group.family == Family.GPU_LOST:
-        reason = f"GPU fell off the bus ({codes}): the device no longer answers; hardware or PCIe path"
+        reason = f"GPU fell off the bus ({own}): the device no longer answers; hardware or PCIe path"
     elif group.family == Family.MEMORY:
-        reason = f"GPU memory error ({codes}) seen {times} on {group.gpu}"
+        reason = f"GPU memory error ({own}){' seen' + times if times else ''} on {group.gpu}"
     elif group.family == Family.PCIE:
-        reason = f"PCIe AER {group.severity or 'error'} reported {times} for {group.gpu} ({codes})"
+        reason = f"PCIe AER {group.severity or 'error'} reported{times} for {group.gpu} ({own})"
     elif group.family == Family.RECOVERY_ACTION and group.recovery_action:
-        reason = f"the driver's GPU recovery action for {group.gpu} is now '{group.recovery_action}' ({codes})"
+        reason = f"the driver's GPU recovery action for {group.gpu} is now '{group.recovery_action}' ({own})"
     elif group.family == Family.GSP:
-        reason = f"GPU System Processor failure ({codes}) {times} on {group.gpu}"
+        reason = f"GPU System Processor failure ({own}){times} on {group.gpu}"
+    if ev is not None:
+        reason = f"{ev.lead()}: {reason}"
     return Verdict(category, reason, rule)
 
 

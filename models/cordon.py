@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from models.catalog import Catalog, load_catalog
 from models.cordon_policy import CordonPolicy, Match, Rule
+from models.decisive_action import decisive_action
 from models.vocabulary import (
     FAMILIES,
     Category,
@@ -66,12 +67,24 @@ class PodRef(_Frozen):
     name: str
 
 
+class Occurrence(_Frozen):
+    """One occurrence of an incident's component as a rule's `match` reads it: when it began, the Xids
+    its reports carried (every sensor's view of it: a DBE's Xid 48 and 63, the Xid 45 of the job it
+    killed) and the family of the report that counted it."""
+
+    at: datetime
+    xids: tuple[int, ...] = ()
+    family: Family | None = None
+
+
 class CordonRequest(BaseModel):
     """A request to cordon a node for one incident: what the stream emits, and all a decision needs.
 
     Redelivered copies are equal; a repeat of the incident carries a higher `count` (and a later
     `last_seen`). `occurrences` (optional) lists recent occurrence times for `cordon_after` windows;
-    without it the window test uses `count` over `first_seen`..`last_seen`.
+    without it the window test uses `count` over `first_seen`..`last_seen`. `occurrence_facts`
+    (optional) says what each recent occurrence was: a `cordon_after` rule then counts only the
+    occurrences its `match` selects (`occurrences_in_window`).
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -89,6 +102,8 @@ class CordonRequest(BaseModel):
     first_seen: datetime
     last_seen: datetime
     occurrences: tuple[datetime, ...] = ()
+    occurrence_facts: tuple[Occurrence, ...] = Field(
+        default=(), description="what each recent occurrence was (its Xids, its family): what a rule counts")
     reason: str = Field(default="", description="the stream's reason for the request")
     pods: tuple[PodRef, ...] = Field(default=(), description="pods using the faulty GPU (drain candidates)")
 
@@ -132,9 +147,11 @@ class IncidentLike(Protocol):
 def cordon_request_for(
     incident: IncidentLike, *, codes: Sequence[FaultCode], pods: tuple[PodRef, ...] = (),
     occurrences: tuple[datetime, ...] = (), catalog: Catalog | None = None,
+    occurrence_facts: tuple[Occurrence, ...] = (),
 ) -> CordonRequest:
     """The cordon request for an incident whose faults carried `codes`: their Xids, in order, and
-    NVIDIA's immediate actions for them from the catalog."""
+    NVIDIA's immediate actions for them from the catalog; `occurrence_facts`, what its recent
+    occurrences were (their times are `occurrences` when those are not given)."""
     cat = catalog or load_catalog()
     xids = tuple(code.number for code in codes if code.kind is CodeKind.XID)
     actions = tuple(dict.fromkeys(
@@ -143,7 +160,8 @@ def cordon_request_for(
         node=incident.node, incident_id=incident.incident_id, fingerprint=incident.fingerprint, gpu=incident.gpu,
         family=Family(incident.family), xids=xids, category=Category(incident.category), immediate_actions=actions,
         count=incident.count, first_seen=incident.first_seen, last_seen=incident.last_seen,
-        occurrences=occurrences, reason=incident.reason, pods=pods,
+        occurrences=occurrences or tuple(o.at for o in occurrence_facts), occurrence_facts=occurrence_facts,
+        reason=incident.reason, pods=pods,
     )
 
 
@@ -220,10 +238,36 @@ def matching_rule(policy: CordonPolicy, req: CordonRequest) -> Rule | None:
     return next((r for r in policy.rules if matches(r.match, req)), None)
 
 
-def occurrences_in_window(req: CordonRequest, window_s: float) -> tuple[int, str]:
+def occurrence_matches(match: Match, occ: Occurrence, req: CordonRequest, catalog: Catalog | None = None) -> bool:
+    """Whether a rule's `match` selects one occurrence: its Xids (any of `xids`; `immediate_actions`: the
+    catalog's actions for them) and its family; the category is the incident's (classification is)."""
+    if match.families and (occ.family or req.family) not in match.families:
+        return False
+    if match.xids and not set(match.xids) & set(occ.xids):
+        return False
+    if match.categories and req.category not in match.categories:
+        return False
+    if match.immediate_actions:
+        cat = catalog or load_catalog()
+        actions = {info.immediate_action for x in occ.xids if (info := cat.xid(x)) is not None}
+        return bool(set(match.immediate_actions) & actions)
+    return True
+
+
+def occurrences_in_window(req: CordonRequest, window_s: float, match: Match | None = None) -> tuple[int, str]:
     """How many occurrences of the incident fall within one window ending at its latest, and how that
-    was counted. With no occurrence times and a span longer than the window, the count is assumed
-    spread evenly over the span."""
+    was counted. With `occurrence_facts` and a rule's `match`, only the occurrences the match selects
+    count, in a window ending at the latest of them ("contained ECC twice in a day" counts Xid 94s, not
+    the Xid 13s the same GPU had). With no occurrence times and a span longer than the window, the count
+    is assumed spread evenly over the span."""
+    if req.occurrence_facts and match is not None:
+        times = [o.at for o in req.occurrence_facts if occurrence_matches(match, o, req)]
+        if not times:
+            return 0, f"none of its {len(req.occurrence_facts)} occurrence(s) matches the rule"
+        end = max(times)
+        n = sum(1 for t in times if 0 <= (end - t).total_seconds() <= window_s)
+        return n, (f"{n} occurrence(s) matching the rule within {window_s:.0f} s "
+                   f"({len(req.occurrence_facts)} in all)")
     if req.occurrences:
         end = max(req.occurrences)
         n = sum(1 for t in req.occurrences if 0 <= (end - t).total_seconds() <= window_s)
@@ -243,12 +287,22 @@ def policy_verdict(policy: CordonPolicy, req: CordonRequest) -> tuple[bool, str,
     if rule.action == "never":
         return False, f"rule {rule.name}: never cordon for {req.codes} ({req.category})", rule.name
     if rule.action == "cordon_now":
-        return True, f"rule {rule.name}: cordon at once for {req.codes} ({req.family})", rule.name
+        return True, f"rule {rule.name}: cordon at once for {_decisive_codes(rule, req)}", rule.name
     assert rule.occurrences is not None and rule.window_s is not None
-    n, how = occurrences_in_window(req, rule.window_s)
+    n, how = occurrences_in_window(req, rule.window_s, rule.match)
     if n >= rule.occurrences:
         return True, f"rule {rule.name}: {how}, threshold {rule.occurrences}", rule.name
     return False, f"rule {rule.name}: {how}, below the threshold of {rule.occurrences}", rule.name
+
+
+def _decisive_codes(rule: Rule, req: CordonRequest) -> str:
+    """The codes a cordon is for: those the rule's match names, else the incident's decisive code
+    (`models.decisive_action`), with its family and NVIDIA's action ("Xid 48 (memory; NVIDIA: WORKFLOW_XID_48)")."""
+    xids = [x for x in req.xids if x in rule.match.xids] or list(req.xids)
+    found = decisive_action(FaultCode(CodeKind.XID, x) for x in xids)
+    if found is None:
+        return f"{req.codes} ({req.family})"
+    return f"{found.code} ({req.family}; NVIDIA: {found.action})"
 
 
 # --- scope and breaker ---------------------------------------------------------------------------

@@ -98,6 +98,9 @@ def _default_rules() -> tuple[Rule, ...]:
     hour, day = 3600.0, 24 * 3600.0
     return (
         Rule(name="gpu-lost", match=Match(families=(Family.GPU_LOST,)), action="cordon_now"),
+        # NVIDIA's WORKFLOW_XID_48: solo RESET_GPU, with Xid 63/64 DRAIN_AND_RESET; the guide escalates a
+        # double-bit error at once (section 九).
+        Rule(name="double-bit-error", match=Match(xids=(48,)), action="cordon_now"),
         Rule(name="uncontained-ecc", match=Match(xids=(95,)), action="cordon_now"),
         Rule(name="row-remap-failure", match=Match(xids=(64,)), action="cordon_now"),
         Rule(name="nvidia-reset-or-reboot",

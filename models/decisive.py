@@ -14,7 +14,11 @@ most drastic first):
   code has one (a GPU lost from the bus is the incident's family, `gpu_lost`, whose runbook entry
   comes first; its Xid 79 is the decisive code).
 
-Ties go to the code listed first (the incident's order). Pure: the catalog is bundled data.
+The codes NVIDIA says follow another Xid (`FOLLOWS_OTHER_XID`: Xid 45, "Not Solo: IGNORE (follow
+other Xid)"; Xid 154, "Informational only regarding another Xid") decide only when no other code
+has a key; an Xid 154's recovery action is kept apart (`Decisive.recovery`) as NVIDIA's current
+instruction. Ties go to the code listed first (the incident's order). This is the one choice of the
+decisive code: the engine's `models.decisive_action` asks it too. Pure: the catalog is bundled data.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from models.catalog import RECOVERY_ACTIONS, Catalog, load_catalog
-from models.vocabulary import CodeKind, ImmediateAction, stored_code
+from models.vocabulary import CodeKind, ImmediateAction, InvestigatoryAction, stored_code
 
 # What the driver's Xid 154 recovery action asks for, as the runbook entry that does it.
 RECOVERY_KEYS: dict[str, str] = {
@@ -33,6 +37,8 @@ RECOVERY_KEYS: dict[str, str] = {
     "SYSTEM_REBOOT": ImmediateAction.RESTART_BM, "DRAIN_P2P": ImmediateAction.RESET_GPU,
     "RECOVER_IMEX_DOMAIN": ImmediateAction.CONTACT_SUPPORT, "NONE": ImmediateAction.IGNORE,
 }
+# Investigatory actions of codes that report on another Xid: decisive only when no other code has a key.
+FOLLOWS_OTHER_XID = frozenset({InvestigatoryAction.RESTART_FM_WHEN_SOLO, InvestigatoryAction.INFORMATIONAL})
 NVSWITCH_FATAL = "nvswitch_fatal"
 NVSWITCH_NON_FATAL = "nvswitch_non_fatal"
 _RECOVERY = re.compile(
@@ -105,10 +111,10 @@ def decisive(codes: Sequence[CodeFacts], order: Sequence[str], catalog: Catalog 
     rank = {k: i for i, k in enumerate(order)}
     recovery = next((r for c in reversed(codes) if stored_code(c.code) == _XID_154 and (r := recovery_of(c.message))),
                     None)
-    keyed = [(rank.get(k, len(rank)), i, c, k, a) for i, c in enumerate(codes)
+    keyed = [(_follows_other(c, cat), rank.get(k, len(rank)), i, c, k, a) for i, c in enumerate(codes)
              for k, a in [code_key(c, cat)] if k is not None]
     if keyed:
-        _, _, best, key, action = min(keyed, key=lambda t: (t[0], t[1]))
+        _, _, _, best, key, action = min(keyed, key=lambda t: (t[0], t[1], t[2]))
         others = [c.code for c in codes if c is not best]
         why = (f"{best.code} ({action or key}) ranks first in the runbook's order"
                + (f" among {', '.join(others)}" if others else ""))
@@ -119,6 +125,15 @@ def decisive(codes: Sequence[CodeFacts], order: Sequence[str], catalog: Catalog 
         return Decisive(None, None, None, None, "the incident has no codes")
     return Decisive(first.code, None, first.immediate_action, recovery,
                     f"no code of the incident has a catalog action; {first.code} is its first")
+
+
+def _follows_other(c: CodeFacts, catalog: Catalog) -> bool:
+    """Whether NVIDIA says the code reports on another Xid (`FOLLOWS_OTHER_XID`)."""
+    parsed = stored_code(c.code)
+    if parsed is None or parsed.kind is not CodeKind.XID:
+        return False
+    info = catalog.xid(parsed.number)
+    return info is not None and info.investigatory_action in FOLLOWS_OTHER_XID
 
 
 _XID_154 = stored_code("Xid 154")

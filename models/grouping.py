@@ -30,8 +30,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
-from models.classify import ClassifyPolicy, FaultGroup, Verdict, classify, classify_workload
+from models.classify import ClassifyPolicy, Evidence, FaultGroup, Verdict, classify, classify_workload
 from models.correlate import Attribution
+from models.decisive_action import application_workflow, decisive_evidence, with_workflow
 from models.identity import (
     Component,
     attaches_to_gpu_fault,
@@ -46,7 +47,8 @@ from models.identity import (
 from models.incidents import FaultObservation, IncidentChange, IncidentState, component_gpu, new_incident_id
 from models.pci import normalize_pci
 from models.stream_policy import PipelinePolicy
-from models.vocabulary import ComponentKind
+from models.sympathetic import sympathetic_to
+from models.vocabulary import ComponentKind, Family
 
 # --- reports ------------------------------------------------------------------------------------
 
@@ -66,6 +68,9 @@ class Report:
     workload: str | None  # its workload, when its pod is known: an application fault of a known pod is the job's
     error: object = None  # a driver error's class (`details["error"]`)
     names_gpu: bool = True  # it or its attribution names a GPU (a UUID or a PCI address)
+    xid: int | None = None
+    pid: int | None = None  # the process the line names
+    recovery_action: str | None = None  # an Xid 154's decoded recovery action (`details["recovery_action"]`)
 
     @property
     def component(self) -> Component:
@@ -80,7 +85,12 @@ def report_of(obs: FaultObservation, attr: Attribution) -> Report:
         obs.node, obs.source, obs.kind, obs.family, obs.code, obs.occurred_at, attr.gpu.pci or normalize_pci(obs.pci),
         attr.gpu.uuid, attr.workload if attr.pod.pod else None, obs.details.get("error"),
         names_gpu=attr.gpu.uuid is not None or attr.gpu.pci is not None or obs.pci is not None,
+        xid=obs.xid, pid=obs.pid, recovery_action=_str_or_none(obs.details.get("recovery_action")),
     )
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 _T = TypeVar("_T")
@@ -122,11 +132,14 @@ class IncidentLookup(Protocol):
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where a report goes: its component, the companion group of the GPU fault a node-level report
-    attaches to (None: its own), and the component's latest incident (None: it has none yet)."""
+    attaches to (None: its own), and the component's latest incident (None: it has none yet);
+    `sympathetic`: why an application-class report is a sympathetic report of the GPU's hardware fault
+    (`models.sympathetic`), whose incident it joins: its workload was affected, not at fault."""
 
     component: Component
     group: str | None
     current: IncidentState | None
+    sympathetic: str | None = None
 
 
 def reads(r: Report) -> set[str]:
@@ -156,13 +169,39 @@ class Grouper:
     def group(self, r: Report) -> tuple[Placement, IncidentChange]:
         """Where the report goes and what it does to that incident (the caller applies the change)."""
         placed = self.place(r)
-        change = apply_fault(placed.current, component=placed.component, node=r.node, family=r.family, code=r.code,
-                             signal=signal(r.family, r.source, r.code, placed.group), at=r.at, policy=self.policy)
+        group = placed.group
+        current = placed.current
+        if (group is None and r.family == Family.RECOVERY_ACTION and current is not None and current.status == "open"
+                and current.occurrence_signals):
+            group = occurrence_group(current.occurrence_signals)  # Xid 154 joins the fault it reports on
+        change = apply_fault(current, component=placed.component, node=r.node, family=r.family, code=r.code,
+                             signal=signal(r.family, r.source, r.code, group), at=r.at, policy=self.policy,
+                             pid=r.pid, sympathetic=placed.sympathetic)
+        if r.recovery_action:
+            change = replace(change, incident=replace(change.incident, recovery_action=r.recovery_action))
         return placed, change
 
     def place(self, r: Report) -> Placement:
+        if r.family == Family.APPLICATION and (r.gpu_uuid or r.pci):
+            found = self._sympathetic(r)
+            if found is not None:
+                return found
         comp, group = self._component(r)
         return Placement(comp, group, self.latest(comp, r.pci))
+
+    def _sympathetic(self, r: Report) -> Placement | None:
+        """The GPU's hardware incident when the application-class report follows its fault (`models.sympathetic`)."""
+        gpu = r.gpu_uuid or r.pci
+        assert gpu is not None
+        st = self.latest(Component(ComponentKind.GPU, r.node, gpu), r.pci)
+        if st is None:
+            return None
+        why = sympathetic_to(r.xid, r.pid, r.at, st, window_s=self.policy.sympathetic_window_s,
+                             skew_s=self.policy.clock_skew_s)
+        if why is None:
+            return None
+        comp = Component(ComponentKind.GPU, st.node, st.component_id or st.gpu)
+        return Placement(comp, occurrence_group(st.occurrence_signals), st, why)
 
     def latest(self, comp: Component, pci: str | None) -> IncidentState | None:
         """The component's latest incident; for a GPU known by UUID without one, the incident opened
@@ -230,12 +269,16 @@ def apply_fault(
     signal: str,
     at: datetime,
     policy: PipelinePolicy,
+    pid: int | None = None,
+    sympathetic: str | None = None,
 ) -> IncidentChange:
     """Group one fault report into its component's incident.
 
-    Another view of the occurrence counted last (`models.identity.joins_occurrence`) joins it without
-    counting; any other report counts a new occurrence of the open incident; after the quiet period,
-    or when the latest incident is resolved, a new incident linked to the previous one opens.
+    Another view of the occurrence counted last (`models.identity.joins_occurrence`), and a sympathetic
+    report of it (`sympathetic`: why, `models.sympathetic`), joins it without counting; any other
+    report counts a new occurrence of the open incident; after the quiet period, or when the latest
+    incident is resolved, a new incident linked to the previous one opens. `pid`: the process the
+    report names (an occurrence remembers its processes).
     """
     # A recurrence keeps the fingerprint of the incident it follows (a GPU first known by its PCI address).
     fingerprint = current.fingerprint if current is not None else component.fingerprint
@@ -245,28 +288,32 @@ def apply_fault(
             codes = current.codes if code in current.codes else (*current.codes, code)
             seen = replace(current, last_seen=max(current.last_seen, at), first_seen=min(current.first_seen, at),
                            codes=codes, family=primary_family(current.family, family))
-            if joins_occurrence(current.occurrence_at, current.occurrence_signals, at, signal,
-                                policy.occurrence_window_s, policy.duplicate_window_s):
-                signals = current.occurrence_signals
-                joined = replace(seen, occurrence_signals=signals if signal in signals else (*signals, signal))
-                return IncidentChange("updated", joined, f"{code} is another report of the fault counted at "
+            if sympathetic is not None or joins_occurrence(current.occurrence_at, current.occurrence_signals, at,
+                                                           signal, policy.occurrence_window_s,
+                                                           policy.duplicate_window_s):
+                signals, pids = current.occurrence_signals, current.occurrence_pids
+                joined = replace(seen, occurrence_signals=signals if signal in signals else (*signals, signal),
+                                 occurrence_pids=pids if pid is None or pid in pids else (*pids, pid))
+                what = f"a sympathetic report ({sympathetic})" if sympathetic else "another report"
+                return IncidentChange("updated", joined, f"{code} is {what} of the fault counted at "
                                       f"{_hms(current.occurrence_at)} in incident {current.incident_id}", counted=False)
-            updated = replace(seen, count=current.count + 1, occurrence_at=at, occurrence_signals=(signal,))
+            updated = replace(seen, count=current.count + 1, occurrence_at=at, occurrence_signals=(signal,),
+                              occurrence_pids=(pid,) if pid is not None else ())
             return IncidentChange("updated", updated, f"{code} repeats incident {current.incident_id}")
         resolved = replace(current, status="resolved", resolved_at=current.last_seen + timedelta(
             seconds=policy.quiet_period_s))
         return IncidentChange(
-            "reopened", _fresh(fingerprint, component, node, family, code, signal, at, previous=current.incident_id),
+            "reopened", _fresh(fingerprint, component, node, family, code, signal, at, current.incident_id, pid),
             f"{code} after {quiet:.0f} s of quiet (more than {policy.quiet_period_s:.0f} s): "
             f"incident {current.incident_id} resolved, recurrence opened",
             resolved_previous=resolved,
         )
     if current is not None:  # the latest incident of this fingerprint is resolved: a recurrence
         return IncidentChange(
-            "reopened", _fresh(fingerprint, component, node, family, code, signal, at, previous=current.incident_id),
+            "reopened", _fresh(fingerprint, component, node, family, code, signal, at, current.incident_id, pid),
             f"{code} recurs after incident {current.incident_id} was resolved",
         )
-    return IncidentChange("opened", _fresh(fingerprint, component, node, family, code, signal, at, previous=None),
+    return IncidentChange("opened", _fresh(fingerprint, component, node, family, code, signal, at, None, pid),
                           f"first {code} on {component.kind} {component.id}")
 
 
@@ -275,11 +322,12 @@ def _hms(at: datetime | None) -> str:
 
 
 def _fresh(fp: str, component: Component, node: str, family: str, code: str, signal: str, at: datetime,
-           previous: str | None) -> IncidentState:
+           previous: str | None, pid: int | None = None) -> IncidentState:
     return IncidentState(
         incident_id=new_incident_id(fp, at), fingerprint=fp, node=node, gpu=component_gpu(component), family=family,
         status="open", count=1, first_seen=at, last_seen=at, codes=(code,), previous_incident_id=previous,
         component=component.kind, component_id=component.id, occurrence_at=at, occurrence_signals=(signal,),
+        occurrence_pids=(pid,) if pid is not None else (),
     )
 
 
@@ -388,6 +436,7 @@ class ClassifyContext:
     workload_clean_gpus: Mapping[str, int] = field(default_factory=dict)
     severity: str | None = None
     recovery_action: str | None = None
+    evidence: Evidence | None = None
 
 
 def classify_in_context(ctx: ClassifyContext, policy: PipelinePolicy) -> Verdict:
@@ -398,7 +447,7 @@ def classify_in_context(ctx: ClassifyContext, policy: PipelinePolicy) -> Verdict
         FaultGroup(
             family=ctx.family, categories=list(ctx.categories), codes=list(ctx.codes), count=ctx.count,
             workloads=list(ctx.workloads), gpu=ctx.gpu, workload_gpu_spread=dict(ctx.workload_fault_gpus),
-            severity=ctx.severity, recovery_action=ctx.recovery_action,
+            severity=ctx.severity, recovery_action=ctx.recovery_action, evidence=ctx.evidence,
         ),
         ClassifyPolicy(repeat_threshold=policy.repeat_threshold, min_distinct_workloads=policy.min_distinct_workloads),
     )
@@ -422,17 +471,24 @@ def incident_verdict(inc: IncidentState, *, pci: str | None, workloads: Sequence
     recovery = next((str(o.details["recovery_action_new"]) for o in reversed(observations)
                      if "recovery_action_new" in o.details), None)
     gpu_label = inc.gpu_uuid or (f"GPU {pci}" if pci else "the node")
+    below = next((o.details for o in reversed(observations) if o.details.get("gpus_below")), None)
+    if below is not None and inc.component == "node":  # a root port's AER report above several GPUs
+        gpu_label = f"the GPUs below port {below.get('port')} ({', '.join(map(str, below['gpus_below']))})"
     if inc.component == "nvswitch":
         gpu_label = f"NVSwitch {inc.component_id}"
     if inc.component == "workload":
         gpus, nodes = app.fault_gpus.get(inc.component_id or "", 1) if app else 1, app.count if app else 1
-        return classify_workload(", ".join(inc.codes), inc.component_id or "?", gpus, nodes, inc.count)
+        verdict = classify_workload(", ".join(inc.codes), inc.component_id or "?", gpus, nodes, inc.count)
+        return with_workflow(verdict, application_workflow(inc, observations, gpus - 1))
     if inc.family != "application" or app is None:
         return classify_in_context(ClassifyContext(
             gpu=gpu_label, family=inc.family, codes=inc.codes, categories=cats, count=inc.count,
             workloads=list(workloads), workload_fault_gpus={}, severity=severity, recovery_action=recovery,
+            evidence=decisive_evidence(inc, workloads, observations) if inc.family != "application" else None,
         ), policy)
-    return classify_in_context(ClassifyContext(
+    verdict = classify_in_context(ClassifyContext(
         gpu=gpu_label, family=inc.family, codes=inc.codes, categories=cats, count=max(app.count, inc.count),
         workloads=app.workloads, workload_fault_gpus=app.fault_gpus, workload_clean_gpus=app.clean_gpus,
     ), policy)
+    other_gpus = max((n - 1 for n in app.fault_gpus.values()), default=0)
+    return with_workflow(verdict, application_workflow(inc, observations, other_gpus))

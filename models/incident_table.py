@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from models.correlate import Attribution
+from models.decisive_action import decisive_of_stored
 from models.grouping import (
     AppContext,
     Placement,
@@ -52,6 +53,7 @@ class ScanEvent:
     counted: bool = True  # it counted an occurrence (False: another view of the one before)
     sources: str = "kernel"
     order: int = 0  # the order it was grouped in (the stream's fault_events id): ties in time keep it
+    affected: bool = False  # a sympathetic report of its incident's hardware fault: its workload was affected
 
     @property
     def node(self) -> str:
@@ -143,6 +145,7 @@ class ScanIncident:
             if r.pid is not None or r.process:
                 processes[f"{r.process or '?'}[{r.pid if r.pid is not None else '?'}]"] = None
         actions: dict[str, None] = {e.record.immediate_action: None for e in events if e.record.immediate_action}
+        decisive = decisive_of_stored(self.state.codes)
         return {
             "fingerprint": self.fingerprint,
             "component": self.component,
@@ -161,9 +164,14 @@ class ScanIncident:
             "codes": self.codes(),
             "mnemonics": sorted({e.record.mnemonic for e in events if e.record.mnemonic}),
             "immediate_actions": list(actions),
+            # NVIDIA's action for the incident: its decisive code's (`models.decisive_action`)
+            "immediate_action": decisive.action if decisive else None,
+            "decisive_code": str(decisive.code) if decisive else None,
             "processes": list(processes),
             "pods": _listed(_pod(e.attribution) for e in events),
-            "workloads": _listed(e.workload for e in events),
+            "workloads": _listed(e.workload for e in events if not e.affected),
+            "affected": _listed(_affected(e) for e in events if e.affected),
+            "recovery_action": self.state.recovery_action,
             "first_seen": events[0].when,
             "last_seen": events[-1].when,
             "first_line": first.line,
@@ -224,6 +232,7 @@ class IncidentTable:
             inc.serial = inc.serial or attr.gpu.serial
         self.by_fp[comp.fingerprint] = self.by_fp[inc.fingerprint] = inc
         event.incident_id, event.counted, event.order = inc.state.incident_id, change.counted, len(self.events)
+        event.affected = placed.sympathetic is not None
         inc.events.append(event)
         inc.observations.append(event.observation)
         self.events.append(event)
@@ -237,7 +246,8 @@ class IncidentTable:
         and every incident is classified."""
         self._keep_with_gpus()
         for inc in self.incidents():
-            verdict = incident_verdict(inc.state, pci=inc.pci, workloads=_listed(e.workload for e in inc.events),
+            verdict = incident_verdict(inc.state, pci=inc.pci,
+                                       workloads=_listed(e.workload for e in inc.events if not e.affected),
                                        observations=inc.observations, app=self._context(inc), policy=self.policy)
             inc.category, inc.reason, inc.rule = verdict.category, verdict.reason, verdict.rule
 
@@ -328,7 +338,7 @@ class IncidentTable:
         """For each (node, GPU): the workloads whose application faults it saw within the classification
         window ending at `until`, on how many GPUs each faulted, and on how many others it ran clean."""
         since = until - timedelta(seconds=self.policy.classify_window_s)
-        recent = [e for e in self.events if e.family == "application" and e.occurred_at >= since]
+        recent = [e for e in self.events if e.family == "application" and e.occurred_at >= since and not e.affected]
         here: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
         for e in recent:
             if (e.node, e.gpu) in pairs and e.counted:
@@ -359,6 +369,12 @@ def _in_time_order(events: Iterable[ScanEvent]) -> list[ScanEvent]:
 
 def _listed(values: Iterable[str | None]) -> list[str]:
     return list(dict.fromkeys(v for v in values if v))[:MAX_LISTED]
+
+
+def _affected(e: ScanEvent) -> str | None:
+    """A killed workload as the incident lists it: its pod, else its process (as the stream lists them)."""
+    r = e.attribution.process
+    return _pod(e.attribution) or (f"{r.process or '?'}[{r.pid}]" if r.pid is not None else None) or e.workload
 
 
 def _pod(attr: Attribution) -> str | None:

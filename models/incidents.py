@@ -23,6 +23,7 @@ from models.identity import Component
 from models.kernlog.clock import parse_stamp
 from models.kernlog.record import FaultRecord
 from models.node_records import KernelLine
+from models.record_identity import RecordIdentity, record_identity
 from models.stream_policy import PipelinePolicy
 from models.vocabulary import ComponentKind, report_code
 
@@ -55,6 +56,9 @@ class FaultObservation:
     description: str | None = None
     catalog_version: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
+    # The kernel record it is a copy of (`models.record_identity`): another copy is the same report.
+    record_key: str | None = None
+    boot_id: str | None = None
 
     @property
     def code(self) -> str:
@@ -75,12 +79,17 @@ def observation_from_kernel(rec: FaultRecord, line: KernelLine, index: int = 0) 
     `index` distinguishes several records parsed from one published line.
     """
     record_id = line.record_id if index == 0 else f"{line.record_id}#{index}"
-    return observation_from_record(rec, node=line.node, record_id=record_id, at=record_time(rec, line).at)
+    ident = record_identity(rec, source=line.source, boot_id=line.boot_id, seq=line.seq if index == 0 else None,
+                            monotonic_us=line.monotonic_us, continuation=line.continuation)
+    return observation_from_record(rec, node=line.node, record_id=record_id, at=record_time(rec, line).at,
+                                   identity=ident)
 
 
-def observation_from_record(rec: FaultRecord, *, node: str, record_id: str, at: datetime) -> FaultObservation:
+def observation_from_record(rec: FaultRecord, *, node: str, record_id: str, at: datetime,
+                            identity: RecordIdentity | None = None) -> FaultObservation:
     """A parsed kernel fault of `node` at the event time `at` (`xidpipe scan` reads records without
-    the agent's line around them)."""
+    the agent's line around them: its identity is then what the record itself says)."""
+    ident = identity if identity is not None else record_identity(rec)
     return FaultObservation(
         node=node, source="kernel", record_id=record_id, occurred_at=at, kind=rec.kind,
         family=family_of(rec), message=rec.message, raw=rec.raw, xid=rec.xid, sxid=rec.sxid,
@@ -88,8 +97,17 @@ def observation_from_record(rec: FaultRecord, *, node: str, record_id: str, at: 
         category=rec.category, immediate_action=rec.immediate_action,
         investigatory_action=_str(rec.details.get("investigatory_action")),
         description=_str(rec.details.get("description")), catalog_version=rec.catalog_version,
-        details={k: v for k, v in rec.details.items() if k not in ("description", "investigatory_action")},
+        details=_details(rec), record_key=ident.key, boot_id=ident.boot,
     )
+
+
+def _details(rec: FaultRecord) -> dict[str, Any]:
+    """The record's details as an observation keeps them; a root port's AER report names its port
+    (`models.port_reports` ties it to the GPU below)."""
+    out = {k: v for k, v in rec.details.items() if k not in ("description", "investigatory_action")}
+    if rec.kind == "pcie_aer" and rec.details.get("subject") == "port" and (rec.source_pci or rec.pci):
+        out["port"] = rec.source_pci or rec.pci
+    return out
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -130,6 +148,10 @@ class IncidentState:
     occurrence_at: datetime | None = None
     occurrence_signals: tuple[str, ...] = ()
     gpu_uuid: str | None = None  # the GPU's UUID once known (an incident opened under its PCI address keeps it)
+    # The processes the occurrence counted last named (a contained Xid 94's: only it follows the fault).
+    occurrence_pids: tuple[int, ...] = ()
+    # NVIDIA's current instruction for the GPU: the recovery action its latest Xid 154 decoded (GPU_RESET, ...).
+    recovery_action: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,6 +168,9 @@ class GpuInfo(BaseModel):
     temperature_shutdown_c: int | None = None
     temperature_slowdown_c: int | None = None
     unsupported: tuple[str, ...] = ()
+    upstream_bridges: tuple[str, ...] = Field(
+        default=(), description="the PCI bridges above the GPU, from its root port down to its parent (sysfs): "
+        "a root port's AER report is the GPU's below it (models.port_reports); empty from older agents")
 
 
 class GpuInventory(NodeRecordBase):

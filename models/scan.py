@@ -12,8 +12,10 @@ inventory's; without one, the scan's epoch: one clock per input), else the time 
 it on its node. The faults of one moment (reports within `occurrence_window_s` of the first, on one
 node) are grouped together, as the stream groups a batch: those that name a GPU first. Identity
 lines (`GPU at PCI:...: GPU-<uuid>`, serial number) give each PCI address its UUID and serial,
-wherever in the input they appear. Without pod assignments an application fault stays with its GPU
-(its workload is its process, `process:<name>`), as in the stream.
+wherever in the input they appear. One kernel record read from several files of a node (kern.log
+and syslog) is one report (`models.record_identity`): its first copy. Without pod assignments an
+application fault stays with its GPU (its workload is its process, `process:<name>`), as in the
+stream.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from models.incidents import observation_from_record
 from models.kernlog.record import FaultRecord
 from models.node_records import GpuInventory, GpuProcesses, NodeRecord, PodAssignments
 from models.pci import normalize_pci
+from models.port_reports import tie_port_report
+from models.record_identity import first_copies, record_identity
 from models.stream_policy import PipelinePolicy
 
 __all__ = ["ScanIncident", "scan"]
@@ -91,9 +95,12 @@ def _events(records: Iterable[tuple[str, FaultRecord]], histories: dict[str, Nod
     for history in histories.values():
         history.sort()
     out: list[ScanEvent] = []
-    for seq, rec, at, host in faults:
-        obs = observation_from_record(rec, node=host, record_id=f"scan:{seq}", at=at)
-        attr = correlate(histories.get(host) or NodeHistory(host), at, pci=obs.pci, gpu_uuid=obs.gpu_uuid,
+    # One kernel record read from several files (kern.log and syslog) is one report: its first copy.
+    for seq, rec, at, host in first_copies(faults, lambda f: (f[3], record_identity(f[1]))):
+        history = histories.get(host) or NodeHistory(host)
+        obs = tie_port_report(observation_from_record(rec, node=host, record_id=f"scan:{seq}", at=at), history, at,
+                              p.clock_skew_s)
+        attr = correlate(history, at, pci=obs.pci, gpu_uuid=obs.gpu_uuid,
                          pid=obs.pid, process=obs.process, skew_s=p.clock_skew_s)
         out.append(ScanEvent(seq, rec, obs, attr, report_of(obs, attr),
                              gpu=gpu_key(attr.gpu.uuid, attr.gpu.pci or normalize_pci(obs.pci)),

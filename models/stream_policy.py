@@ -92,6 +92,16 @@ class PipelinePolicy(BaseModel):
         "seconds; Xid 119, its crash dump and the Xid 154 recovery action within a minute or two. A companion "
         "report this close to the occurrence counted last joins it without counting (models.identity)",
     )
+    sympathetic_window_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="an application-class report this soon after a hardware fault of its GPU is a sympathetic "
+        "report of it (models.sympathetic: NVIDIA's 'Xid 45 ... Not Solo: IGNORE (follow other Xid)', and the Xid "
+        "13/31/43 of a process the fault killed): the driver tears the killed processes' channels down and they "
+        "fail their next call within seconds; a minute allows for a busy kernel log and the agent's batching, "
+        "and stays short of the next job's faults. Such a report joins the hardware incident, its workload "
+        "recorded as affected",
+    )
     update_interval_s: float = Field(
         default=5.0,
         ge=0,

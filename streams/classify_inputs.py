@@ -1,6 +1,7 @@
 """What classification needs from SQL: what the workloads of an incident did elsewhere.
 
-For application-class incidents the workloads that faulted on the GPU within `classify_window_s`,
+For application-class incidents the workloads that faulted on the GPU within `classify_window_s`
+(a sympathetic report of a hardware fault is no fault of its workload's: `models.sympathetic`),
 the GPUs where they faulted, and the GPUs where they ran clean (`models.grouping.AppContext`); for a
 workload's incident its GPUs and nodes; each incident's driver version. The verdict itself is the
 engine's (`models.grouping.incident_verdict`).
@@ -73,6 +74,7 @@ def gpu_contexts(s: Session, gpus: set[tuple[str, str]], until: datetime,
         sa.select(FaultEvent.node, FaultEvent.gpu, FaultEvent.workload, sa.func.count()).where(
             FaultEvent.family == "application", FaultEvent.occurred_at >= since,
             sa.tuple_(FaultEvent.node, FaultEvent.gpu).in_(pairs), FaultEvent.counted.is_not(False),
+            FaultEvent.sympathetic.is_not(True),
         ).group_by(FaultEvent.node, FaultEvent.gpu, FaultEvent.workload)
     ):
         here[(node, gpu)][workload or ""] = int(n)
@@ -83,7 +85,7 @@ def gpu_contexts(s: Session, gpus: set[tuple[str, str]], until: datetime,
         for w, node, gpu_uuid, gpu in s.execute(
             sa.select(FaultEvent.workload, FaultEvent.node, FaultEvent.gpu_uuid, FaultEvent.gpu).distinct().where(
                 FaultEvent.workload.in_(workloads), FaultEvent.family == "application",
-                FaultEvent.occurred_at >= since,
+                FaultEvent.occurred_at >= since, FaultEvent.sympathetic.is_not(True),
             )
         ):
             if w:

@@ -42,6 +42,7 @@ def event_draft(obs: FaultObservation, attr: Attribution, now: datetime) -> Even
         namespace=p.namespace, container=p.container, workload=attr.workload, catalog_category=obs.category,
         mnemonic=obs.mnemonic, immediate_action=obs.immediate_action, message=obs.message, raw=obs.raw,
         attribution=attr, partner_hash=None, incident_id=None, counted=True,  # the insert converts `attr`
+        record_key=obs.record_key, boot_id=obs.boot_id, sympathetic=False,
     )
 
 

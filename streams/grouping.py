@@ -25,6 +25,7 @@ from history.incident_rows import add_listed, incident_state, lock_open
 from history.tables import FaultEvent, Incident, OutboxMessage
 from models.actions import action_requests
 from models.correlate import Attribution, correlate
+from models.decisive_action import decisive_of_stored
 from models.fleet import fleet_fingerprint
 from models.grouping import (
     AppContext,
@@ -39,6 +40,7 @@ from models.grouping import (
 from models.identity import Component
 from models.incidents import FaultObservation, IncidentChange, IncidentState
 from models.pci import normalize_pci
+from models.port_reports import tie_port_report
 from models.repeats import publish_change
 from models.stream_policy import PipelinePolicy
 from models.vocabulary import ComponentKind
@@ -116,6 +118,7 @@ class IncidentGrouping:
             history = self.histories.since(node, min(o.occurred_at for o in node_faults))
             skew = self.p.clock_skew_s
             for o in node_faults:
+                o = tie_port_report(o, history, o.occurred_at, skew)  # a root port's AER report: the GPU below
                 attr = correlate(history, o.occurred_at, pci=o.pci, gpu_uuid=o.gpu_uuid,
                                  gpu_instance_id=o.gpu_instance_id, pid=o.pid, process=o.process, skew_s=skew)
                 attributed.append((report_of(o, attr), o, attr))
@@ -199,8 +202,9 @@ class IncidentGrouping:
                 repaired[inc.incident_id] = inc
                 if inc.component != "nvswitch":
                     inc.gpu_uuid, inc.serial = inc.gpu_uuid or g.uuid, inc.serial or g.serial
-                add_listed(inc, "pods", f"{p.namespace}/{p.pod}/{p.container}" if p.pod else None)
-                add_listed(inc, "workloads", attr.workload)
+                pod = f"{p.namespace}/{p.pod}/{p.container}" if p.pod else None
+                add_listed(inc, "pods", pod)
+                add_listed(inc, "affected" if r.sympathetic else "workloads", pod if r.sympathetic else attr.workload)
                 if p.pod and attr.workload and _grouped_without_pod(r, inc):
                     to_workloads[attr.workload].append(r)
         self._to_workloads(to_workloads)
@@ -259,7 +263,11 @@ class IncidentGrouping:
             log.info("incident %s %s: %s", inc.incident_id, change.kind, change.reason,
                      extra={"node": node, "gpu": inc.gpu, "xid": obs.xid, "incident": inc.incident_id})
         assert row is not None
-        _fill_in(row, obs, attr)
+        _fill_in(row, obs, attr, affected=placed.sympathetic is not None)
+        if placed.sympathetic is not None:
+            event.sympathetic = True
+            log.info("%s on %s is a sympathetic report: %s", obs.code, row.incident_id, placed.sympathetic,
+                     extra={"node": node, "gpu": row.gpu, "xid": obs.xid, "incident": row.incident_id})
         # Count, first and last seen, codes: written to the row by `_write_back`; its GPU's UUID as the
         # row knows it now, for the next report's look-up.
         self.states[row.incident_id] = inc if inc.gpu_uuid == row.gpu_uuid else replace(inc, gpu_uuid=row.gpu_uuid)
@@ -286,6 +294,7 @@ class IncidentGrouping:
             investigatory_action=obs.investigatory_action, description=obs.description, cordon_requested=False,
             version=1, component=comp.kind, component_id=comp.id, occurrence_at=inc.occurrence_at,
             occurrence_signals=list(inc.occurrence_signals), catalog_version=obs.catalog_version,
+            occurrence_pids=list(inc.occurrence_pids), recovery_action=inc.recovery_action, affected=[],
             **_identity(comp, obs, attr),
         )
 
@@ -305,6 +314,10 @@ class IncidentGrouping:
                 row.family = st.family
             if row.occurrence_at != st.occurrence_at or tuple(row.occurrence_signals or ()) != st.occurrence_signals:
                 row.occurrence_at, row.occurrence_signals = st.occurrence_at, list(st.occurrence_signals)
+            if tuple(row.occurrence_pids or ()) != st.occurrence_pids:
+                row.occurrence_pids = list(st.occurrence_pids)
+            if row.recovery_action != st.recovery_action:
+                row.recovery_action = st.recovery_action
 
     def finish(self) -> None:
         # Fault events are inserted and node state flushed already: classification queries need nothing
@@ -361,6 +374,7 @@ class IncidentGrouping:
             last = t.observations[-1].code if t.observations else (row.codes or ["?"])[-1]
             reason = f"{row.count} faults; last {last}"
         row.category, row.reason, row.rule = v.category, v.reason, v.rule
+        _nvidia_action(row)
         row.catalog_version = next((o.catalog_version for o in reversed(t.observations) if o.catalog_version),
                                    row.catalog_version)
         if kind != "opened" and kind != "reopened":
@@ -391,6 +405,15 @@ def _grouped_without_pod(event: FaultEvent, incident: Incident) -> bool:
             and incident.family == "application" and incident.category != "suspected_hardware")
 
 
+def _nvidia_action(row: Incident) -> None:
+    """The incident's NVIDIA action and its catalog text: its decisive code's (`models.decisive_action`),
+    not its first code's."""
+    found = decisive_of_stored(row.codes or ())
+    if found is not None:
+        row.immediate_action, row.description = found.action, found.info.description
+        row.investigatory_action = found.info.investigatory_action
+
+
 def _identity(comp: Component, obs: FaultObservation, attr: Attribution) -> dict[str, str | None]:
     """The GPU identity columns of a new incident: its GPU's (for a workload's, the GPU it first faulted
     on), an NVSwitch's address."""
@@ -399,8 +422,9 @@ def _identity(comp: Component, obs: FaultObservation, attr: Attribution) -> dict
     return {"gpu_uuid": attr.gpu.uuid, "serial": attr.gpu.serial, "pci": attr.gpu.pci or normalize_pci(obs.pci)}
 
 
-def _fill_in(row: Incident, obs: FaultObservation, attr: Attribution) -> None:
-    """What the row does not know yet and this fault tells: GPU identity, catalog text, pods, processes."""
+def _fill_in(row: Incident, obs: FaultObservation, attr: Attribution, *, affected: bool = False) -> None:
+    """What the row does not know yet and this fault tells: GPU identity, catalog text, pods, processes;
+    the workload of a sympathetic report (`affected`) is listed as affected, not among its workloads."""
     if row.component != "nvswitch":
         if attr.gpu.uuid and not row.gpu_uuid:
             row.gpu_uuid = attr.gpu.uuid
@@ -413,6 +437,10 @@ def _fill_in(row: Incident, obs: FaultObservation, attr: Attribution) -> None:
     if obs.description and not row.description:
         row.description = obs.description
     add_listed(row, "pods", f"{attr.pod.namespace}/{attr.pod.pod}/{attr.pod.container}" if attr.pod.pod else None)
-    add_listed(row, "processes",
-               f"{attr.process.process or '?'}[{attr.process.pid}]" if attr.process.pid is not None else None)
+    process = f"{attr.process.process or '?'}[{attr.process.pid}]" if attr.process.pid is not None else None
+    add_listed(row, "processes", process)
+    if affected:
+        pod = f"{attr.pod.namespace}/{attr.pod.pod}/{attr.pod.container}" if attr.pod.pod else None
+        add_listed(row, "affected", pod or process or attr.workload)
+        return
     add_listed(row, "workloads", attr.workload)

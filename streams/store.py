@@ -1,7 +1,8 @@
 """The store: the SQL transaction around the grouping engine. Batches of items in, committed fault
 events, incidents and outbox rows out.
 
-One batch is one transaction: duplicates are dropped, state and evidence are stored, the faults go
+One batch is one transaction: duplicates are dropped (a redelivered record, and another copy of a kernel
+record already stored: `models.record_identity`), state and evidence are stored, the faults go
 through `streams.grouping.IncidentGrouping` (attribution, merging, the grouping engine
 `models.grouping` on the transaction's locked rows, fleet view), and the messages to publish are
 written to the outbox in the same transaction. The sweep resolves what went quiet.
@@ -37,6 +38,7 @@ from models.correlate import workload_name
 from models.dead_letter import DeadLetter
 from models.incidents import FaultObservation, resolve_if_quiet
 from models.pci import normalize_pci
+from models.record_identity import RecordIdentity, same_record
 from models.stream_policy import PipelinePolicy
 from models.workloads import WorkloadRef
 from streams import outbox
@@ -245,6 +247,32 @@ class Store:
                 res.duplicates += 1
                 continue
             known.add(key)
+            fresh.append(f)
+        return self._first_copies(s, fresh, res)
+
+    def _first_copies(self, s: Session, faults: list[FaultObservation], res: BatchResult) -> list[FaultObservation]:
+        """Drop the reports that are another copy of a kernel record already stored or earlier in the batch
+        (`models.record_identity`: the same Xid line in kern.log and syslog is one report)."""
+        keys = {f.record_key for f in faults if f.record_key}
+        if not keys:
+            return faults
+        stored: dict[tuple[str, str | None], list[str | None]] = {}
+        for node, key, boot in s.connection().execute(
+            sa.select(FaultEvent.node, FaultEvent.record_key, FaultEvent.boot_id).where(
+                FaultEvent.node.in_({f.node for f in faults if f.record_key}), FaultEvent.record_key.in_(keys))
+        ):
+            stored.setdefault((node, key), []).append(boot)
+        fresh: list[FaultObservation] = []
+        for f in faults:
+            if f.record_key:
+                boots = stored.setdefault((f.node, f.record_key), [])
+                mine = RecordIdentity(f.record_key, f.boot_id)
+                if any(same_record(mine, RecordIdentity(f.record_key, b)) for b in boots):
+                    res.duplicates += 1
+                    log.debug("another copy of kernel record %s on %s dropped", f.record_key, f.node,
+                              extra={"node": f.node, "record_id": f.record_id})
+                    continue
+                boots.append(f.boot_id)
             fresh.append(f)
         return fresh
 

@@ -47,7 +47,14 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     cordons = re.findall(r"^  (gpu-node-\d+): Not cordoned \(dry run\)", out, re.M)
     assert "gpu-node-03" in cordons and "gpu-node-01" not in cordons
     assert re.search(r"^  gpu-node-04: Not cordoned \(not needed\): no rule matches nvswitch", out, re.M)
-    assert "NVIDIA: WORKFLOW_XID_48 for Xid 48" in out  # the DBE's decisive code, not its first (Xid 13)
+    # The DBE (Xid 48, then 63 and 95, and the driver's Xid 45 for the job it killed) is one hardware incident:
+    # the killed job is told it was affected, not blamed (no workload incident: still 6); NVIDIA's action is the
+    # decisive code's (Xid 48's, not Xid 13's RESTART_APP), and a double-bit-error rule cordons it at once.
+    assert "Xid 13, Xid 94, Xid 48, Xid 63, Xid 95, Xid 45" in out
+    assert "why: the GPU failed 3 different jobs in 50 min (Xid 13), then Xid 48 (Double Bit ECC Error" in out
+    assert "NVIDIA: WORKFLOW_XID_48" in out
+    assert re.search(r"^  gpu-node-02: .*rule double-bit-error: cordon at once for Xid 48 \(memory; NVIDIA: "
+                     r"WORKFLOW_XID_48\)", out, re.M)
     # outbox tickets and chat messages, each dossier naming its GPU
     tickets = sorted((tmp_path / "var" / "outbox" / "jira").glob("*/ticket.json"))
     assert len(tickets) >= 5
@@ -155,3 +162,8 @@ def assert_replay_gives_the_demos_incidents(db: Path) -> None:
         store.dispose()
     replayed = run_replay(sample_dir()).incidents
     assert demo and incident_facts(replayed) == incident_facts(demo)
+    # The job the DBE killed is affected, not at fault; Xid 154's recovery is the GSP GPU's current instruction.
+    dbe = next(i for i in demo if i["node"] == "gpu-node-02")
+    assert (dbe["affected"], dbe["immediate_action"]) == (["team-vision/trainer-9/trainer"], "WORKFLOW_XID_48")
+    gsp = next(i for i in demo if i["node"] == "gpu-node-05")
+    assert (gsp["recovery_action"], gsp["immediate_action"]) == ("GPU_RESET", "RESET_GPU")

@@ -84,6 +84,22 @@ def test_contained_ecc_twice_in_a_day_is_cordoned_by_the_example_policy(
     assert cordoned(twice) == [("n1", "contained-ecc-repeats")]
 
 
+def test_one_contained_ecc_error_in_kern_log_and_syslog_is_one_and_not_cordoned(
+        tmp_path: Path, example_policy: CordonPolicy) -> None:
+    """Issue #23: a node whose kern.log and syslog both carry the same Xid 94 line (one kernel record, the
+    same uptime stamp) had it counted twice, and the contained-ECC rule cordoned the node on one fault."""
+    state: list[NodeRecord] = [inventory("n1", T0)]
+    record = (f"Nov 29 13:00:00 n1 kernel: [ 3600.250000] NVRM: Xid (PCI:{pci(0)[:-2]}): 94, pid=4242, "
+              "name=python3, Contained: CE User Channel (0x7). RST: No, D-RST: No")
+    kern_log_then_syslog = [record, record.replace("Nov 29 13:00:00", "2026-11-29T13:00:00.004211+00:00")]
+    result = run_replay(write_cluster(tmp_path / "copies", {"n1": kern_log_then_syslog}, state),
+                        policy=example_policy)
+    (incident,) = result.incidents
+    assert incident["codes"] == ["Xid 94"] and incident["count"] == 1
+    assert cordoned(result) == []
+    assert [v.rule for v in result.cluster.verdicts] == ["contained-ecc-repeats"]
+
+
 def test_an_nvlink_burst_refused_then_cordoned_on_the_next_burst(
         tmp_path: Path, example_policy: CordonPolicy) -> None:
     state: list[NodeRecord] = [inventory("n2", T0)]

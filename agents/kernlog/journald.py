@@ -174,7 +174,10 @@ class JournaldSource:
             if self._on_foreign is not None:
                 self._on_foreign()
             return SourceSkip({"cursor": cursor}, [])
-        cont: dict[str, str] = {k: str(entry[k]) for k in ("_KERNEL_SUBSYSTEM", "_KERNEL_DEVICE") if k in entry}
+        # _SOURCE_MONOTONIC_TIMESTAMP: the kernel's own stamp of the record (`models.record_identity`: a
+        # copy of it read from kmsg or kern.log is the same report); __MONOTONIC_TIMESTAMP is the journal's.
+        cont: dict[str, str] = {k: str(entry[k]) for k in ("_KERNEL_SUBSYSTEM", "_KERNEL_DEVICE",
+                                                            "_SOURCE_MONOTONIC_TIMESTAMP") if k in entry}
         mono = str(entry.get("__MONOTONIC_TIMESTAMP"))
         mono_us = int(mono) if mono.isdigit() else None
         realtime = from_epoch_us(entry.get("__REALTIME_TIMESTAMP"))

@@ -107,6 +107,8 @@ def test_inventory_processes_events_and_lost_gpu(fake_nvml_lib: Path, tmp_path: 
         assert g0["power_limit_mw"] == 700000 and g0["temperature_shutdown_c"] == 92
         assert g0["inforom_versions"] == {"oem": "G520.0200.00.05"}
         assert g1["serial"] is None and g1["numa_node"] is None and g1["nvlink_active"] is None
+        # Each GPU's upstream bridges from sysfs, root port first (a root port's AER report is the GPU's below).
+        assert (g0["upstream_bridges"], g1["upstream_bridges"]) == (["0000:3a:00.0"], [])
         assert {"serial", "numa_node", "nvlink", "remapped_rows", "ecc", "minor_number"} <= set(g1["unsupported"])
         # The GPUs it read go to the agent: their addresses and GPU 0's root port (the pre-filter keeps
         # their AER lines), the GPUs themselves (the evidence collector names the GPU at an address).

@@ -22,7 +22,7 @@ from history.schema import POSTGRESQL_ONLY_INDEXES, metadata
 from xidpipe.cli import main
 
 T = datetime(2026, 11, 29, 12, tzinfo=UTC)
-HEAD = "0010"
+HEAD = "0011"
 
 # The tables migration 0004 brings under the migrations (before it, their stores created them).
 STORE_TABLES = frozenset({"tickets", "ticket_queue", "chat_alerts", "notification_log", "chat_failures", "silences",

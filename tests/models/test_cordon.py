@@ -20,6 +20,7 @@ from models.cordon import (
     CordonRequest,
     FleetView,
     NodeView,
+    Occurrence,
     PodRef,
     condition_reason,
     cordon_request_for,
@@ -83,7 +84,7 @@ POLICY = CordonPolicy()
         (req(94), "not_needed", "contained-ecc-repeats"),
         (req(94, count=2, span_s=600), "cordon", "contained-ecc-repeats"),
         (req(63, count=100), "not_needed", None),  # no rule: default never
-        (req(48), "not_needed", None),
+        (req(48), "cordon", "double-bit-error"),  # WORKFLOW_XID_48: reset at once (the guide, section 九)
     ],
     ids=lambda v: v.codes + f" x{v.count}" if isinstance(v, CordonRequest) else str(v),
 )
@@ -102,6 +103,58 @@ def test_occurrence_times_decide_the_window_when_given() -> None:
     assert occurrences_in_window(request_, 3600)[0] == 3
     assert occurrences_in_window(request_, 1200)[0] == 2
     assert decide_cordon(request_, node(), FleetView(pool_nodes=100), BreakerState(), POLICY).outcome == "cordon"
+
+
+def occ(minutes: float, *xids: int, family: str | None = None) -> Occurrence:
+    return Occurrence(at=T0 - timedelta(minutes=minutes), xids=xids, family=family)
+
+
+# The demo's gpu-node-02: three jobs crashed there (Xid 13, the GPU became suspect), then one contained
+# ECC error (Xid 94) came with the DBE (Xid 48, 63). The contained-ECC rule counts Xid 94s: one.
+SUSPECT_THEN_ECC = (occ(50, 13, family="application"), occ(35, 13, family="application"),
+                    occ(20, 13, family="application"), occ(0, 94, 48, 63, family="memory"))
+
+
+@pytest.mark.parametrize(("match", "facts", "n"), [
+    (Match(xids=(94,)), SUSPECT_THEN_ECC, 1),
+    (Match(xids=(13,)), SUSPECT_THEN_ECC, 3),
+    (Match(families=(Family.MEMORY,)), SUSPECT_THEN_ECC, 1),
+    (Match(families=(Family.APPLICATION,)), SUSPECT_THEN_ECC, 3),
+    (Match(immediate_actions=(ImmediateAction.WORKFLOW_XID_48,)), SUSPECT_THEN_ECC, 1),
+    (Match(immediate_actions=(ImmediateAction.RESTART_APP,)), SUSPECT_THEN_ECC, 4),  # Xid 13 and Xid 94
+    (Match(categories=(Category.HARDWARE,)), SUSPECT_THEN_ECC, 4),  # the category is the incident's
+    (Match(), SUSPECT_THEN_ECC, 4),
+    (Match(xids=(94,)), (occ(25 * 60, 94), occ(60, 94), occ(0, 94)), 2),  # two within the day
+    (Match(xids=(74,)), SUSPECT_THEN_ECC, 0),
+])
+def test_a_rule_counts_the_occurrences_its_match_selects(match: Match, facts: tuple[Occurrence, ...],
+                                                         n: int) -> None:
+    request_ = req(94, count=len(facts), span_s=3600, category="hardware", occurrence_facts=facts)
+    assert occurrences_in_window(request_, 86_400, match)[0] == n
+
+
+def test_one_contained_ecc_error_after_the_jobs_that_made_the_gpu_suspect_is_not_two() -> None:
+    """Issue #23: gpu-node-02 was cordoned by `contained-ecc-repeats: 4 occurrence(s)` after ONE Xid 94."""
+    policy = CordonPolicy(rules=tuple(r for r in POLICY.rules if r.name == "contained-ecc-repeats"))
+    request_ = req(94, count=4, span_s=3000, category="hardware", occurrence_facts=SUSPECT_THEN_ECC)
+    decision = decide_cordon(request_, node(), FleetView(pool_nodes=100), BreakerState(), policy)
+    assert decision.outcome == "not_needed"
+    assert "1 occurrence(s) matching the rule within 86400 s (4 in all)" in decision.reason
+    twice = request_.model_copy(update={"occurrence_facts": (*SUSPECT_THEN_ECC, occ(-10, 94, family="memory"))})
+    assert decide_cordon(twice, node(), FleetView(pool_nodes=100), BreakerState(), policy).outcome == "cordon"
+    # With the default rules the same incident is cordoned at once for its DBE (Xid 48), by that rule.
+    dbe = request_.model_copy(update={"xids": (13, 94, 48, 63)})
+    decided = decide_cordon(dbe, node(), FleetView(pool_nodes=100), BreakerState(), POLICY)
+    assert (decided.outcome, decided.rule) == ("cordon", "double-bit-error")
+    assert "cordon at once for Xid 48 (memory; NVIDIA: WORKFLOW_XID_48)" in decided.reason
+
+
+def test_cordon_request_for_takes_the_times_of_its_occurrences() -> None:
+    inc = IncidentState(incident_id="i", fingerprint="f", node="n1", gpu="G", family="memory", status="open",
+                        count=4, first_seen=T0 - timedelta(minutes=50), last_seen=T0, category="hardware")
+    request_ = cordon_request_for(inc, codes=(FaultCode(CodeKind.XID, 94),), occurrence_facts=SUSPECT_THEN_ECC)
+    assert request_.occurrences == tuple(o.at for o in SUSPECT_THEN_ECC)
+    assert request_.occurrence_facts == SUSPECT_THEN_ECC
 
 
 TRIPPED = BreakerState(tripped=True, tripped_at=T0, reason="pool 'a' has 10 of 100 nodes cordoned")

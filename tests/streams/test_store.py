@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from models.node_records import NodeRecord
+from models.node_records import KernelLine, NodeRecord
 from models.stream_policy import PipelinePolicy
 from streams.items import Item
 from streams.store import BatchResult, Store
 from tests import store_reads
-from tests.streams.records import T0, Kmsg, inventory, items_of, nvml_xid, pods, processes, s, serial, uuid
+from tests.streams.records import T0, Kmsg, inventory, items_of, nvml_xid, pci, pods, processes, s, serial, uuid
 
 
 def test_repeats_are_published_once_per_update_interval(tmp_path: Path) -> None:
@@ -302,3 +302,83 @@ def test_evidence_that_arrives_before_its_fault_is_linked_later(store: Store) ->
     with Session(store.engine) as sess:
         event = sess.scalars(select(FaultEvent)).one()
         assert sess.scalars(select(EvidenceRecord)).one().fault_event_id == event.id
+
+
+def test_one_kernel_record_read_from_kmsg_kern_log_and_syslog_is_one_fault(store: Store) -> None:
+    """One Xid 94 record as the agent reads it from /dev/kmsg (bare message, the header's stamp), from
+    kern.log and from syslog (rsyslog writes the record to both): one contained ECC error, whichever copy
+    comes first and in whichever batch; another boot's record with the same stamp and text is its own."""
+    xid = "NVRM: Xid (PCI:0000:18:00): 94, pid=4242, name=python3, Contained: SM (0x1). RST: No, D-RST: No"
+
+    def line(record_id: str, source: str, message: str, **kw: object) -> KernelLine:
+        return KernelLine(node="n1", record_id=record_id, source=source, message=message, fault=True,
+                          observed_at=T0 + s(20), emitted_at=T0 + s(20), **kw)  # type: ignore[arg-type]
+
+    kern_log = line("file:/var/log/kern.log:8812", "file", f"Nov 29 12:00:10 n1 kernel: [11123.000000] {xid}")
+    syslog = line("file:/var/log/syslog:90211", "file", f"Nov 29 12:00:10 n1 kernel: [11123.000000] {xid}")
+    kmsg = line("kmsg:b0:5001", "kmsg", xid, boot_id="b0", seq=5001, monotonic_us=11_123_000_000)
+    first = feed(store, items_of([inventory("n1", T0), kmsg, kern_log]))[0]
+    assert (first.faults, first.duplicates) == (1, 1)
+    later = store.process(items_of([syslog]))  # a later batch: the stored copy is found in the database
+    assert (later.faults, later.duplicates) == (0, 1)
+    other_boot = line("kmsg:b1:5001", "kmsg", xid, boot_id="b1", seq=5001, monotonic_us=11_123_000_000)
+    assert store.process(items_of([other_boot])).faults == 1
+    events = store_reads.fault_events(store)
+    assert [(e["record_id"], e["boot_id"]) for e in events] == [("kmsg:b0:5001", "b0"), ("kmsg:b1:5001", "b1")]
+    assert events[0]["record_key"] == events[1]["record_key"]
+
+
+def test_a_double_bit_error_that_kills_a_job_is_one_hardware_incident_and_the_job_is_affected(store: Store) -> None:
+    """Issue #23: Xid 48, then 63 and 95, the driver's Xid 45 for the process the DBE killed and its Xid 154:
+    one hardware incident (one occurrence), the job listed as affected; no workload incident, no ticket or
+    message of its own. Its later crash, on its own, is its own again."""
+    k = Kmsg("n1")
+    records: list[NodeRecord] = [
+        inventory("n1", T0), pods("n1", T0 + s(1), {0: ("team-vision", "trainer-9", "trainer")}),
+        k.xid(0, 48, T0 + s(10), text="An uncorrectable double bit error (DBE) has been detected on GPU."),
+        k.xid(0, 63, T0 + s(11), text="Row Remapper: New row (0x00bf12a0) was marked for remapping."),
+        k.xid(0, 95, T0 + s(11.2), 4242, "trainer", text="Uncontained: FBHUB. RST: Yes, D-RST: No"),
+    ]
+    feed(store, items_of(records))
+    # The job's Xid 45 and the recovery action in a later batch: the hardware incident is read from the database.
+    later = feed(store, items_of([k.xid(0, 45, T0 + s(12), 4242, "trainer", text="Ch 00000010"),
+                                  k.line(f"NVRM: Xid (PCI:{pci(0)[:-2]}): 154, GPU recovery action changed from 0x0 "
+                                         "(None) to 0x4 (Drain and Reset)", T0 + s(12.5))]))[0]
+    (inc,) = store_reads.incidents(store)
+    assert (inc["component"], inc["family"], inc["category"], inc["count"]) == ("gpu", "memory", "hardware", 1)
+    assert inc["codes"] == ["Xid 48", "Xid 63", "Xid 95", "Xid 45", "Xid 154"]
+    assert inc["affected"] == ["team-vision/trainer-9/trainer"]
+    assert inc["recovery_action"] == "DRAIN_AND_RESET" and inc["immediate_action"] == "WORKFLOW_XID_48"
+    assert inc["occurrence_pids"] == [4242]
+    events = store_reads.fault_events(store)
+    assert [(e["code"], e["counted"], e["sympathetic"]) for e in events] == [
+        ("Xid 48", True, False), ("Xid 63", False, False), ("Xid 95", False, False), ("Xid 45", False, True),
+        ("Xid 154", False, False)]
+    assert not [o for o in later.outgoing if o.payload.get("operation") in ("create", "opened")]
+    crash = feed(store, items_of([k.xid(0, 13, T0 + s(900), 4242, "trainer", text="Graphics SM Warp Exception")]))[0]
+    assert crash.faults == 1
+    own = [i for i in store_reads.incidents(store) if i["component"] == "workload"]
+    assert [i["component_id"] for i in own] == ["team-vision/trainer/trainer"]
+
+
+def test_a_root_port_s_aer_report_joins_the_lost_gpu_below_it(store: Store) -> None:
+    """The agent's inventory names each GPU's upstream bridges: the root port's AER report (which names no
+    device) is the GPU's below the port, one lost GPU with its Xid 79; before any inventory knows the port it
+    would be a node-level PCIe incident (tests/models/test_port_reports.py)."""
+    k = Kmsg("n1")
+    inv = inventory("n1", T0)
+    gpus = tuple(g.model_copy(update={"upstream_bridges": (f"0000:{0x10 + i:02x}:01.0",)})
+                 for i, g in enumerate(inv.gpus))
+    port = "0000:11:01.0"  # GPU 1's root port
+    records: list[NodeRecord] = [
+        inv.model_copy(update={"gpus": gpus}),
+        k.line(f"pcieport {port}: AER: Uncorrected (Fatal) error received: {port}", T0 + s(10)),
+        k.line(f"pcieport {port}: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, "
+               "(Requester ID)", T0 + s(10)),
+        k.line(f"pcieport {port}:   device [8086:6f08] error status/mask=00004020/00000000", T0 + s(10)),
+        k.xid(1, 79, T0 + s(10.5), text="GPU has fallen off the bus."),
+    ]
+    feed(store, items_of(records))
+    (inc,) = store_reads.incidents(store)
+    assert (inc["component"], inc["gpu_uuid"], inc["family"], inc["count"]) == ("gpu", uuid("n1", 1), "gpu_lost", 1)
+    assert inc["codes"] == ["AER", "Xid 79"]

@@ -96,8 +96,9 @@ def print_table(incidents: list[ScanIncident], out: Any = None) -> None:
     output.table(["HOST", "GPU", "SERIAL", "FAMILY", "CATEGORY", "COUNT", "CODES", "FIRST", "LAST"], rows, out)
     print(file=out)
     for n, inc in enumerate(incidents, 1):
-        actions = ", ".join(inc.to_dict()["immediate_actions"]) or "-"
-        print(f"[{n}] {inc.host} {inc.family} → {inc.category}: {inc.reason} (NVIDIA action: {actions})",
+        d = inc.to_dict()
+        action = f"{d['immediate_action']}, for {d['decisive_code']}" if d["immediate_action"] else "-"
+        print(f"[{n}] {inc.host} {inc.family} → {inc.category}: {inc.reason} (NVIDIA action: {action})",
               file=out)
     faults = sum(i.count for i in incidents)
     print(f"\n{len(incidents)} incident(s) from {faults} fault record(s); "

@@ -90,6 +90,9 @@ def incident_view(row: dict[str, Any]) -> dict[str, Any]:
         "first_seen": row.get("first_seen"), "last_seen": row.get("last_seen"), "pods": list(row.get("pods") or []),
         "processes": list(row.get("processes") or []), "reason": row["reason"], "status": row["status"],
         "rule": row.get("rule"), "fingerprint": row["fingerprint"],
+        # NVIDIA's action (the decisive code's), NVIDIA's current instruction from Xid 154, the jobs the fault killed
+        "immediate_action": row.get("immediate_action"), "recovery_action": row.get("recovery_action"),
+        "affected": list(row.get("affected") or []),
     }
 
 

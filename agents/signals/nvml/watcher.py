@@ -163,7 +163,10 @@ class NvmlWatcher:
             return
         self._snapshot = snap
         self._check_missing(snap)
-        key = (snap.driver_version, snap.cuda_driver_version, tuple(g.model_dump_json() for g in snap.gpus))
+        # Each GPU with its upstream bridges (sysfs, root port first): a root port's AER report is the GPU's below.
+        paths = {g.uuid: pci_upstream(g.pci_bus_id, self._sysfs_root) for g in snap.gpus}
+        gpus = tuple(g.model_copy(update={"upstream_bridges": tuple(paths[g.uuid][1:])}) for g in snap.gpus)
+        key = (snap.driver_version, snap.cuda_driver_version, tuple(g.model_dump_json() for g in gpus))
         due = self._clock.monotonic() - self._last_inventory_at >= self._inventory_interval
         if force or due or key != self._last_inventory:
             self._publish(GpuInventory(
@@ -171,13 +174,10 @@ class NvmlWatcher:
                 record_id=f"inventory:{self._clock.time_ns()}",
                 driver_version=snap.driver_version,
                 cuda_driver_version=snap.cuda_driver_version,
-                gpus=tuple(snap.gpus),
+                gpus=gpus,
             ))
             self._last_inventory, self._last_inventory_at = key, self._clock.monotonic()
-            addresses: list[str] = []
-            for gpu in snap.gpus:
-                addresses.extend(pci_upstream(gpu.pci_bus_id, self._sysfs_root))
-            self._report_gpus(snap.gpus, addresses)
+            self._report_gpus(gpus, [a for g in gpus for a in paths[g.uuid]])
 
     def _check_missing(self, snap: Snapshot) -> None:
         prev = self._previous_gpus

@@ -38,7 +38,7 @@ def test_policy_check_accepts_the_example_and_rejects_a_bad_file(tmp_path: Path)
     bad_file.write_text("breaker:\n  max_pool_share: 2\nrules: [{name: x, action: cordon_after}]\n")
     bad = xidpipe("policy", "check", str(bad_file))
 
-    assert good.returncode == 0 and "valid cordon policy: 8 rules" in good.stdout
+    assert good.returncode == 0 and "valid cordon policy: 9 rules" in good.stdout
     assert bad.returncode == 2 and bad.stdout == ""
     assert "breaker.max_pool_share: Input should be less than or equal to 1" in bad.stderr
     assert "rules.0: action cordon_after needs both occurrences and window_s" in bad.stderr
@@ -77,6 +77,15 @@ def test_policy_test_takes_occurrence_times(times: list[str], outcome: str, reas
 
     assert (out["outcome"], out["rule"]) == (outcome, "contained-ecc-repeats")
     assert reason_part in out["reason"] and len(out["request"]["occurrences"]) == 2
+
+
+def test_the_example_policy_cordons_an_uncontained_double_bit_error_at_once() -> None:
+    """Xid 48: NVIDIA's WORKFLOW_XID_48 resets the GPU at once (drain and reset with Xid 63/64), and the
+    operations guide escalates a double-bit error at once (section 九)."""
+    out = decision("--policy", "deploy/policy.example.yaml", "--xid", "48", "--node", "n1")
+
+    assert (out["cordon"], out["outcome"], out["rule"]) == (True, "cordon", "double-bit-error")
+    assert "cordon at once for Xid 48" in out["reason"]
 
 
 def test_policy_test_refuses_a_bad_time_and_takes_relative_ones() -> None:

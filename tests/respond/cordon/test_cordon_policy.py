@@ -36,7 +36,7 @@ def test_the_policy_in_docs_configuration_loads() -> None:
 
     assert policy.scope.pools == ("train-h200", "infer-h200")
     assert policy.drain.enabled and policy.breaker.max_pool_share == 0.05
-    assert [r.name for r in policy.rules][:2] == ["gpu-lost", "uncontained-ecc"]
+    assert [r.name for r in policy.rules][:3] == ["gpu-lost", "double-bit-error", "uncontained-ecc"]
 
 
 def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
