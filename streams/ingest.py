@@ -44,6 +44,7 @@ from models.node_records import (
 )
 from models.pci import normalize_pci
 from models.signals import observations
+from models.stream_policy import PipelinePolicy
 
 log = logging.getLogger(__name__)
 
@@ -222,8 +223,9 @@ class _Expiry:
 class Ingest:
     """Stateful only in the per-node parsers (bounded: `IngestBounds`); everything else is a pure mapping."""
 
-    def __init__(self, bounds: IngestBounds | None = None) -> None:
+    def __init__(self, bounds: IngestBounds | None = None, policy: PipelinePolicy | None = None) -> None:
         self.bounds = bounds or IngestBounds()
+        self.policy = policy or PipelinePolicy()  # a health signal's thresholds (`models.signals.observations`)
         self._parsers: OrderedDict[str, _NodeParser] = OrderedDict()  # least recently fed first
         self._unreported: set[str] = set()  # nodes with open records' lines not yet reported by `holds`
         self._partitions: dict[tuple[str, int], _PartitionHolds] = {}
@@ -259,7 +261,7 @@ class Ingest:
             log.warning("node agent on %s dropped %d spooled records", record.node, record.dropped_since_last,
                         extra={"node": record.node})
         else:
-            faults = observations(record)
+            faults = observations(record, self.policy)
             if faults is not None:
                 return [FaultItem(obs, topic) for obs in faults]
             log.warning("no signal maps %s records (from %s)", record.kind, record.node,

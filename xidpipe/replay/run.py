@@ -105,7 +105,7 @@ class _Feeder:
         self.store = store
         self.cluster = cluster
         self.batch_items = batch_items
-        self.ingest = Ingest()
+        self.ingest = Ingest(policy=store.policy)
         self.pending: list[Item] = []
         self.requests = _Requests()
         self.stats = ReplayStats()
