@@ -29,7 +29,7 @@ from models.node_records import KernelLine
 from models.stream_policy import PipelinePolicy
 from models.vocabulary import Category, ComponentKind, report_code
 
-FaultSource = Literal["kernel", "nvml"]
+FaultSource = Literal["kernel", "nvml", "kube"]  # kube: the cluster's view of a node (the responder's watch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.signals import nvml
+from models.signals import health, nvml
 from models.signals.base import Signal, observations, register, signal_for, unregister
 
 SIGNALS: tuple[Signal[Any], ...] = (
     *nvml.SIGNALS,
+    *health.SIGNALS,
 )
 
 for _signal in SIGNALS:
