@@ -49,13 +49,14 @@ def pipeline_grants(
 ) -> list[Grant]:
     """The least each xidpipe client needs.
 
-    agent: write the four node topics (nothing else: not read them, not the actions topic).
+    agent: write the four node topics (nothing else: not read them, not the actions topic, not the kube topic).
     worker: read the node topics, write their dead-letter twins, the incidents and actions topics (and
     theirs), create the pipeline's topics, use its consumer group and Faust's own `<app id>-` topics.
-    responder: read the actions topic in its group, write the completed topic and the actions dead letters.
+    responder: read the actions topic in its group, write the completed topic and the actions dead letters,
+    and write the kube topic (the cluster's view of each node: only it may speak for the cluster).
     """
     topo = topology(topic_prefix, 1)
-    grants = [Grant(agent, "WRITE", "TOPIC", t.name) for t in topo.inputs]
+    grants = [Grant(agent, "WRITE", "TOPIC", t.name) for t in topo.agent_inputs]
     grants += [Grant(worker, "READ", "TOPIC", t.name) for t in topo.inputs]
     grants += [Grant(worker, "WRITE", "TOPIC", t.dead_letter) for t in topo.inputs]
     grants += [Grant(worker, "WRITE", "TOPIC", n) for t in topo.outputs for n in t.names]
@@ -66,6 +67,7 @@ def pipeline_grants(
     grants += [Grant(responder, "READ", "TOPIC", topo.actions.name),
                Grant(responder, "WRITE", "TOPIC", topo.actions.dead_letter),
                Grant(responder, "WRITE", "TOPIC", topo.completed.name),
+               Grant(responder, "WRITE", "TOPIC", topo.kube.name),
                Grant(responder, "READ", "GROUP", responder_group)]
     return grants
 
