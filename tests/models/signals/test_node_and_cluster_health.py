@@ -116,3 +116,21 @@ def test_the_device_plugin_crash_looping_or_not_ready(held: float, fields: dict[
     obs = [o for o in observations(view(held, **fields)) or () if o.kind == "device_plugin"]
     assert bool(obs) is fault
     assert all(o.source == "kube" and o.family == Family.DRIVER for o in obs)
+
+
+def test_the_node_tracker_publishes_changes_heartbeats_and_a_wrong_view_while_it_is_new() -> None:
+    from models.signals.node_health.tracker import REPEAT_WRONG_S, NodeTracker
+
+    tracker = NodeTracker("gpu-n-3", heartbeat_s=600)
+    ok = dict(nvml="ok", nvml_error=None, nvml_count=8, nvml_gpus=BUS, pci_gpus=BUS, expected_count=8)
+    at = [T0 + timedelta(seconds=10 * i) for i in range(400)]
+    published = [i for i in range(120) if tracker.observe(ok, at[i]) is not None]
+    assert published == [0, 60]  # the first view, then the heartbeat
+    hung = {**ok, "nvml": "unresponsive", "nvml_stuck": ("nvmlDeviceGetFieldValues",)}
+    got = [(i, r) for i in range(120, 400) if (r := tracker.observe(hung, at[i])) is not None]
+    repeats = [i for i, _ in got if (at[i] - at[120]).total_seconds() <= REPEAT_WRONG_S]
+    assert repeats == list(range(120, 151))  # every poll while it is new: a grace period sees it held
+    assert [i for i, _ in got if i > 150] == [210, 270, 330, 390]  # then at the heartbeat again
+    assert all(r.since["nvml"] == at[120] for _, r in got)
+    [fault] = [o for _, r in got[:4] for o in observations(r) or ()]  # 30 s after it began
+    assert fault.kind == "nvml_unresponsive" and fault.occurred_at == at[123]
