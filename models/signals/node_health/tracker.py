@@ -2,21 +2,19 @@
 is given), stateful (the agent keeps one).
 
 A record is published when a condition changes (NVML's state, the counts, the driver), at the
-heartbeat, and, while a condition is wrong, at every poll for `REPEAT_WRONG_S` after it began (so a
-decision with a grace period, such as NVML unresponsive for 30 s, sees it held), then at the
-heartbeat again.
+heartbeat, and, while the view is wrong, at every poll for `REPEAT_WRONG_S` after it went wrong (so a
+decision with a grace period, such as NVML unresponsive for 30 s, sees it held), then at the heartbeat
+again (`models.signals.conditions`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from models.signals.conditions import REPEAT_WRONG_S, ConditionClock
 from models.signals.node_health.records import NodeGpuHealth
-
-REPEAT_WRONG_S = 300.0
 
 # The conditions, and the fields each is made of: its onset is when any of them last changed.
 CONDITIONS: dict[str, tuple[str, ...]] = {
@@ -24,6 +22,8 @@ CONDITIONS: dict[str, tuple[str, ...]] = {
     "gpu_count": ("nvml_count", "nvml_gpus", "pci_gpus", "expected_count"),
     "driver": ("driver_version", "nvml_error", "kernel_release", "module_kernels", "module_signed", "lockdown"),
 }
+
+__all__ = ["CONDITIONS", "REPEAT_WRONG_S", "NodeTracker", "wrong"]
 
 
 def wrong(fields: dict[str, Any]) -> bool:
@@ -41,31 +41,20 @@ def wrong(fields: dict[str, Any]) -> bool:
 class NodeTracker:
     node: str
     heartbeat_s: float = 600.0
-    values: dict[str, Hashable] = field(default_factory=dict)
-    since: dict[str, datetime] = field(default_factory=dict)
-    published_at: datetime | None = None
-    wrong_since: datetime | None = None
+    clock: ConditionClock = field(init=False)
     sequence: int = 0
+
+    def __post_init__(self) -> None:
+        self.clock = ConditionClock(self.heartbeat_s)
+
+    @property
+    def since(self) -> dict[str, datetime]:
+        return self.clock.since
 
     def observe(self, fields: dict[str, Any], now: datetime) -> NodeGpuHealth | None:
         """Take one poll's view (`NodeGpuHealth`'s fields); the record to publish now, or None."""
-        changed = False
-        for name, keys in CONDITIONS.items():
-            value = tuple(_hashable(fields.get(k)) for k in keys)
-            if self.values.get(name) != value:
-                changed = changed or name in self.values
-                self.values[name], self.since[name] = value, now
-        bad = wrong(fields)
-        self.wrong_since = (self.wrong_since or now) if bad else None
-        repeating = bad and self.wrong_since is not None and (now - self.wrong_since).total_seconds() <= REPEAT_WRONG_S
-        due = self.published_at is None or (now - self.published_at).total_seconds() >= self.heartbeat_s
-        if not (changed or repeating or due):
+        if not self.clock.observe(fields, CONDITIONS, wrong(fields), now):
             return None
-        self.published_at = now
         self.sequence += 1
         return NodeGpuHealth(node=self.node, record_id=f"node-health:{int(now.timestamp() * 1000)}:{self.sequence}",
-                             observed_at=now, since=dict(self.since), **fields)
-
-
-def _hashable(value: Any) -> Hashable:
-    return tuple(value) if isinstance(value, list | tuple) else value
+                             observed_at=now, since=dict(self.clock.since), **fields)
