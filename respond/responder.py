@@ -227,6 +227,7 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     bg = [asyncio.create_task(responder.drain_tickets(stop, sinks.ticket_drain_interval_s)),
           asyncio.create_task(sinks.chat.run(stop, sinks.chat_flush_interval_s)),
           asyncio.create_task(responder.cordons.run(stop, settings.cordon_pending_interval_s))]
+    gpu_watch = _start_gpu_watch(settings, responder, producer, stop, bg)
 
     async def handle_one(tp: Any, msg: Any, body: dict[str, Any] | None, why: str) -> None:
         observe_request(responder.metrics, msg, body)
@@ -282,11 +283,30 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
                 if done_offsets:
                     await consumer.commit(done_offsets)
         finally:
+            if gpu_watch is not None:
+                await asyncio.to_thread(gpu_watch.stop)
             for t in bg:
                 await t
             await consumer.stop()
             await producer.stop()
             endpoint.stop()
+
+
+def _start_gpu_watch(settings: RespondSettings, responder: Responder, producer: Any, stop: asyncio.Event,
+                     bg: list[asyncio.Task[None]]) -> Any:
+    """The watch of the GPU nodes (`respond.gpu_watch`), its views forwarded to the kube topic by a task
+    of `bg`; None without a cluster or with the watch off."""
+    if responder.cluster_api is None or not settings.gpu_watch:
+        return None
+    import queue
+
+    from respond.gpu_watch.forward import forward
+    from respond.gpu_watch.watch import build_gpu_watch
+
+    views: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    watch = build_gpu_watch(responder.cluster_api, views.put, settings).start()
+    bg.append(asyncio.create_task(forward(views, producer, topology(settings.topic_prefix, 1).kube.name, stop)))
+    return watch
 
 
 async def _start_clients(settings: RespondSettings) -> tuple[Any, Any]:
