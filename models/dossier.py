@@ -171,7 +171,8 @@ def next_steps(d: Dossier) -> WhatToDo:
     return what_to_do(component=d.component, category=d.category, family=d.family,
                       actions=[c.immediate_action for c in d.codes if c.immediate_action],
                       investigatory=[c.investigatory_action for c in d.codes if c.investigatory_action],
-                      messages=[c.message for c in d.codes if c.message], facts=facts)
+                      messages=[c.message for c in d.codes if c.message], codes=[c.code for c in d.codes],
+                      facts=facts)
 
 
 def workload_lines(d: Dossier) -> list[str]:

@@ -15,11 +15,12 @@ from typing import Any
 
 import yaml
 
+from models.identity import VANISHED_CODES
 from models.vocabulary import Category, ComponentKind, Family, ImmediateAction
 
 # The runbook's entries for incident classes no single Xid decides; every other entry is an
 # `ImmediateAction`, and the runbook's `order` is the actions' precedence (the most drastic first).
-CLASS_KEYS = ("application", "bug_report", "gpu_lost", "nvswitch", "fleet", "no_catalog_action")
+CLASS_KEYS = ("application", "bug_report", "gpu_lost", "gpus_gone", "nvswitch", "fleet", "no_catalog_action")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +72,15 @@ class _Facts(dict[str, str]):
 
 
 def what_to_do(*, component: str, category: str, family: str, actions: Sequence[str],
-               investigatory: Sequence[str] = (), messages: Sequence[str] = (),
+               investigatory: Sequence[str] = (), messages: Sequence[str] = (), codes: Sequence[str] = (),
                facts: Mapping[str, str] | None = None, runbook: Runbook | None = None) -> WhatToDo:
     """The steps for an incident from its class and its codes' catalog actions.
 
     `actions`: the codes' immediate actions (RESTART_BM, ...), `investigatory`: their investigatory
     actions (a CONTACT_SUPPORT there adds the support steps), `messages`: the driver's own lines
-    (one asking for nvidia-bug-report.sh puts that first). `facts` fill the placeholders.
+    (one asking for nvidia-bug-report.sh puts that first), `codes`: the incident's codes (a node whose
+    GPUs vanished, `models.identity.VANISHED_CODES`, takes the guide's section 十六). `facts` fill the
+    placeholders.
     """
     rb = runbook or load_runbook()
     chosen: list[str] = []
@@ -93,6 +96,8 @@ def what_to_do(*, component: str, category: str, family: str, actions: Sequence[
         present = set(actions)
         if family == Family.GPU_LOST:
             present.add("gpu_lost")
+        if component == ComponentKind.NODE and VANISHED_CODES.intersection(codes):
+            present.add("gpus_gone")
         if component == ComponentKind.NVSWITCH:
             present.add("nvswitch")
         support = ImmediateAction.CONTACT_SUPPORT

@@ -98,3 +98,14 @@ def test_a_broken_runbook_is_refused() -> None:
         parse_runbook({"order": ["NOPE"], "classes": {}, "actions": {}})
     with pytest.raises(ValueError, match="needs the sections"):
         parse_runbook({"order": []})
+
+
+def test_a_node_whose_gpus_vanished_follows_the_guides_section_16() -> None:
+    out = what_to_do(component="node", category="driver", family="gpu_lost", actions=["UPDATE_SWFW"],
+                     codes=["driver_error", "driver_load", "gpu_allocatable"], facts={"node": "gpu-a-017"})
+    assert out.entries[0] == "gpus_gone"
+    assert any("`dkms status`" in s for s in out.steps) and any("mokutil" in s for s in out.steps)
+    assert all("gpu-a-017" in s for s in out.steps[:1])
+    # a GPU's own missing count is that GPU's loss, not the node's driver
+    assert what_to_do(component="gpu", category="hardware", family="gpu_lost", actions=[],
+                      codes=["Xid 79", "gpu_count"]).entries[0] == "gpu_lost"
