@@ -97,6 +97,8 @@ class HealthPoller:
         if reader is not None:
             reader.stuck = []
         fields: dict[str, Any] = {"nvml": "unavailable" if reader is None else "ok", "nvml_error": self._nvml_error}
+        if reader is None and self._nvml_error == "NvmlCallTimeout":  # nvmlInit itself hangs
+            fields.update(nvml="unresponsive", nvml_stuck=("nvmlInit",))
         refresh = self._ctx.clock.monotonic() - self._refreshed >= REFRESH_S
         count: int | None = None
         if reader is not None:
@@ -104,6 +106,8 @@ class HealthPoller:
                 count = self._poll_gpus(reader, now, refresh)
             except Unresponsive:
                 fields["nvml"] = "unresponsive"
+            except self._nv.NVMLError as exc:  # the count or a handle failed outright: NVML is not usable now
+                fields.update(nvml="unavailable", nvml_error=error_name(exc))
             if reader.stuck:
                 fields["nvml"] = "unresponsive"
                 fields["nvml_stuck"] = tuple(dict.fromkeys(reader.stuck))
