@@ -16,7 +16,7 @@ from agents.evidence import EvidenceCollector
 from agents.nvml_calls import NvmlCaller
 from agents.runtime import Agent
 from agents.settings import AgentSettings
-from agents.signals import SYSTEM_CLOCK, SensorContext, SensorSpec, sensors
+from agents.signals import SYSTEM_CLOCK, Clock, SensorContext, SensorSpec, sensors
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +25,10 @@ class _Lender:
     """What the agent lends its sensors; the NVML caller is one for all of them (its stuck-call limit
     is the process's), made when a sensor first declares it."""
 
-    def __init__(self, settings: AgentSettings, agent: Agent) -> None:
+    def __init__(self, settings: AgentSettings, agent: Agent, clock: Clock) -> None:
         self._settings = settings
         self._agent = agent
+        self._clock = clock
         self._nvml: NvmlCaller | None = None
 
     def _nvml_caller(self) -> NvmlCaller:
@@ -38,7 +39,7 @@ class _Lender:
     def context(self, spec: SensorSpec[Any], own: Any) -> SensorContext[Any]:
         uses, agent = spec.uses, self._agent
         return SensorContext(
-            sensor=spec.name, node=self._settings.node, settings=own, publish=agent.emit, clock=SYSTEM_CLOCK,
+            sensor=spec.name, node=self._settings.node, settings=own, publish=agent.emit, clock=self._clock,
             metrics=agent.metrics, uses=uses,
             nvml_caller=self._nvml_caller() if "nvml" in uses else None,
             evidence_trigger=agent.trigger_evidence if "evidence" in uses else None,
@@ -46,12 +47,13 @@ class _Lender:
         )
 
 
-def build_agent(settings: AgentSettings) -> Agent:
+def build_agent(settings: AgentSettings, *, clock: Clock = SYSTEM_CLOCK) -> Agent:
+    """The agent of `settings`; its sensors read the time from `clock` (a simulated one in tests)."""
     agent = Agent(settings)
     if settings.evidence_enabled:
         agent.evidence = EvidenceCollector.from_settings(settings, publish=agent.emit, metrics=agent.metrics,
                                                          gpu_lookup=agent.gpus.gpu_for_bus)
-    lender = _Lender(settings, agent)
+    lender = _Lender(settings, agent, clock)
     started: list[str] = []
     for spec in sensors():
         own = spec.settings(settings)

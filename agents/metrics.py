@@ -30,6 +30,8 @@ _HELP: dict[str, tuple[str, str]] = {
     "xidpipe_agent_nvml_available": ("gauge", "1 when NVML was initialised."),
     "xidpipe_agent_nvml_call_timeouts_total": ("counter", "NVML calls that exceeded their timeout."),
     "xidpipe_agent_nvml_events_total": ("counter", "NVML events received."),
+    "xidpipe_agent_health_polls_total": ("counter", "GPU health polls (every GPU and the node's view, once)."),
+    "xidpipe_agent_health_records_total": ("counter", "GPU and node health records published (never one per poll)."),
     "xidpipe_agent_evidence_captures_total": ("counter", "Evidence dossiers captured."),
     "xidpipe_agent_evidence_suppressed_total": ("counter", "Evidence captures suppressed by the per-GPU window."),
     "xidpipe_agent_podresources_errors_total": ("counter", "Failed kubelet PodResources calls."),

@@ -82,6 +82,21 @@ class AgentSettings(KafkaClientSecurity, ServiceSettings):
     proc_root: Path = Field(default=Path("/proc"), description="host /proc (pid cgroups and command lines)")
     sysfs_root: Path = Path("/sys")
 
+    # --- GPU health (agents/signals/health, docs/signals.md) --------------------------------
+    health_enabled: bool = Field(default=True, description="poll each GPU's health through NVML (with NVML on)")
+    health_interval_s: float = Field(
+        default=10.0, gt=0, description="each GPU's health is read this often (DCGM's health watches sample every "
+        "10 s); a condition reaches its incident within this plus a second")
+    health_heartbeat_s: float = Field(
+        default=600.0, gt=0, description="a GPU's (and the node's) health record is published at least this often "
+        "when nothing changed; changes and minutes with activity are published at once")
+    expected_gpus: int | None = Field(
+        default=None, ge=0, description="the GPUs this node should have; None: the most the agent has seen here "
+        "(kept in state_dir/gpu-health.json, so a reboot that loses every GPU is still seen)")
+    modules_root: Path = Field(
+        default=Path("/lib/modules"), description="the host's /lib/modules (read-only): the kernels an nvidia "
+        "module is installed for, when the driver is not loaded")
+
     # --- kubelet PodResources ---------------------------------------------------------------
     podresources_enabled: bool = True
     podresources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")

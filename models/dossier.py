@@ -249,7 +249,8 @@ def next_steps(d: Dossier) -> WhatToDo:
                       decision=acct.decision, drained=acct.drained,
                       investigatory=[c.investigatory_action for c in d.codes if c.investigatory_action],
                       messages=[c.message for c in d.codes if c.message],
-                      evidence=any(e.source == "node" for e in d.evidence), facts=facts(d))
+                      evidence=any(e.source == "node" for e in d.evidence), codes=[c.code for c in d.codes],
+                      facts=facts(d))
 
 
 def workload_lines(d: Dossier) -> list[str]:

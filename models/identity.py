@@ -17,6 +17,11 @@ occurrence when they belong to the same companion group, arrive within `window_s
 occurrence's start, and the occurrence does not hold that signal (source and code) yet: the second
 Xid 74 line of a storm is a second fault, the NVML copy of the first is not.
 
+GPUs that vanish are seen from every side, and those reports are one fault with the GPU-lost or
+driver report of the node they come with (`VANISHED_CODES`): the node's GPU count, the driver that
+did not load, the cluster's allocatable, the device plugin, NVML's count drop. A health condition
+reported again while it holds is the same fault report, stored once (`models.signals.finding`).
+
 `xidpipe scan`, the stream worker and `xidpipe replay` all use these functions.
 """
 
@@ -49,6 +54,11 @@ ONE_SHOT_GROUPS = frozenset({Family.GPU_LOST, Family.GSP})
 # Node-level reports (no PCI address, no UUID) that belong to the GPU fault of their own kind they
 # come with ("GPU lost" assertions with an Xid 79, GSP timeouts with an Xid 119) ...
 NODE_LEVEL_COMPANION_FAMILIES = frozenset({Family.GPU_LOST, Family.GSP, Family.RECOVERY_ACTION})
+# Reports that a node's GPUs vanished or its driver did not come up (`models.signals.node_health`,
+# `models.signals.kube_gpus`, `models.signals.nvml`'s count drop): each is one fault with whatever GPU-lost
+# or driver report of the node it comes with, within the occurrence window, whichever came first.
+VANISHED_CODES = frozenset({"gpu_count", "driver_load", "gpu_allocatable", "device_plugin", "GPU missing"})
+_VANISHED_GROUPS = frozenset({Family.GPU_LOST, Family.DRIVER})
 # ... and driver reports that follow whatever fatal GPU fault they come with: the crash-dump notice and
 # the "reset required" assertion (RPC-history and libos bodies join their Xid 119/120 record in the parser).
 ATTACHING_DRIVER_ERRORS = frozenset({"crash_dump", "reset_required"})
@@ -155,12 +165,18 @@ def joins_occurrence(occurrence_at: datetime | None, signals: list[str] | tuple[
     if occurrence_at is None or not signals:
         return False
     group, _, rest = report.partition("/")
-    if occurrence_group(signals) != group:
+    code = rest.partition(":")[2]
+    vanished = _vanished(code, signals) and {group, occurrence_group(signals)} <= _VANISHED_GROUPS
+    if occurrence_group(signals) != group and not vanished:
         return False
-    if group in ONE_SHOT_GROUPS:  # a lost GPU cannot be lost again until it is back: every report is one fault
+    if group in ONE_SHOT_GROUPS or vanished:  # a lost GPU cannot be lost again until it is back: one fault
         return abs((at - occurrence_at).total_seconds()) <= window_s
     if report in signals:
         return False
-    code = rest.partition(":")[2]
     same_code = any(s.partition(":")[2] == code for s in signals)
     return abs((at - occurrence_at).total_seconds()) <= (duplicate_window_s if same_code else window_s)
+
+
+def _vanished(code: str, signals: list[str] | tuple[str, ...]) -> bool:
+    """Whether the report or the occurrence is a vanished-GPU report (`VANISHED_CODES`)."""
+    return code in VANISHED_CODES or any(s.partition(":")[2] in VANISHED_CODES for s in signals)

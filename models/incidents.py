@@ -27,7 +27,7 @@ from models.record_identity import RecordIdentity, record_identity
 from models.stream_policy import PipelinePolicy
 from models.vocabulary import ComponentKind, report_code
 
-FaultSource = Literal["kernel", "nvml"]
+FaultSource = Literal["kernel", "nvml", "kube"]  # kube: the cluster's view of a node (the responder's watch)
 
 
 @dataclass(frozen=True, slots=True)

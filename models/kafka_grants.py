@@ -54,17 +54,18 @@ def pipeline_grants(
     """The least each xidpipe client needs (see the module's note for the rights some services use).
 
     agent: write the four node topics (nothing else: not read them, unless `agent_read_back`, not the
-    actions topic). worker: read the node topics, write their dead-letter twins, the incidents and
+    actions topic, not the kube topic). worker: read the node topics, write their dead-letter twins, the incidents and
     actions topics (and theirs), create, describe and configure the pipeline's topics, use its consumer
     group and Faust's own `<app id>-` topics. responder: read the actions topic in its group, write the
-    completed topic and the actions dead letters.
+    completed topic and the actions dead letters, and write the kube topic (the cluster's view of each
+    node: only it may speak for the cluster).
     """
     topo = topology(topic_prefix, 1)
     ours = f"{topic_prefix}xidpipe."
-    grants = [Grant(agent, "WRITE", "TOPIC", t.name, reason="publish the node's records") for t in topo.inputs]
+    grants = [Grant(agent, "WRITE", "TOPIC", t.name, reason="publish the node's records") for t in topo.agent_inputs]
     if agent_read_back:
         grants += [Grant(agent, "READ", "TOPIC", t.name, reason="read back its node's partition after a crash "
-                         "(docs/agent.md); lets every agent read every node's records") for t in topo.inputs]
+                         "(docs/agent.md); lets every agent read every node's records") for t in topo.agent_inputs]
     grants += [Grant(worker, "READ", "TOPIC", t.name, reason="consume the node records") for t in topo.inputs]
     grants += [Grant(worker, "WRITE", "TOPIC", t.dead_letter, reason="dead-letter a record it cannot take")
                for t in topo.inputs]
@@ -83,6 +84,8 @@ def pipeline_grants(
     grants += [Grant(responder, "READ", "TOPIC", topo.actions.name, reason="consume the action requests"),
                Grant(responder, "WRITE", "TOPIC", topo.actions.dead_letter, reason="dead-letter a request"),
                Grant(responder, "WRITE", "TOPIC", topo.completed.name, reason="report what it did"),
+               Grant(responder, "WRITE", "TOPIC", topo.kube.name,
+                     reason="publish the cluster's view of each node (allocatable GPUs, the device plugin)"),
                Grant(responder, "READ", "GROUP", responder_group, reason="the responders' consumer group")]
     return grants
 

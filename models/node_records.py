@@ -42,7 +42,11 @@ KERNEL_TOPIC = "xidpipe.node.kernel"
 STATE_TOPIC = "xidpipe.node.state"
 NVML_TOPIC = "xidpipe.node.nvml"
 EVIDENCE_TOPIC = "xidpipe.node.evidence"
-NODE_TOPICS: tuple[str, ...] = (KERNEL_TOPIC, STATE_TOPIC, NVML_TOPIC, EVIDENCE_TOPIC)
+# The cluster's view of each node (its GPU allocatable, its device plugin), written by the responder's
+# watch, not by the node's agent: keyed by node like the others, but only the responder may write it.
+KUBE_TOPIC = "xidpipe.node.kube"
+AGENT_TOPICS: tuple[str, ...] = (KERNEL_TOPIC, STATE_TOPIC, NVML_TOPIC, EVIDENCE_TOPIC)  # what a node's agent writes
+NODE_TOPICS: tuple[str, ...] = (*AGENT_TOPICS, KUBE_TOPIC)
 
 
 def dead_letter_topic(topic: str) -> str:

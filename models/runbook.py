@@ -21,6 +21,7 @@ import yaml
 
 from models.account import Decision
 from models.decisive import RECOVERY_KEYS, Decisive
+from models.identity import VANISHED_CODES
 from models.vocabulary import Category, ComponentKind, Family, ImmediateAction, values
 
 Phase = Literal["saved", "collect", "isolate", "vendor", "validate", "rma"]
@@ -30,7 +31,8 @@ PHASES: tuple[Phase, ...] = ("saved", "collect", "isolate", "vendor", "validate"
 Isolate = Literal["drain", "stay", "skip"]
 # The runbook's entries for incident classes no single Xid decides; every other entry is an
 # `ImmediateAction`, and the runbook's `order` is the entries' precedence (the most drastic first).
-CLASS_KEYS = ("application", "fleet", "gpu_lost", "nvswitch_fatal", "nvswitch_non_fatal", "no_catalog_action")
+CLASS_KEYS = ("application", "fleet", "gpu_lost", "gpus_gone", "nvswitch_fatal", "nvswitch_non_fatal",
+              "no_catalog_action")
 _STEP_PHASES = ("collect", "vendor", "validate", "rma")
 DRAINED = "cordoned_drained"  # the isolate step of a node cordoned and drained by xidpipe
 
@@ -132,12 +134,16 @@ class _Facts(dict[str, str]):
         return "{" + key + "}"
 
 
-def entry_for(*, component: str, category: str, family: str, decisive: Decisive, runbook: Runbook) -> tuple[str, str]:
-    """The runbook entry an incident follows, and why."""
+def entry_for(*, component: str, category: str, family: str, decisive: Decisive, runbook: Runbook,
+              codes: Sequence[str] = ()) -> tuple[str, str]:
+    """The runbook entry an incident follows, and why; `codes`: the incident's codes (a node whose GPUs
+    vanished, `models.identity.VANISHED_CODES`, takes the guide's section 十六)."""
     if category == Category.APPLICATION:
         return "application", "an application fault: its owners act, not the infrastructure team"
     if component == ComponentKind.FLEET:
         return "fleet", "a fault family on many nodes at once: look for the common cause"
+    if component == ComponentKind.NODE and VANISHED_CODES.intersection(codes):
+        return "gpus_gone", "the node's GPUs are gone from the driver, the device plugin or the scheduler"
     if family == Family.GPU_LOST:
         return "gpu_lost", "the GPU is lost from the bus"
     if decisive.key is not None and decisive.key in runbook.entries:
@@ -147,7 +153,7 @@ def entry_for(*, component: str, category: str, family: str, decisive: Decisive,
 
 def what_to_do(*, component: str, category: str, family: str, decisive: Decisive, decision: Decision,
                drained: bool = False, investigatory: Sequence[str] = (), messages: Sequence[str] = (),
-               evidence: bool = False, facts: Mapping[str, str] | None = None,
+               evidence: bool = False, codes: Sequence[str] = (), facts: Mapping[str, str] | None = None,
                runbook: Runbook | None = None) -> WhatToDo:
     """The steps for an incident, phase by phase.
 
@@ -156,10 +162,11 @@ def what_to_do(*, component: str, category: str, family: str, decisive: Decisive
     evicted the node's pods after its cordon; `investigatory`: its codes'
     investigatory actions (a CONTACT_SUPPORT there adds the support steps); `messages`: the driver's
     own lines (one asking for `nvidia-bug-report.sh` is said so); `evidence`: the dossier holds the
-    node's capture. `facts` fill the placeholders.
+    node's capture; `codes`: the incident's codes (`entry_for`). `facts` fill the placeholders.
     """
     rb = runbook or load_runbook()
-    key, why = entry_for(component=component, category=category, family=family, decisive=decisive, runbook=rb)
+    key, why = entry_for(component=component, category=category, family=family, decisive=decisive, runbook=rb,
+                         codes=codes)
     entry = rb.entries[key]
     out: list[tuple[Phase, str]] = []
     if evidence:

@@ -21,6 +21,132 @@ REMOVED_KEYS = {
 }
 
 
+class HealthPolicy(BaseModel):
+    """The thresholds and windows of the health signals' decisions (`models.signals.health`,
+    `models.signals.node_health`, `models.signals.kube_gpus`; docs/signals.md), each default with its source.
+
+    The windows are bounded by the history a reading carries (`models.signals.health.history`: the
+    last 60 minutes by the minute, the last 24 hours by the hour).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # --- memory repair ---------------------------------------------------------------------------
+    retired_pages_max: int = Field(
+        default=63,
+        ge=1,
+        description="retired pages (single- and double-bit) from which a GPU is due for RMA: DCGM's health "
+        "watch fails a GPU at DCGM_LIMIT_MAX_RETIRED_PAGES, 63, matched to NVIDIA's field diagnostic",
+    )
+    # --- single-bit ECC trend --------------------------------------------------------------------
+    sbe_window_s: float = Field(
+        default=3600.0,
+        ge=60,
+        le=3600,
+        description="the recent window single-bit ECC errors are counted over (1 h: DCGM's health watches keep "
+        "the last hour of samples)",
+    )
+    sbe_baseline_s: float = Field(
+        default=24 * 3600.0,
+        ge=3600,
+        le=24 * 3600,
+        description="the GPU's own baseline: its single-bit rate over this long before the recent window",
+    )
+    sbe_min_errors: int = Field(
+        default=10,
+        ge=1,
+        description="single-bit errors in the recent window below which no trend is reported, whatever the "
+        "baseline (DCGM_LIMIT_MAX_SBE_RATE, 10, which DCGM itself marks provisional)",
+    )
+    sbe_factor: float = Field(
+        default=3.0,
+        ge=1,
+        description="the recent rate must exceed the baseline rate this many times (no vendor gives one: gpud "
+        "keeps the counters as metrics; the operations guide asks to watch single-bit errors as a trend)",
+    )
+    # --- NVLink ----------------------------------------------------------------------------------
+    nvlink_window_s: float = Field(
+        default=60.0,
+        ge=60,
+        le=3600,
+        description="the window NVLink error counters are compared over (DCGM's NVLink health watch: the last "
+        "minute)",
+    )
+    nvlink_replay_max: int = Field(
+        default=1,
+        ge=1,
+        description="NVLink replay and recovery errors in the window that are an interconnect fault "
+        "(DCGM_LIMIT_MAX_NVLINK_ERROR, 1: DCGM fails the GPU on one)",
+    )
+    nvlink_crc_per_s: float = Field(
+        default=100.0,
+        gt=0,
+        description="NVLink CRC (flit and data) errors per second that are an interconnect fault "
+        "(DCGM_LIMIT_MAX_NVLINK_CRC_ERROR: NVIDIA's driver team told DCGM they matter from 100 a second)",
+    )
+    # --- PCIe ------------------------------------------------------------------------------------
+    pcie_replays_per_min: int = Field(
+        default=8,
+        ge=1,
+        description="PCIe replays per minute above which the link is faulty (DCGM_LIMIT_MAX_PCIREPLAY_RATE: "
+        "8 a minute is the most NVIDIA's driver team recommends)",
+    )
+    pcie_gen_window_s: float = Field(
+        default=600.0,
+        ge=60,
+        le=3600,
+        description="a link generation below the maximum is a fault only when it held in every busy minute of "
+        "this window (a GPU trains its link down when idle to save power: only a busy link counts)",
+    )
+    # --- thermal and power -----------------------------------------------------------------------
+    thermal_window_s: float = Field(
+        default=600.0,
+        ge=60,
+        le=3600,
+        description="the window hardware slowdown is judged over (gpud's hw-slowdown check: 10 minutes)",
+    )
+    thermal_min_share: float = Field(
+        default=0.6,
+        gt=0,
+        le=1,
+        description="share of the window's minutes with a hardware slowdown reason (HW slowdown, HW or SW "
+        "thermal, HW power brake) that is sustained slowdown (gpud: 0.6)",
+    )
+    thermal_margin_c: int = Field(
+        default=5,
+        description="a minute is hot when the GPU came within this many degrees of its slowdown temperature "
+        "(nvmlDeviceGetMarginTemperature; a thermal clock-event reason counts as hot too)",
+    )
+    power_limit_share: float = Field(
+        default=0.98,
+        gt=0,
+        le=2,
+        description="a minute is power-limited when the draw reached this share of the enforced power limit (a "
+        "power-brake or power-cap clock-event reason counts too); the guide asks for slowdown together with "
+        "power or temperature limits, not slowdown alone",
+    )
+    # --- NVML, the node's GPUs and the cluster's view ------------------------------------------------
+    nvml_unresponsive_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="NVML calls timing out for this long are a fault of the node's driver (gpud asks for a "
+        "reboot on any NVML error; a single slow call is not one)",
+    )
+    allocatable_grace_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="nvidia.com/gpu allocatable below capacity (or capacity below the expected count) for this "
+        "long on a Ready node is a fault (the kubelet re-registers a restarted device plugin's devices within "
+        "seconds)",
+    )
+    device_plugin_not_ready_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="the node's device plugin pod not ready for this long is a fault (CrashLoopBackOff is one at "
+        "once): a rolling update replaces it well within this",
+    )
+
+
 class PipelinePolicy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -128,4 +254,10 @@ class PipelinePolicy(BaseModel):
                  Family.GPU_HARDWARE, Family.DRIVER, Family.THERMAL),
         description="families that count towards fleet incidents (application faults follow workloads, not "
         "the fleet, so they are left out)",
+    )
+
+    # --- health signals ----------------------------------------------------------------------------
+    health: HealthPolicy = Field(
+        default_factory=HealthPolicy,
+        description="the thresholds and windows of the health signals beyond the kernel log (docs/signals.md)",
     )

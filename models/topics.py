@@ -1,9 +1,10 @@
 """Every topic of the stream pipeline, declared in one place.
 
 Each topic has a partition count, a key and a value schema, and a dead-letter twin
-(`<name>.dlq`). The four input topics carry the node agent's records (`models.node_records`),
-keyed by node name; they share one partition count, so one partition holds everything one node
-published (co-partitioning: no repartition topics). The outputs are keyed by node, except the
+(`<name>.dlq`). Four input topics carry the node agent's records (`models.node_records`), a fifth the
+cluster's view of each node that the responder's watch writes (`kube`); all are keyed by node name
+and share one partition count, so one partition holds everything about one node (co-partitioning:
+no repartition topics). The outputs are keyed by node, except the
 fleet incidents (incidents of component `fleet`), which are keyed by cluster. The responder reports
 what it did with each action request on `<actions>.completed`.
 
@@ -85,6 +86,8 @@ _CONFIGS = {
                          "for attribution at a fault's time), then the latest of each kind of each node for ever",
                          min_compaction_lag_ms=_STATE_HISTORY_MS, segment_ms=_STATE_SEGMENT_MS),
     "nvml": TopicConfig("delete", _NODE_RETENTION_MS, BROKER_MAX_MESSAGE_BYTES, "events"),
+    "kube": TopicConfig("delete", _NODE_RETENTION_MS, BROKER_MAX_MESSAGE_BYTES,
+                        "the cluster's view of each node, as it changes: kept as the agents' records are"),
     "evidence": TopicConfig("delete", _NODE_RETENTION_MS, _EVIDENCE_MAX_BYTES,
                             "records up to the agent's 4 MiB request size (nvidia-smi -q, dmesg, lspci captures)"),
     "incidents": TopicConfig("delete", _NODE_RETENTION_MS, BROKER_MAX_MESSAGE_BYTES,
@@ -139,7 +142,7 @@ def config_changes(wanted: dict[str, str], current: dict[str, str | None]) -> di
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
-    role: str  # kernel, state, nvml, evidence, incidents, actions, completed
+    role: str  # kernel, state, nvml, evidence, kube, incidents, actions, completed
     name: str
     partitions: int
     key: str  # what the key is: "node" or "node or cluster"
@@ -166,12 +169,19 @@ class Topology:
     state: TopicSpec
     nvml: TopicSpec
     evidence: TopicSpec
+    kube: TopicSpec
     incidents: TopicSpec
     actions: TopicSpec
     completed: TopicSpec
 
     @property
     def inputs(self) -> tuple[TopicSpec, ...]:
+        """What the stream worker reads."""
+        return self.kernel, self.state, self.nvml, self.evidence, self.kube
+
+    @property
+    def agent_inputs(self) -> tuple[TopicSpec, ...]:
+        """What a node's agent writes (and the worker checks its node identity on)."""
         return self.kernel, self.state, self.nvml, self.evidence
 
     @property
@@ -191,7 +201,8 @@ class Topology:
         if spec is None:
             return frozenset()
         base = {"kernel": node_records.KERNEL_TOPIC, "state": node_records.STATE_TOPIC,
-                "nvml": node_records.NVML_TOPIC, "evidence": node_records.EVIDENCE_TOPIC}.get(spec.role)
+                "nvml": node_records.NVML_TOPIC, "evidence": node_records.EVIDENCE_TOPIC,
+                "kube": node_records.KUBE_TOPIC}.get(spec.role)
         return wire.kinds_on(base) if base is not None else frozenset()
 
 
@@ -207,8 +218,10 @@ def topology(prefix: str = "", partitions: int = 8) -> Topology:
         kernel=spec("kernel", node_records.KERNEL_TOPIC, "node", f"{nr}.KernelLine | KernelGap"),
         state=spec("state", node_records.STATE_TOPIC, "node/kind (hashed by node)",
                    f"{nr}.GpuInventory | GpuProcesses | PodAssignments | PodWorkloads | SpoolDrops"),
-        nvml=spec("nvml", node_records.NVML_TOPIC, "node", "models.signals.nvml.records.NvmlEvent | GpuMissing"),
+        nvml=spec("nvml", node_records.NVML_TOPIC, "node", "models.signals.nvml.records.NvmlEvent | GpuMissing | "
+                  "models.signals.health.records.GpuHealth | models.signals.node_health.records.NodeGpuHealth"),
         evidence=spec("evidence", node_records.EVIDENCE_TOPIC, "node", f"{nr}.Evidence"),
+        kube=spec("kube", node_records.KUBE_TOPIC, "node", "models.signals.kube_gpus.records.KubeGpuView"),
         incidents=spec("incidents", INCIDENTS_TOPIC, "node (incident) or cluster (fleet incident)",
                        "JSON {type: incident, change, reason, incident} (a fleet incident: component fleet)"),
         actions=spec("actions", ACTIONS_TOPIC, "node",

@@ -245,6 +245,7 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     bg = [asyncio.create_task(responder.drain_tickets(stop, sinks.ticket_drain_interval_s)),
           asyncio.create_task(sinks.chat.run(stop, sinks.chat_flush_interval_s)),
           asyncio.create_task(responder.cordons.run(stop, settings.cordon_pending_interval_s))]
+    gpu_watch = _start_gpu_watch(settings, responder, producer, stop, bg)
 
     async def handle_one(tp: Any, msg: Any, body: dict[str, Any] | None, why: str) -> None:
         observe_request(responder.metrics, msg, body)
@@ -299,7 +300,7 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
                 batches.pop(0)
     finally:
         stop.set()
-        await _shut_down(settings, responder, (consumer, producer, endpoint), batches, bg)
+        await _shut_down(settings, responder, (consumer, producer, endpoint), batches, bg, gpu_watch)
 
 
 def _task(batch: _Batch) -> asyncio.Task[None]:
@@ -317,9 +318,14 @@ def _failed(task: asyncio.Task[None]) -> BaseException | None:
 
 
 async def _shut_down(settings: RespondSettings, responder: Responder, clients: tuple[Any, Any, Any],
-                     batches: list[_Batch], bg: list[asyncio.Task[None]]) -> None:
+                     batches: list[_Batch], bg: list[asyncio.Task[None]], gpu_watch: Any = None) -> None:
     """The orderly end of `run_responder`, after `stop` was set: never raises (each failure is logged)."""
     consumer, producer, endpoint = clients
+    if gpu_watch is not None:  # its forwarding task (in `bg`) ends with `stop`; the watch's threads end here
+        try:
+            await asyncio.to_thread(gpu_watch.stop)
+        except Exception:
+            log.exception("shutdown: could not stop the GPU watch")
     work = [_task(b) for b in batches] + bg
     if work:
         _, unfinished = await asyncio.wait(work, timeout=settings.shutdown_grace_s)
@@ -366,6 +372,23 @@ async def _commit_completed(consumer: Any, batches: list[_Batch]) -> None:
                         len(batches) - n, "cancelled" if cancelled else f"{type(why).__name__}: {why}",
                         exc_info=None if cancelled else why)
             return
+
+
+def _start_gpu_watch(settings: RespondSettings, responder: Responder, producer: Any, stop: asyncio.Event,
+                     bg: list[asyncio.Task[None]]) -> Any:
+    """The watch of the GPU nodes (`respond.gpu_watch`), its views forwarded to the kube topic by a task
+    of `bg`; None without a cluster or with the watch off."""
+    if responder.cluster_api is None or not settings.gpu_watch:
+        return None
+    import queue
+
+    from respond.gpu_watch.forward import forward
+    from respond.gpu_watch.watch import build_gpu_watch
+
+    views: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    watch = build_gpu_watch(responder.cluster_api, views.put, settings).start()
+    bg.append(asyncio.create_task(forward(views, producer, topology(settings.topic_prefix, 1).kube.name, stop)))
+    return watch
 
 
 async def _start_clients(settings: RespondSettings) -> tuple[Any, Any]:

@@ -72,6 +72,24 @@ class RespondSettings(KafkaClientSecurity, ServiceSettings):
                                     "stops acting (fencing); shorter than lease_duration_s")
     retry_period_s: float = Field(default=2.0, gt=0, description="how often the Lease is renewed or read")
 
+    gpu_watch: bool = Field(
+        default=True, description="watch the GPU nodes' nvidia.com/gpu allocatable and the device plugin (when a "
+        "cluster is configured), and publish each node's view on the kube topic for the stream to decide")
+    gpu_count_label: str = Field(
+        default="nvidia.com/gpu.count", description="the node label that names how many GPUs a node should have "
+        "(GPU Feature Discovery's)")
+    device_plugin_namespace: str | None = Field(
+        default=None, description="the NVIDIA device plugin's namespace (gpu-operator, kube-system, ...); None: its "
+        "pods are not watched (the chart grants list/watch on pods there only when it is set)")
+    device_plugin_selector: str = Field(
+        default="app=nvidia-device-plugin-daemonset", description="the label selector of the device plugin's pods "
+        "(the GPU Operator's; the plugin's own chart labels them app.kubernetes.io/name=nvidia-device-plugin)")
+    gpu_watch_recheck_s: float = Field(
+        default=30.0, gt=0, description="a node whose GPU view is wrong is published again this often (for a few "
+        "minutes, then at the heartbeat), so the stream's grace periods see it held")
+    gpu_watch_heartbeat_s: float = Field(default=600.0, gt=0, description="a wrong GPU view is published at "
+                                         "least this often after its first minutes")
+
     actions: ActionSettings = Field(default_factory=ActionSettings,
                                     description="the cordon executor's section (XIDPIPE_ACTIONS_*)")
     sinks: SinkSettings = Field(default_factory=SinkSettings,

@@ -236,13 +236,18 @@ class Pipeline:
 
     async def _verified(self, events: Sequence[Any]) -> tuple[list[Message], list[DeadLetter]]:
         """The events' messages that may speak for the node they name, and dead letters for the rest
-        (`streams.node_identity`; every message passes when verification is off)."""
+        (`streams.node_identity`; every message passes when verification is off, and those of the
+        kube topic, which the responder writes, always do)."""
         messages: list[Message] = []
         refused: list[DeadLetter] = []
         raw = [e.message for e in events]
         verdicts: list[Any] = [None] * len(raw)
-        if self.identity is not None:  # side by side: a node's slow or failing reviews hold no one else's record
-            verdicts = await self.identity.check_many([(m.key, m.headers) for m in raw])
+        # The kube topic is the responder's, not a node agent's: its ACL lets only the responder write it.
+        agents = [i for i, m in enumerate(raw) if m.topic != self.topo.kube.name]
+        if self.identity is not None and agents:  # side by side: a node's slow or failing reviews hold no one else's
+            checked = await self.identity.check_many([(raw[i].key, raw[i].headers) for i in agents])
+            for i, verdict in zip(agents, checked, strict=True):
+                verdicts[i] = verdict
         for m, verdict in zip(raw, verdicts, strict=True):
             if verdict is not None and not verdict.accepted:
                 log.warning("node record refused (%s): %s", verdict.reason, verdict.detail)

@@ -72,7 +72,7 @@ class Intake:
     def __init__(self, store: Store, kinds: dict[str, frozenset[str]], bounds: ParserBounds | None = None) -> None:
         self.store = store
         self.kinds = kinds
-        self.mapper = ItemMapper(bounds)  # per-node parsers, bounded in number and idle time
+        self.mapper = ItemMapper(bounds, store.policy)  # per-node parsers, bounded in number and idle time
         self._prepared: _Prepared | None = None
         self._unstored: tuple[list[Item], list[Ref]] = ([], [])  # closed by `flush_idle`, not yet stored
 

@@ -45,6 +45,7 @@ from models.node_records import (
 )
 from models.pci import normalize_pci
 from models.signals import observations
+from models.stream_policy import PipelinePolicy
 
 log = logging.getLogger(__name__)
 
@@ -224,8 +225,9 @@ class ItemMapper:
     """Node records in, store items out. Stateful only in the per-node parsers (bounded:
     `ParserBounds`) and the lines they hold; everything else is a pure mapping."""
 
-    def __init__(self, bounds: ParserBounds | None = None) -> None:
+    def __init__(self, bounds: ParserBounds | None = None, policy: PipelinePolicy | None = None) -> None:
         self.bounds = bounds or ParserBounds()
+        self.policy = policy or PipelinePolicy()  # a health signal's thresholds (`models.signals.observations`)
         self._parsers: OrderedDict[str, _NodeParser] = OrderedDict()  # least recently fed first
         self._unreported: set[str] = set()  # nodes with open records' lines not yet reported by `holds`
         self._partitions: dict[tuple[str, int], _PartitionHolds] = {}
@@ -264,7 +266,7 @@ class ItemMapper:
             log.warning("node agent on %s dropped %d spooled records", record.node, record.dropped_since_last,
                         extra={"node": record.node})
         else:
-            faults = observations(record)
+            faults = observations(record, self.policy)
             if faults is not None:
                 return [FaultItem(obs, topic) for obs in faults]
             log.warning("no signal maps %s records (from %s)", record.kind, record.node,

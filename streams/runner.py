@@ -122,7 +122,7 @@ def produce(bootstrap: str, topo: Topology, records: Iterable[NodeRecord], linge
 
     names = {t.role: t.name for t in topo.inputs}
     base_role = {"xidpipe.node.kernel": "kernel", "xidpipe.node.state": "state", "xidpipe.node.nvml": "nvml",
-                 "xidpipe.node.evidence": "evidence"}
+                 "xidpipe.node.evidence": "evidence", "xidpipe.node.kube": "kube"}
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=linger_ms, acks="all",
                              **(security.kafka_python_options() if security else {}))
     n = 0

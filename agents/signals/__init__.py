@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.signals import nvml, podresources, workloads
+from agents.signals import health, nvml, podresources, workloads
 from agents.signals.base import (
     CAPABILITIES,
     SYSTEM_CLOCK,
@@ -30,6 +30,7 @@ from agents.signals.base import (
 
 SENSORS: tuple[SensorSpec[Any], ...] = (
     nvml.SENSOR,
+    health.SENSOR,
     podresources.SENSOR,
     workloads.SENSOR,
 )

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.signals import nvml
+from models.signals import health, kube_gpus, node_health, nvml
 from models.signals.base import Signal, observations, register, signal_for, unregister
 
 SIGNALS: tuple[Signal[Any], ...] = (
     *nvml.SIGNALS,
+    *health.SIGNALS,
+    *node_health.SIGNALS,
+    *kube_gpus.SIGNALS,
 )
 
 for _signal in SIGNALS:

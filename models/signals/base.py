@@ -1,8 +1,10 @@
 """What a health signal is to the pipeline, and the registry the stream reads.
 
 A signal is a record kind a node agent publishes and a pure mapping from one such record to the
-fault observations it reports (none, one or several). Registering a signal registers its record
-kind on the wire (`models.node_records.register_record`) and its mapping for the stream.
+fault observations it reports (none, one or several). A signal whose decision has thresholds
+(`models.stream_policy.HealthPolicy`: a rate, a window, a grace period) maps its records with the
+stream's policy: its `decide` is called instead of `observe`. Registering a signal registers its
+record kind on the wire (`models.node_records.register_record`) and its mapping for the stream.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from models.incidents import FaultObservation
 from models.node_records import NodeRecordBase, kind_of, register_record, unregister_record
+from models.stream_policy import PipelinePolicy
 
 R = TypeVar("R", bound=NodeRecordBase)
 
@@ -25,6 +28,8 @@ class Signal(Generic[R]):
     topic: str  # one of `models.node_records.NODE_TOPICS`
     observe: Callable[[R], Sequence[FaultObservation]]  # pure: no I/O, no clock
     droppable: bool = False  # a periodic snapshot a full agent spool may drop; fault reports never are
+    # pure, with the stream's policy (its thresholds and windows); when set, the stream calls it, not `observe`
+    decide: Callable[[R, PipelinePolicy], Sequence[FaultObservation]] | None = None
 
     @property
     def kind(self) -> str:
@@ -54,7 +59,19 @@ def signal_for(kind: str) -> Signal[Any] | None:
     return _SIGNALS.get(kind)
 
 
-def observations(record: NodeRecordBase) -> tuple[FaultObservation, ...] | None:
-    """The faults a record reports, by its signal's mapping; None when no signal is registered for its kind."""
+def decided(record: type[R], topic: str, decide: Callable[[R, PipelinePolicy], Sequence[FaultObservation]],
+            *, droppable: bool = False) -> Signal[R]:
+    """A signal whose mapping takes the stream's policy; `observe` alone applies the default policy."""
+    default = PipelinePolicy()
+    return Signal(record, topic, lambda rec: decide(rec, default), droppable, decide)
+
+
+def observations(record: NodeRecordBase, policy: PipelinePolicy | None = None) -> tuple[FaultObservation, ...] | None:
+    """The faults a record reports, by its signal's mapping (a deciding signal's with `policy`, the
+    stream's; the defaults when None); None when no signal is registered for its kind."""
     signal = _SIGNALS.get(record.kind)
-    return None if signal is None else tuple(signal.observe(record))
+    if signal is None:
+        return None
+    if signal.decide is not None:
+        return tuple(signal.decide(record, policy or PipelinePolicy()))
+    return tuple(signal.observe(record))

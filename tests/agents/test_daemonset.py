@@ -30,12 +30,13 @@ def test_least_privilege() -> None:
     writable = {name for name, m in mounts.items() if not m.get("readOnly")}
     assert writable == {"state", "tmp"}
     host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
-    # Only what the sources read: the kernel log (kmsg, the journal), PodResources, the host's pids;
-    # never the whole of /var/log (other services' logs, secrets some of them write there).
+    # Only what the sources read: the kernel log (kmsg, the journal), PodResources, the host's pids, the
+    # kernels' modules (which kernel the driver is built for); never the whole of /var/log (other services'
+    # logs, secrets some of them write there).
     assert host == {
         "kmsg": "/dev/kmsg", "journal-persistent": "/var/log/journal", "journal-volatile": "/run/log/journal",
         "machine-id": "/etc/machine-id", "pod-resources": "/var/lib/kubelet/pod-resources", "host-proc": "/proc",
-        "state": "/var/lib/xidpipe-agent",
+        "host-modules": "/lib/modules", "state": "/var/lib/xidpipe-agent",
     }
     assert sc["runAsUser"] == 0 and "runAsNonRoot" not in sc  # why: the comment beside it (PodResources, kmsg)
 

@@ -1,18 +1,26 @@
 """A short check against a real GPU and driver: inventory, supported event types, registration,
-one event-wait timeout and MIG mode. Runs only where NVML finds a GPU (skipped elsewhere, CI
-included). Standalone: `python -m pytest tests/gpu -s` prints a compact JSON summary."""
+one event-wait timeout and MIG mode; then every NVML call the health poller makes, with its value or
+its NVML error, and one poll as the poller reads it (and what the checks find in it). Runs only where
+NVML finds a GPU (skipped elsewhere, CI included). Standalone: `python -m pytest tests/gpu -s` prints
+a compact JSON summary of each."""
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agents.metrics import Metrics
 from agents.nvml_calls import NvmlCaller
+from agents.signals.health import host
+from agents.signals.health.read import FIELDS, Reader
 from agents.signals.nvml.inventory import read_snapshot
+from models.signals.health import findings
+from models.signals.health.tracker import GpuTracker
+from models.stream_policy import HealthPolicy
 
 pytestmark = pytest.mark.gpu
 
@@ -71,3 +79,75 @@ def test_real_nvml(nvml: Any) -> None:
     finally:
         nvml.nvmlEventSetFree(event_set)
     print("\n" + json.dumps(summary, separators=(",", ":")))
+
+
+def _raw(fn: Any, *args: Any) -> Any:
+    """What one NVML call returns, or its error's name."""
+    try:
+        value = fn(*args)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if isinstance(value, bytes):
+        return value.decode()
+    return value if isinstance(value, int | str | tuple) else repr(value)
+
+
+def _calls(nvml: Any, handle: Any) -> dict[str, Any]:
+    """Every NVML function the health poller uses, called directly on one GPU."""
+    import ctypes
+
+    fields = {int(v.fieldId): (int(v.nvmlReturn), int(v.value.ullVal))
+              for v in nvml.nvmlDeviceGetFieldValues(handle, list(FIELDS))}
+    fabric = nvml.c_nvmlGpuFabricInfo_v3_t()
+    fabric_ret = _raw(nvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(fabric))
+    return {
+        "nvmlDeviceGetFieldValues": {fid: {"return": ret, "value": val} for fid, (ret, val) in fields.items()},
+        "nvmlDeviceGetRemappedRows": _raw(nvml.nvmlDeviceGetRemappedRows, handle),
+        "nvmlDeviceGetRetiredPages(dbe)": _raw(lambda: len(nvml.nvmlDeviceGetRetiredPages(
+            handle, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))),
+        "nvmlDeviceGetRetiredPagesPendingStatus": _raw(nvml.nvmlDeviceGetRetiredPagesPendingStatus, handle),
+        "nvmlDeviceGetNvLinkState(0)": _raw(nvml.nvmlDeviceGetNvLinkState, handle, 0),
+        "nvmlDeviceGetNvLinkErrorCounter(0, replay)": _raw(nvml.nvmlDeviceGetNvLinkErrorCounter, handle, 0,
+                                                            nvml.NVML_NVLINK_ERROR_DL_REPLAY),
+        "nvmlDeviceGetPcieReplayCounter": _raw(nvml.nvmlDeviceGetPcieReplayCounter, handle),
+        "nvmlDeviceGetCurrPcieLinkGeneration": _raw(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+        "nvmlDeviceGetMaxPcieLinkGeneration": _raw(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+        "nvmlDeviceGetCurrPcieLinkWidth": _raw(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+        "nvmlDeviceGetMaxPcieLinkWidth": _raw(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+        "nvmlDeviceGetCurrentClocksEventReasons": _raw(
+            lambda: hex(nvml.nvmlDeviceGetCurrentClocksEventReasons(handle))),
+        "nvmlDeviceGetTemperatureV": _raw(nvml.nvmlDeviceGetTemperatureV, handle, nvml.NVML_TEMPERATURE_GPU),
+        "nvmlDeviceGetMarginTemperature": _raw(nvml.nvmlDeviceGetMarginTemperature, handle),
+        "nvmlDeviceGetTemperatureThreshold(slowdown)": _raw(nvml.nvmlDeviceGetTemperatureThreshold, handle,
+                                                            nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+        "nvmlDeviceGetPowerUsage": _raw(nvml.nvmlDeviceGetPowerUsage, handle),
+        "nvmlDeviceGetEnforcedPowerLimit": _raw(nvml.nvmlDeviceGetEnforcedPowerLimit, handle),
+        "nvmlDeviceGetGpuFabricInfoV(v3)": fabric_ret if fabric_ret != 0 else
+        {"state": int(fabric.state), "status": int(fabric.status), "health_summary": int(fabric.healthSummary)},
+    }
+
+
+def test_real_health_readings(nvml: Any) -> None:
+    from datetime import UTC, datetime
+
+    reader = Reader(nvml, NvmlCaller(10.0, Metrics()))
+    summary: dict[str, Any] = {"kernel": host.kernel_release(), "driver_module": host.driver_version(Path("/proc")),
+                               "pci_gpus": list(host.pci_gpus(Path("/sys"))), "lockdown": host.lockdown(Path("/sys")),
+                               "gpus": []}
+    for index in range(reader.count()):
+        handle = reader.handle(index)
+        static = reader.static(index, handle)
+        began = time.monotonic()
+        reading = reader.reading(static, handle)
+        took = time.monotonic() - began
+        record = GpuTracker("this-node", static.uuid, static.pci_bus_id, index).poll(reading, datetime.now(UTC))
+        assert record is not None
+        summary["gpus"].append({
+            "uuid": static.uuid, "links": static.links, "poll_s": round(took, 4), "calls": _calls(nvml, handle),
+            "reading": reading.model_dump(exclude_none=True), "stuck": reader.stuck,
+            "findings": [f"{f.kind}: {f.message}" for f in findings(record, HealthPolicy())],
+        })
+        assert not reader.stuck, f"NVML calls timed out: {reader.stuck}"
+        assert reading.temperature_c is not None and reading.pcie_width_max, "a data-centre GPU reports these"
+    assert len(summary["pci_gpus"]) >= len(summary["gpus"]), "sysfs lists every GPU NVML does"
+    print("\n" + json.dumps(summary, separators=(",", ":"), default=str))

@@ -63,10 +63,12 @@ def test_the_agent_writes_the_node_topics_and_nothing_else(secured_kafka: Secure
     topo = topology(prefix, 1)
     producer = _producer(secured_kafka, _options(secured_kafka, "agent"))
     try:
-        for spec in topo.inputs:
+        for spec in topo.agent_inputs:
             meta = producer.send(spec.name, key=b"gpu-node-1", value=b"{}").get(timeout=10)
             assert meta.topic == spec.name and meta.offset == 0
-        for name in (topo.actions.name, topo.incidents.name, topo.completed.name, topo.kernel.dead_letter):
+        # not the cluster's view of the node either: only the responder speaks for the cluster
+        for name in (topo.actions.name, topo.incidents.name, topo.completed.name, topo.kernel.dead_letter,
+                     topo.kube.name):
             with pytest.raises(TopicAuthorizationFailedError):
                 producer.send(name, key=b"gpu-node-1", value=b"{}").get(timeout=10)
     finally:
@@ -112,6 +114,11 @@ def test_the_responder_reads_actions_and_may_not_read_node_topics(secured_kafka:
             consumer.close()
 
     assert read("responder", topo.actions.name, "xidpipe-responder") == [b'{"kind": "ticket"}']
+    responder = _producer(secured_kafka, _options(secured_kafka, "responder"))
+    try:  # the cluster's view of a node (its GPU allocatable, its device plugin) is the responder's to write
+        assert responder.send(topo.kube.name, key=b"gpu-node-1", value=b"{}").get(timeout=10).topic == topo.kube.name
+    finally:
+        responder.close(timeout=5)
     with pytest.raises(KafkaError):  # not its topic, not its group
         read("responder", topo.kernel.name, f"{prefix}worker")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models.catalog import load_catalog
-from models.decisive import CodeFacts, decisive, recovery_of
+from models.decisive import CodeFacts, decisive
 from models.runbook import load_runbook
 
 ORDER = load_runbook().order

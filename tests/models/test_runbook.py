@@ -107,6 +107,7 @@ EXPECTED = {
     "XID_154": ["recovery", "nvidia-smi -r -i GPU-c3b9d004", "dcgmi diag -r 3 -i 3"],
     "application": ["the owners of team-x/job", "No hardware action"],
     "fleet": ["common cause", "xidpipe breaker status"],
+    "gpus_gone": ["`uname -r`", "mokutil --sb-state", "driver built for this kernel", "kubectl uncordon gpu-node-07"],
     "gpu_lost": ["lspci -s 0000:63:00.0", "nvidia-smi -i GPU-c3b9d004", "ipmitool sel list", "Reboot gpu-node-07"],
     "nvswitch_fatal": ["fabricmanager.log", "restart Fabric Manager", "D.5"],
     "nvswitch_non_fatal": ["fabricmanager.log", "needs no reset", "D.4"],
@@ -245,3 +246,18 @@ def test_a_node_xidpipe_cordoned_and_drained_is_not_drained_again() -> None:
     # The drain said only of a cordoned node: a drain recorded without a cordon changes nothing.
     isolate = [t for p, t in run("RESET_GPU", Decision.DRY_RUN, drained=True) if p == "isolate"]
     assert "kubectl cordon gpu-node-07" in isolate[0]
+
+
+def test_a_node_whose_gpus_vanished_follows_the_guides_section_16() -> None:
+    def entry(component: str, codes: list[str], family: str = "gpu_lost") -> Any:
+        return what_to_do(component=component, category="driver", family=family, decisive=keyed("UPDATE_SWFW"),
+                          decision=Decision.CORDONED, codes=codes, facts={**FACTS, "node": "gpu-a-017"})
+
+    out = entry("node", ["driver_error", "driver_load", "gpu_allocatable"])
+    assert out.entries[0] == "gpus_gone"
+    assert any("`dkms status`" in s for s in out.steps) and any("mokutil" in s for s in out.steps)
+    assert "gpu-a-017" in out.steps[0]  # the first step names the node
+    # a GPU's own missing count is that GPU's loss, not the node's driver
+    assert entry("gpu", ["Xid 79", "gpu_count"]).entries[0] == "gpu_lost"
+    # a node's driver fault whose GPUs did not vanish follows its decisive code
+    assert entry("node", ["driver_error"], family="driver").entries[0] == "UPDATE_SWFW"

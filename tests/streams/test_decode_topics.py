@@ -17,7 +17,7 @@ from tests.streams.records import T0, Kmsg, inventory
 def test_topology_is_co_partitioned_with_dead_letter_twins() -> None:
     topo = topology("t-", partitions=6)
     names = [n for t in topo.all for n in t.names]
-    assert len(names) == len(set(names)) == 14
+    assert len(names) == len(set(names)) == 16
     assert {t.partitions for t in topo.all} == {6}
     assert all(t.key == "node" for t in topo.inputs if t is not topo.state)
     assert topo.state.key.startswith("node/kind")
@@ -27,6 +27,10 @@ def test_topology_is_co_partitioned_with_dead_letter_twins() -> None:
     assert topo.kinds_for(topo.kernel.name) == {"kernel_line", "kernel_gap"}
     assert topo.kinds_for(topo.state.name) >= {"inventory", "pod_assignments", "gpu_processes"}
     assert not any("repartition" in n for n in names)
+    # the kube topic is read like the node topics but written by the responder, not by an agent
+    assert topo.kube in topo.inputs and topo.kube not in topo.agent_inputs
+    assert topo.kinds_for(topo.kube.name) == {"kube_gpu_view"}
+    assert topo.kinds_for(topo.nvml.name) >= {"gpu_health", "node_gpu_health"}
 
 
 KERNEL_KINDS = frozenset({"kernel_line", "kernel_gap"})

@@ -5,7 +5,8 @@ each record as a Kafka header; the worker, authenticated to Kafka as `worker` an
 as the `xidpipe-stream` ServiceAccount of the chart, reviews it. A record for another node, one
 without a token and one with a forged token are dead-lettered with the reason and never become
 incidents; the genuine fault becomes an incident whose cordon candidate the responder, as
-`responder`, handles and reports on the completed topic.
+`responder`, handles and reports on the completed topic. The cluster's view of a node, which the
+responder writes on the kube topic without a node token, is taken as it is.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from kafka import KafkaConsumer
 from kubernetes import client
 
 from models.node_identity import TOKEN_HEADER
+from models.signals.kube_gpus.records import KubeGpuView
 from models.topics import topology
 from respond.cordon.runtime import build_executor
 from respond.responder import build_responder, run_responder
@@ -83,6 +85,10 @@ def test_a_record_for_another_node_never_becomes_an_incident(
     produce(settings.bootstrap_servers, topo, [Kmsg(victim, seq=2000).xid(1, 79, T0)], security=agent)
     produce(settings.bootstrap_servers, topo, [Kmsg(victim, seq=3000).xid(2, 79, T0)], security=agent,
             headers=[(TOKEN_HEADER, token[:-8] + b"AAAAAAAA")])
+    # The responder's GPU watch speaks for the cluster, not for a node: no node token on the kube topic.
+    view = KubeGpuView(node=victim, record_id=f"kube:{victim}:1", observed_at=T0, capacity=8, allocatable=0,
+                       since={"allocatable": T0 - timedelta(seconds=600)})
+    produce(settings.bootstrap_servers, topo, [view], security=secured_kafka.security("responder"))
 
     worker = WorkerProcess(settings, tmp_path / "worker.log").start()
     try:
@@ -98,7 +104,9 @@ def test_a_record_for_another_node_never_becomes_an_incident(
         incidents = store_reads.incidents(store)
     finally:
         store.dispose()
-    assert {i["node"] for i in incidents} == {honest}, incidents
+    assert {(i["node"], i["component"]) for i in incidents} == {(honest, "gpu"), (victim, "node")}, incidents
+    assert [i["codes"] for i in incidents if i["node"] == victim] == [["gpu_allocatable"]]
+    assert _read_all(secured_kafka, topo.kube.dead_letter) == []
 
     dead = _read_all(secured_kafka, topo.kernel.dead_letter)
     reasons = sorted(dict(m.headers)["xidpipe-dlq-reason"].decode() for m in dead)
@@ -107,16 +115,18 @@ def test_a_record_for_another_node_never_becomes_an_incident(
     mismatch = next(json.loads(m.value) for m in dead if b"mismatch" in dict(m.headers)["xidpipe-dlq-reason"])
     assert honest in mismatch["error"] and victim in mismatch["error"]
 
-    # The responder, as its own principal, takes the honest node's cordon candidate and reports it.
+    # The responder, as its own principal, takes the honest node's cordon candidate and reports it (and the
+    # candidate of the victim's node fault the cluster's view made, a genuine one).
     respond = RespondSettings(bootstrap_servers=secured_kafka.bootstrap, topic_prefix=prefix,
                               database_url=postgres_database, group_id=f"nid-{run}-responder",
                               **secured_kafka.security("responder").model_dump())
     executor = build_executor(respond.actions, database_url=postgres_database)
     sinks = build_sinks(SinkSettings(outbox_dir=tmp_path / "outbox", group_wait_s=0), postgres_database)
     responder = build_responder(respond, executor, sinks)
-    asyncio.run(_respond_until_cordon(respond, responder, lambda: bool(executor.store.recent(10))))
+    asyncio.run(_respond_until_cordon(respond, responder,
+                                      lambda: len({a.node for a in executor.store.recent(10)}) >= 2))
     completed = [json.loads(m.value) for m in _read_all(secured_kafka, topo.completed.name)]
-    assert {c["node"] for c in completed} == {honest}
+    assert {c["node"] for c in completed} == {honest, victim}
 
 
 def test_a_record_the_api_server_cannot_review_is_a_dead_letter_with_the_reason(

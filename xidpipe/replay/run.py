@@ -109,7 +109,7 @@ class _Feeder:
         self.store = store
         self.cluster = cluster
         self.batch_items = batch_items
-        self.mapper = ItemMapper()
+        self.mapper = ItemMapper(policy=store.policy)
         self.pending: list[Item] = []
         self.requests = _Requests()
         self.stats = ReplayStats()
