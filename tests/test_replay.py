@@ -165,6 +165,18 @@ def test_records_are_merged_in_event_time_with_each_node_in_order(tmp_path: Path
     assert all(r.fault and r.record_id.startswith("file:") and r.file_offset is not None for r in kept)
 
 
+def test_a_log_s_last_line_without_a_newline_is_read(tmp_path: Path) -> None:
+    """As `xidpipe scan` reads it: the fault on the last line counts though the line has no newline."""
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "a.log").write_text("Nov 25 10:00:00 a kernel: NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=p\n"
+                                "Nov 25 10:00:09 a kernel: NVRM: Xid (PCI:0000:18:00): 48, pid=1, name=p, An "
+                                "uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer")
+    result = run_replay(root)
+    assert result.stats.lines_read == 2
+    assert sorted(c for i in result.incidents for c in i["codes"]) == ["Xid 13", "Xid 48"]
+
+
 def test_a_log_without_gpu_faults_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "quiet"
     root.mkdir()
