@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from models.cordon import pool_allowance
 from models.cordon_policy import CordonPolicy, Drain
-from models.node_records import KernelLine, PodAssignments
+from models.node_records import DeviceAssignment, GpuInfo, GpuInventory, KernelLine, PodAssignments
 from tests import store_reads
 from xidpipe.cli import main
 from xidpipe.replay import ReplayInputError, run_replay
@@ -250,3 +250,60 @@ def test_a_named_database_keeps_the_history_and_must_start_empty(cluster: Path, 
         store.dispose()
     with pytest.raises(ReplayInputError, match="already holds incidents"):
         run_replay(cluster, database_url=url)
+
+
+def _failing_gpu(root: Path) -> Path:
+    """One GPU that fails three different jobs over 36 hours (one Xid 13 each, 18 hours apart)."""
+    root.mkdir()
+    uuid = "GPU-5f1c2a9e-0b7d-4c1e-9a43-7d2e11a0c001"
+    start = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)
+    lines, state = [], []
+    for k in range(3):
+        at = start + timedelta(hours=18 * k)
+        pods = PodAssignments(node="n1", record_id=f"pods:n1:{k}", changed_at=at - timedelta(minutes=5),
+                              assignments=(DeviceAssignment(device_id=uuid, gpu_id=uuid, resource_name="nvidia.com/gpu",
+                                                            namespace="team", pod=("bert", "vllm", "resnet")[k],
+                                                            container="main"),))
+        state.append(pods.model_dump_json())
+        lines.append(f"{at.isoformat()} n1 kernel: NVRM: Xid (PCI:0000:18:00): 13, pid={100 + k}, name=train, "
+                     "Graphics SM Warp Exception on (GPC 1, TPC 0, SM 1): Out Of Range Address")
+    inventory = GpuInventory(node="n1", record_id="inv:n1", emitted_at=start - timedelta(hours=1),
+                             gpus=(GpuInfo(index=0, uuid=uuid, pci_bus_id="00000000:18:00.0"),))
+    (root / "n1.log").write_text("\n".join(lines) + "\n")
+    (root / "state.jsonl").write_text("\n".join([inventory.model_dump_json(), *state]) + "\n")
+    return root
+
+
+def test_the_worker_s_classification_window_is_backtested_from_its_settings_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the default 24 h window the three faults are three jobs' own; the worker's settings file
+    (`worker_policy`, given as --config or XIDPIPE_CONFIG) widens it to 48 h, and replay finds what that
+    worker would: one GPU failing different jobs."""
+    root = _failing_gpu(tmp_path / "c")
+    config = tmp_path / "xidpipe.yaml"
+    config.write_text("worker_policy:\n  classify_window_s: 172800\n")
+
+    code, body = replay_json(capsys, str(root))
+    assert code == 1
+    incidents = body["incidents"]
+    assert isinstance(incidents, list)
+    assert sorted((i["component"], i["classification"], i["count"]) for i in incidents) == [
+        ("workload", "application", 1)] * 3
+
+    for args in ([str(root), "--config", str(config)], ["--config", str(config), str(root)]):
+        code, body = replay_json(capsys, *args)
+        (gpu,) = body["incidents"]  # type: ignore[misc]
+        assert (gpu["component"], gpu["classification"], gpu["count"]) == ("gpu", "suspected_hardware", 3)
+    monkeypatch.setenv("XIDPIPE_CONFIG", str(config))
+    code, body = replay_json(capsys, str(root))
+    (gpu,) = body["incidents"]  # type: ignore[misc]
+    assert gpu["classification"] == "suspected_hardware"
+
+
+def test_a_bad_worker_policy_in_the_settings_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _failing_gpu(tmp_path / "c")
+    config = tmp_path / "xidpipe.yaml"
+    config.write_text("worker_policy:\n  quiet_period_s: -1\n")
+    assert main(["replay", str(root), "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "quiet_period_s" in err
