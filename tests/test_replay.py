@@ -307,3 +307,20 @@ def test_a_bad_worker_policy_in_the_settings_exits_2(tmp_path: Path, capsys: pyt
     assert main(["replay", str(root), "--config", str(config)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "quiet_period_s" in err
+
+
+def test_incidents_resolve_after_their_quiet_period_and_get_their_tickets_in_event_time(tmp_path: Path) -> None:
+    """A double-bit error, then hours later another GPU's: past the quiet period in event time, the first
+    incident is resolved, and still gets the ticket the sink opened for it when it opened."""
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "n1.log").write_text(
+        "2026-03-02T00:00:00+00:00 n1 kernel: NVRM: Xid (PCI:0000:18:00): 48, pid=1, name=p, An uncorrectable "
+        "double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0.\n"
+        "2026-03-02T08:00:00+00:00 n1 kernel: NVRM: Xid (PCI:0000:3b:00): 94, pid=2, name=p, Contained: SM (0x1). "
+        "RST: No, D-RST: No\n")
+    result = run_replay(root)
+    first, second = sorted(result.incidents, key=lambda i: i["first_seen"])
+    assert (first["status"], second["status"]) == ("resolved", "open")
+    ticketed = {t["incident_id"]: t["action"] for t in result.sinks.tickets}
+    assert ticketed[first["id"]] == "create" and ticketed[second["id"]] == "create"
