@@ -241,7 +241,9 @@ class IncidentTable:
         return inc
 
     def finish(self) -> None:
-        """After the last report: every incident is classified."""
+        """After the last report: every incident is classified, and those its nodes' later faults show
+        quiet for the quiet period are resolved, as the stream resolves them (`streams.event_clock`)."""
+        self._resolve_quiet()
         for inc in self.incidents():
             verdict = incident_verdict(inc.state, pci=inc.pci, workloads=_listed(e.workload for e in inc.events),
                                        observations=inc.observations, app=self._context(inc), policy=self.policy)
@@ -250,6 +252,19 @@ class IncidentTable:
     def incidents(self) -> list[ScanIncident]:
         """The incidents in the order they opened, but those merged into another."""
         return [i for i in self.by_id.values() if i.merged_into is None]
+
+    def _resolve_quiet(self) -> None:
+        clocks: dict[str, datetime] = {}
+        for e in self.events:
+            clocks[e.node] = max(clocks.get(e.node, e.occurred_at), e.occurred_at)
+        quiet = timedelta(seconds=self.policy.quiet_period_s)
+        for inc in self.incidents():
+            st = inc.state
+            if st.status != "open" or st.component == "fleet":
+                continue
+            nodes = {e.node for e in inc.events} if st.component == "workload" else {st.node}
+            if nodes and all(n in clocks and st.last_seen + quiet < clocks[n] for n in nodes):
+                inc.state = replace(st, status="resolved", resolved_at=st.last_seen + quiet)
 
     # -- application faults that stay with their GPU -----------------------------------------------
 

@@ -192,3 +192,18 @@ def test_an_incident_opened_and_resolved_in_one_batch_asks_for_its_ticket_messag
     assert one == two
     assert {("ticket", "create"), ("notification", "opened"), ("cordon_candidate", "cordon"),
             ("notification", "resolved")} <= one[0]
+
+
+def test_xidpipe_scan_finds_the_incidents_replay_finds_but_the_fleet_s(recorded: tuple[Path, list[Any]]) -> None:
+    """`xidpipe scan` runs the same engine on a table in memory (no fleet view): the same incidents,
+    statuses included, as replay's but its fleet incidents."""
+    from models.scan import scan
+    from xidpipe.commands.scan import collect
+    from xidpipe.replay.layout import read_state
+
+    root, replayed = recorded
+    scanned = scan(collect(sorted(str(p) for p in root.glob("*.log")), None, 2026),
+                   state=read_state(root / "state.jsonl"))
+    got = sorted((i.fingerprint, i.component, i.state.component_id, tuple(sorted(i.codes())), i.count, i.category,
+                  i.family, i.state.status) for i in scanned)
+    assert got == sorted(f[:8] for f in replayed if f[1] != "fleet")
