@@ -255,8 +255,9 @@ class IncidentTable:
 
     def _resolve_quiet(self) -> None:
         clocks: dict[str, datetime] = {}
-        for e in self.events:
-            clocks[e.node] = max(clocks.get(e.node, e.occurred_at), e.occurred_at)
+        for e in self.events:  # the nodes' clocks: their latest kernel-log faults (`streams.event_clock`)
+            if e.observation.source == "kernel":
+                clocks[e.node] = max(clocks.get(e.node, e.occurred_at), e.occurred_at)
         quiet = timedelta(seconds=self.policy.quiet_period_s)
         for inc in self.incidents():
             st = inc.state

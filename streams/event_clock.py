@@ -1,7 +1,8 @@
-"""Incidents resolved in event time: each node's clock is the latest fault it reported.
+"""Incidents resolved in event time: each node's clock is the latest fault its kernel log reported.
 
-A node's records arrive in the order it wrote them (its partition, its log), so once a node reports
-a fault at `t`, none of its faults before `t` is still to come. An incident of that node (a GPU's,
+A node's kernel log arrives in the order it was written (its partition, its log), so once a node
+reports a fault at `t`, none of its faults before `t` is still to come. (NVML events travel on a
+topic of their own, read at its own pace: they do not move the clock.) An incident of that node (a GPU's,
 an NVSwitch's, the node's driver) whose last fault is more than `quiet_period_s` before its node's
 clock is over: it is resolved, at its last fault plus the quiet period, whichever batch brought the
 clock there, so the stream and `xidpipe replay` resolve the same incidents at the same times. A
@@ -30,7 +31,7 @@ NODE_LOCAL = ("gpu", "nvswitch", "node")
 
 
 class NodeClocks:
-    """Per node: the event time of the latest fault it reported (see the module)."""
+    """Per node: the event time of the latest fault its kernel log reported (see the module)."""
 
     def __init__(self) -> None:
         self._clocks: OrderedDict[str, datetime] = OrderedDict()
@@ -46,7 +47,8 @@ class NodeClocks:
         if missing:
             with s.no_autoflush:
                 for node, latest in s.execute(sa.select(FaultEvent.node, sa.func.max(FaultEvent.occurred_at))
-                                              .where(FaultEvent.node.in_(missing)).group_by(FaultEvent.node)):
+                                              .where(FaultEvent.node.in_(missing), FaultEvent.sources != "nvml")
+                                              .group_by(FaultEvent.node)):
                     if latest is not None:
                         out[node] = self._remember(node, latest)
         return out

@@ -129,7 +129,9 @@ class IncidentGrouping:
                 attr = correlate(history, o.occurred_at, pci=o.pci, gpu_uuid=o.gpu_uuid,
                                  gpu_instance_id=o.gpu_instance_id, pid=o.pid, process=o.process, skew_s=skew)
                 attributed.append((report_of(o, attr), o, attr))
-            self.latest[node] = max(o.occurred_at for o in node_faults)
+            kernel = [o.occurred_at for o in node_faults if o.source == "kernel"]
+            if kernel:  # the node's clock: its kernel log, read in the order written (not NVML's topic)
+                self.latest[node] = max(kernel)
         self._lock(attributed)
         window_s = self.p.duplicate_window_s
         ordered = in_grouping_order(attributed, lambda t: t[0], self.p.occurrence_window_s)
