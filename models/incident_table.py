@@ -269,21 +269,39 @@ class IncidentTable:
 
     # -- application faults that stay with their GPU -----------------------------------------------
 
-    def _keep_with_gpu(self, node: str, gpu: str, at: datetime) -> None:
-        """After an application fault of a workload on (node, GPU) at `at`: the faults within the window
-        ending there of the workloads the GPU keeps (`models.grouping.kept_workloads`) move to its incident."""
+    def keeps_at_once(self, event: ScanEvent) -> bool:
+        """Whether the GPU keeps this application fault of a workload, not grouped yet, at its own time,
+        with no other fault to move with it: it goes to the GPU's incident at once, as the stream puts
+        it (`streams.app_windows.AppWindows.keeps_only`)."""
+        if event.family != "application" or event.report.workload is None or event.gpu == "node":
+            return False
+        workloads, moving = self._keeping(event.node, event.gpu, event.occurred_at, extra=event)
+        return event.workload in workloads and moving == [event]
+
+    def _keeping(self, node: str, gpu: str, at: datetime,
+                 extra: ScanEvent | None = None) -> tuple[list[str], list[ScanEvent]]:
+        """The workloads the GPU keeps at `at` (`models.grouping.kept_workloads`), and their faults within
+        the window not in a GPU incident yet; `extra`: a fault not grouped yet, counted."""
         since = window_start(at, self.policy)
         recent = [e for e in self.events if e.family == "application" and since <= e.occurred_at <= at]
-        here = [AppFault(e.node, e.gpu, e.workload, e.occurred_at, e.counted) for e in recent
-                if (e.node, e.gpu) == (node, gpu)]
+        if extra is not None:
+            recent.append(extra)
+        here = [e for e in recent if (e.node, e.gpu) == (node, gpu)]
         elsewhere: dict[str, list[datetime]] = defaultdict(list)
         for e in recent:
             if e.workload and (e.node, e.gpu) != (node, gpu):
                 elsewhere[e.workload].append(e.occurred_at)
-        workloads = kept_workloads(here, elsewhere, at, self.policy)
+        workloads = kept_workloads([AppFault(e.node, e.gpu, e.workload, e.occurred_at, e.counted) for e in here],
+                                   elsewhere, at, self.policy)
+        return workloads, [e for e in here if e.workload in workloads
+                           and (e is extra or self.by_id[e.incident_id].component != "gpu")]
+
+    def _keep_with_gpu(self, node: str, gpu: str, at: datetime) -> None:
+        """After an application fault of a workload on (node, GPU) at `at`: the faults within the window
+        ending there of the workloads the GPU keeps (`models.grouping.kept_workloads`) move to its incident."""
+        _, found = self._keeping(node, gpu, at)
         comp = Component(ComponentKind.GPU, node, gpu)
-        moving = _in_time_order([e for e in recent if (e.node, e.gpu) == (node, gpu) and e.workload in workloads
-                                 and self.by_id[e.incident_id].component != "gpu"])
+        moving = _in_time_order(found)
         if not moving:
             return
         row = self.by_fp.get(comp.fingerprint)

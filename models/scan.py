@@ -20,6 +20,7 @@ wherever in the input they appear. Without pod assignments an application fault 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from models.correlate import (
@@ -66,7 +67,9 @@ def scan(
     table = IncidentTable(p, assignments=_assignments(known))
     grouper = Grouper(table, p)
     for event in in_grouping_order(events, lambda e: e.report, p.occurrence_window_s):
-        table.apply(*grouper.group(event.report), event)
+        # A fault the GPU keeps at once goes to its incident, as in the stream (`IncidentTable.keeps_at_once`).
+        report = replace(event.report, workload=None) if table.keeps_at_once(event) else event.report
+        table.apply(*grouper.group(report), event)
     table.finish()
     return table.incidents()
 

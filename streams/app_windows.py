@@ -53,7 +53,7 @@ class AppWindows:
         fault's entry by its place in `batch`, to be marked as it is grouped (`grouped`)."""
         faults = list(batch)
         entries: dict[int, WindowFault] = {}
-        pairs = {(node, gpu) for node, gpu, workload, _ in faults if workload and gpu != "node"}
+        pairs = {(node, gpu) for node, gpu, _, _ in faults if gpu != "node"}
         if not pairs:
             return entries
         self.load_stored(pairs, {w for *_, w, _ in faults if w}, min(at for *_, at in faults),
@@ -101,6 +101,16 @@ class AppWindows:
     def kept(self, node: str, gpu: str, at: datetime) -> list[str]:
         """The workloads the GPU keeps at `at` when any of their faults within the window is not in its
         incident yet (those are to move); else none."""
+        workloads, moving = self._keeping(node, gpu, at)
+        return workloads if moving else []
+
+    def keeps_only(self, fault: WindowFault) -> bool:
+        """Whether the GPU keeps this fault of the batch, not grouped yet, at its own time, and no other
+        fault is to move with it: it goes to the GPU's incident at once (as a move would put it)."""
+        workloads, moving = self._keeping(fault.node, fault.gpu, fault.at)
+        return fault.workload in workloads and moving == [fault]
+
+    def _keeping(self, node: str, gpu: str, at: datetime) -> tuple[list[str], list[WindowFault]]:
         pair = (node, gpu)
         lo = window_start(at, self.p)
         inside = [f for f in self.here.get(pair, ()) if lo <= f.at <= at]
@@ -109,9 +119,7 @@ class AppWindows:
             elsewhere[w] = [f.at for f in self.by_workload[w] if (f.node, f.gpu) != pair and lo <= f.at <= at]
         workloads = kept_workloads([AppFault(f.node, f.gpu, f.workload, f.at, f.counted) for f in inside],
                                    elsewhere, at, self.p)
-        if not any(f.workload in workloads and not f.in_gpu for f in inside):
-            return []
-        return workloads
+        return workloads, [f for f in inside if f.workload in workloads and not f.in_gpu]
 
     def moved(self, node: str, gpu: str, at: datetime) -> None:
         """Faults on the GPU within the window ending at `at` moved to its incident, which counted them

@@ -138,7 +138,7 @@ class IncidentGrouping:
         self.partners = partner_candidates(self.s, [(o, a) for _, o, a in ordered], window_s)
         self.lookup.prefetch(r for r, _, _ in ordered)
         apps = AppWindows(self.s, self.p)
-        windows = apps.load((o.node, event_gpu(o, a), a.workload if a.pod.pod else None, o.occurred_at)
+        windows = apps.load((o.node, event_gpu(o, a), a.workload, o.occurred_at)
                             for _, o, a in ordered if o.family == "application")
         app_index = 0
         for i, (report, obs, attr) in enumerate(ordered):
@@ -152,6 +152,8 @@ class IncidentGrouping:
                 self.faults_merged += 1
                 continue
             draft = event_draft(obs, attr, self.now)
+            if entry is not None and report.workload and entry.gpu != "node" and apps.keeps_only(entry):
+                report = replace(report, workload=None)  # the GPU keeps it: its incident, as a move would
             placed = self._group(report, obs, attr, draft)
             self.drafts.append(draft)
             if pairable:
@@ -169,12 +171,18 @@ class IncidentGrouping:
         (one executemany): SQL then holds the batch up to here. The rows are read again from then on."""
         self._write_back()
         self.states.clear()
-        if self.drafts:
-            self.caches.fault_events.insert(self.s, [d.__dict__ for d in self.drafts])
-            self.drafts = []
-            if self._pending:  # the inserted rows are no drafts any more: their partners are read again
-                self.partners = partner_candidates(self.s, [(o, a) for _, o, a in self._pending],
-                                                   self.p.duplicate_window_s)
+        if not self.drafts:
+            return
+        self.caches.fault_events.insert(self.s, [d.__dict__ for d in self.drafts])
+        flushed = {(d.node, d.gpu_uuid, d.xid, d.sources) for d in self.drafts}
+        self.drafts = []
+        # The inserted rows are no drafts any more: the partners of the faults still to come are read
+        # again, when one of those may pair with one of them (a kernel line and its NVML event).
+        if any((o.node, a.gpu.uuid, o.xid, other_source(o.source)) in flushed for _, o, a in self._pending):
+            self.partners = partner_candidates(self.s, [(o, a) for _, o, a in self._pending],
+                                               self.p.duplicate_window_s)
+        else:
+            self.partners = {k: [c for c in v if not isinstance(c, EventDraft)] for k, v in self.partners.items()}
 
     def _lock(self, attributed: list[tuple[Report, FaultObservation, Attribution]]) -> None:
         """Lock the open incidents the reports can change before reading them (`lock_open`: another
@@ -310,10 +318,9 @@ class IncidentGrouping:
         """Resolve an open incident (quiet for its quiet period: `at` is when that ended, in event time).
         A change this batch made to it is published first: an incident opened and resolved in one batch
         still asks for its ticket, message and cordon, as it would in two."""
-        t = self.touched.pop(row.incident_id, None)
-        if t is not None:
-            self._flush_drafts()  # what classification reads of this batch's faults
-            self._emit(t)
+        if row.incident_id in self.touched:
+            self._flush_drafts()  # its state, and what classification reads of this batch's faults
+            self._emit([self.touched.pop(row.incident_id)])
         self.states.pop(row.incident_id, None)
         row.status, row.resolved_at, row.updated_at = "resolved", at, self.now
         row.version += 1
@@ -359,14 +366,7 @@ class IncidentGrouping:
         # else, so the incidents' changes are flushed once, with the outbox.
         self._keep_repaired()
         self._resolve_by_clocks()
-        touched = list(self.touched.values())
-        rows = [t.row for t in touched]
-        with self.s.no_autoflush:
-            contexts = self._contexts(rows)
-            drivers = driver_versions(self.s, rows)
-        for t in touched:
-            t.row.driver_version = drivers.get(t.row.incident_id, t.row.driver_version)
-            self._classify_and_emit(t, contexts.get(t.row.incident_id))
+        self._emit(list(self.touched.values()))
         self.touched.clear()
         self.outbox.extend(self.fleet.count())
         self.index.write(self.s)
@@ -379,12 +379,15 @@ class IncidentGrouping:
         contexts.update(workload_spreads(self.s, [r for r in rows if r.component == "workload"]))
         return contexts
 
-    def _emit(self, t: _Touched) -> None:
-        """Classify and publish one incident's change now (before it is resolved in the same batch)."""
+    def _emit(self, touched: list[_Touched]) -> None:
+        """Classify and publish incidents' changes now (before they are resolved in the same batch)."""
+        rows = [t.row for t in touched]
         with self.s.no_autoflush:
-            context = self._contexts([t.row]).get(t.row.incident_id)
-            t.row.driver_version = driver_versions(self.s, [t.row]).get(t.row.incident_id, t.row.driver_version)
-        self._classify_and_emit(t, context)
+            contexts = self._contexts(rows)
+            drivers = driver_versions(self.s, rows)
+        for t in touched:
+            t.row.driver_version = drivers.get(t.row.incident_id, t.row.driver_version)
+            self._classify_and_emit(t, contexts.get(t.row.incident_id))
 
     def _resolve_by_clocks(self) -> None:
         """Resolve what the nodes' clocks, moved by this batch's faults, show quiet (`streams.event_clock`)."""
@@ -394,7 +397,9 @@ class IncidentGrouping:
         clocks = self.caches.clocks
         advanced = clocks.advance(self.s, self.latest)
         quiet = timedelta(seconds=self.p.quiet_period_s)
-        for row in quiet_incidents(self.s, clocks, {n: advanced[n] for n in self.latest}, self.p.quiet_period_s):
+        rows = quiet_incidents(self.s, clocks, {n: advanced[n] for n in self.latest}, self.p.quiet_period_s)
+        self._emit([t for r in rows if (t := self.touched.pop(r.incident_id, None)) is not None])
+        for row in rows:
             self._resolve(row, row.last_seen + quiet, f"no new fault for {self.p.quiet_period_s:.0f} s (the quiet "
                                                       f"period) in event time: its last at {row.last_seen.isoformat()}")
 
