@@ -123,8 +123,8 @@ def _burst(family: str, faults: Sequence[FleetFault], policy: PipelinePolicy,
 
 
 def fleet_reach(current: IncidentState, policy: PipelinePolicy) -> tuple[datetime, datetime]:
-    """The event-time span whose faults of its family an open fleet incident takes: one fleet window
-    either side of its first and last fault."""
+    """The event-time span whose faults of its family a fleet incident takes (open or resolved): one
+    fleet window either side of its first and last fault."""
     window = timedelta(seconds=policy.fleet_window_s)
     return current.first_seen - window, current.last_seen + window
 
