@@ -42,6 +42,18 @@ def latest_fleet(s: Session, cluster: str, component_id: str) -> Incident | None
                          .order_by(Incident.opened_at.desc(), Incident.incident_id.desc()).limit(1)).first()
 
 
+def fleet_incidents_from(s: Session, cluster: str, component_id: str, since: datetime) -> list[Incident]:
+    """The cluster's fleet incidents of `component_id` whose last fault is at `since` or later, and the
+    latest one before them (in event time), oldest first."""
+    fp = fleet_fingerprint(cluster, component_id)
+    with s.no_autoflush:
+        rows = list(s.scalars(sa.select(Incident).where(Incident.fingerprint == fp, Incident.last_seen >= since)
+                              .order_by(Incident.first_seen, Incident.incident_id)))
+        before = s.scalars(sa.select(Incident).where(Incident.fingerprint == fp, Incident.last_seen < since)
+                           .order_by(Incident.last_seen.desc(), Incident.incident_id.desc()).limit(1)).first()
+    return [before, *rows] if before is not None else rows
+
+
 def lock_fleet_counts(s: Session, fingerprints: Sequence[str]) -> None:
     """Count one family's fleet window in one transaction at a time, until it ends (PostgreSQL: an
     advisory transaction lock per fleet fingerprint, taken in order; SQLite has one writer at a time).

@@ -3,13 +3,16 @@ decisions over an incident of component `fleet`.
 
 - `fleet_fingerprint` is the incident key: `v2:` over ("fleet", cluster, component id), where the
   component id is the fault family, or `breaker` for a breaker trip.
-- `fleet_burst_around` decides, in event time, whether faults belong to a fleet burst: some window
-  of `fleet_window_s` that holds one of them holds faults of the family on `fleet_min_nodes` nodes.
-  It depends on the faults alone, not on which batch read which of them.
-- `fleet_reach` and `fleet_absorbed`: an open fleet incident takes every fault of its family within
-  one fleet window of its own faults, whenever that fault is read.
-- `fleet_change` decides what a fleet burst does to the cluster's fleet incident of its family:
-  open one, add the nodes that joined, or resolve a burst that ended and open a new one.
+- `fleet_bursts_around` decides, in event time, which bursts faults belong to: some window of
+  `fleet_window_s` that holds one of them holds faults of the family on `fleet_min_nodes` nodes;
+  bursts more than a fleet window apart are separate. It depends on the faults alone, not on which
+  batch read which of them.
+- `fleet_reach` and `fleet_absorbed`: a fleet incident takes every fault of its family within one
+  fleet window of its own faults, whenever that fault is read (resolved or not).
+- `fleet_target` places a burst among the family's incidents in event time: in the one whose reach
+  it overlaps, after the latest, or before a later one (a burst read late); `fleet_change` decides
+  what it does there: open an incident, add the nodes that joined, or resolve a burst that ended
+  and open a new one; `past_fleet_incident` is a burst read after a later one, over already.
 - `breaker_incident` is the fleet incident a breaker trip raises.
 
 A fleet incident's changes make their action requests as every incident's do (`models.actions`):
@@ -23,6 +26,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Literal
 
 from models.identity import incident_fingerprint
 from models.incidents import IncidentChange, IncidentState, fleet_burst, new_incident_id
@@ -70,12 +74,12 @@ class FleetBurst:
     reason: str
 
 
-def fleet_burst_around(family: str, faults: Sequence[FleetFault], around: Sequence[datetime],
-                       policy: PipelinePolicy) -> FleetBurst | None:
-    """The burst that faults of `family` at the event times `around` belong to, counted over `faults`
-    (the family's faults within one fleet window of them, those included): together, every window of
-    `fleet_window_s` that holds one of `around` and faults on `fleet_min_nodes` nodes or more. None
-    when there is no such window.
+def fleet_bursts_around(family: str, faults: Sequence[FleetFault], around: Sequence[datetime],
+                        policy: PipelinePolicy) -> list[FleetBurst]:
+    """The bursts that faults of `family` at the event times `around` belong to, counted over `faults`
+    (the family's faults within one fleet window of them, those included), in time order: the faults
+    of every window of `fleet_window_s` that holds one of `around` and faults on `fleet_min_nodes` nodes
+    or more, cut where two of them are more than a fleet window apart (no incident's reach joins them).
 
     Only the faults decide, not the order they were read in: a window holds enough nodes once its
     last fault is stored, and the count around that fault finds it. A window that holds a fault at `t`
@@ -83,7 +87,7 @@ def fleet_burst_around(family: str, faults: Sequence[FleetFault], around: Sequen
     window = timedelta(seconds=policy.fleet_window_s)
     ordered = sorted(faults, key=lambda f: (f.at, f.node, f.code))
     times = sorted(around)
-    members: list[FleetFault] = []
+    members: dict[FleetFault, None] = {}
     in_window: Counter[str] = Counter()
     end = 0
     for start, f in enumerate(ordered):
@@ -93,11 +97,17 @@ def fleet_burst_around(family: str, faults: Sequence[FleetFault], around: Sequen
         k = bisect_left(times, f.at)
         holds_one = k < len(times) and times[k] <= f.at + window
         if holds_one and len(in_window) >= policy.fleet_min_nodes:
-            members.extend(ordered[start:end])
+            members.update(dict.fromkeys(ordered[start:end]))
         in_window[f.node] -= 1
         if not in_window[f.node]:
             del in_window[f.node]
-    return _burst(family, members, policy)
+    parts: list[list[FleetFault]] = []
+    for f in sorted(members, key=lambda f: (f.at, f.node, f.code)):
+        if parts and f.at - parts[-1][-1].at <= window:
+            parts[-1].append(f)
+        else:
+            parts.append([f])
+    return [b for part in parts if (b := _burst(family, part, policy)) is not None]
 
 
 def _burst(family: str, faults: Sequence[FleetFault], policy: PipelinePolicy,
@@ -113,45 +123,71 @@ def _burst(family: str, faults: Sequence[FleetFault], policy: PipelinePolicy,
 
 
 def fleet_reach(current: IncidentState, policy: PipelinePolicy) -> tuple[datetime, datetime]:
-    """The event-time span whose faults of its family an open fleet incident takes: one fleet window
-    either side of its first and last fault."""
+    """The event-time span whose faults of its family a fleet incident takes (open or resolved): one
+    fleet window either side of its first and last fault."""
     window = timedelta(seconds=policy.fleet_window_s)
     return current.first_seen - window, current.last_seen + window
 
 
 def fleet_absorbed(current: IncidentState, current_nodes: Sequence[str], faults: Sequence[FleetFault],
                    policy: PipelinePolicy) -> FleetBurst | None:
-    """The faults of `faults` (of the incident's family) that the open fleet incident `current`
-    (spanning `current_nodes`) takes, whenever they were read: those within its reach (`fleet_reach`).
-    No count of its own: the incident's nodes made the burst already. None when there is none."""
-    if current.status != "open":
-        return None
+    """The faults of `faults` (of the incident's family) that the fleet incident `current` (spanning
+    `current_nodes`) takes, whenever they were read: those within its reach (`fleet_reach`). No count of
+    its own: the incident's nodes made the burst already. None when there is none."""
     lo, hi = fleet_reach(current, policy)
     return _burst(current.family, [f for f in faults if lo <= f.at <= hi], policy, current_nodes)
 
 
+Placement = Literal["join", "after", "before"]
+
+
+def fleet_target(burst: FleetBurst, incidents: Sequence[IncidentState],
+                 policy: PipelinePolicy) -> tuple[Placement, IncidentState | None]:
+    """Where a burst goes among the family's fleet incidents (`incidents`: every one whose reach ends
+    after the burst's window starts, and the latest before them), in event time, whatever their status
+    and whichever was read first: `join` the earliest whose reach (`fleet_reach`) its span overlaps;
+    else `after` the latest, which it follows (None: the family's first); else, a burst read after a
+    later one, `before` it, following the latest of those before (None: none)."""
+    window = timedelta(seconds=policy.fleet_window_s)
+    overlapping = [i for i in incidents if i.first_seen - window <= burst.last and burst.first <= i.last_seen + window]
+    if overlapping:
+        return "join", min(overlapping, key=lambda i: (i.first_seen, i.incident_id))
+    before = [i for i in incidents if i.last_seen < burst.first]
+    previous = max(before, key=lambda i: (i.last_seen, i.incident_id)) if before else None
+    if any(i.first_seen > burst.last for i in incidents):
+        return "before", previous
+    return "after", previous
+
+
+def fleet_joined(current: IncidentState, current_nodes: Sequence[str], *, family: str, burst: FleetBurst,
+                 policy: PipelinePolicy) -> IncidentChange | None:
+    """The nodes, codes and times of `burst` join the fleet incident `current` (spanning `current_nodes`),
+    open or resolved (a burst read late is still its): `updated`, its count the number of nodes; None
+    when the burst adds no node, code or time."""
+    joined = sorted(set(current_nodes) | set(burst.nodes))
+    merged_codes = tuple(dict.fromkeys((*current.codes, *burst.codes)))
+    first, last = min(current.first_seen, burst.first), max(current.last_seen, burst.last)
+    added = sorted(set(joined) - set(current_nodes))
+    if not added and merged_codes == current.codes and (first, last) == (current.first_seen, current.last_seen):
+        return None
+    reason = fleet_burst(family, joined, policy) or burst.reason
+    why = f"{', '.join(added)} joined: {reason}" if added else f"new codes or times: {reason}"
+    updated = replace(current, count=len(joined), first_seen=first, last_seen=last, codes=merged_codes,
+                      reason=reason)
+    return IncidentChange("updated", updated, why)
+
+
 def fleet_change(current: IncidentState | None, current_nodes: Sequence[str], *, cluster: str, family: str,
                  burst: FleetBurst, policy: PipelinePolicy) -> IncidentChange | None:
-    """What `burst` (`fleet_burst_around`, `fleet_absorbed`) does to the cluster's latest fleet
+    """What `burst` (`fleet_bursts_around`, `fleet_absorbed`) does to the cluster's latest fleet
     incident of the family (`current`, spanning `current_nodes`).
 
     No open incident: one opens (linked to the previous one). A burst that starts more than a fleet
     window after the open incident's last fault is a new one: the open incident is resolved and a new
-    one opens. Otherwise the burst's nodes join it (`updated`; its span covers the burst's), and a
-    burst that adds no node, code or time changes nothing (None). `count` is the number of nodes."""
+    one opens. Otherwise the burst's nodes join it (`fleet_joined`)."""
     window = timedelta(seconds=policy.fleet_window_s)
     if current is not None and current.status == "open" and burst.first <= current.last_seen + window:
-        joined = sorted(set(current_nodes) | set(burst.nodes))
-        merged_codes = tuple(dict.fromkeys((*current.codes, *burst.codes)))
-        first, last = min(current.first_seen, burst.first), max(current.last_seen, burst.last)
-        added = sorted(set(joined) - set(current_nodes))
-        if not added and merged_codes == current.codes and (first, last) == (current.first_seen, current.last_seen):
-            return None
-        reason = fleet_burst(family, joined, policy) or burst.reason
-        why = f"{', '.join(added)} joined: {reason}" if added else f"new codes or times: {reason}"
-        updated = replace(current, count=len(joined), first_seen=first, last_seen=last, codes=merged_codes,
-                          reason=reason)
-        return IncidentChange("updated", updated, why)
+        return fleet_joined(current, current_nodes, family=family, burst=burst, policy=policy)
     previous = current.incident_id if current is not None else None
     fresh = _fresh(cluster, family, family, burst.nodes, burst.codes, burst.last, burst.first, burst.reason,
                    previous)
@@ -163,6 +199,18 @@ def fleet_change(current: IncidentState | None, current_nodes: Sequence[str], *,
         return IncidentChange("reopened", fresh,
                               f"the burst recurs after incident {previous} was resolved: {burst.reason}")
     return IncidentChange("opened", fresh, burst.reason)
+
+
+def past_fleet_incident(previous: IncidentState | None, *, cluster: str, family: str, burst: FleetBurst,
+                        policy: PipelinePolicy) -> IncidentChange:
+    """A burst read after a later one of its family (a node's records came late): an incident of its own,
+    over already (resolved a fleet window after its last fault), following `previous`."""
+    window = timedelta(seconds=policy.fleet_window_s)
+    fresh = _fresh(cluster, family, family, burst.nodes, burst.codes, burst.last, burst.first, burst.reason,
+                   previous.incident_id if previous is not None else None)
+    return IncidentChange("opened", replace(fresh, status="resolved", resolved_at=burst.last + window),
+                          f"{burst.reason} (read after a later burst of its family: over since "
+                          f"{(burst.last + window).isoformat()})")
 
 
 def fleet_quiet(current: IncidentState, last_activity: datetime, now: datetime,

@@ -7,24 +7,28 @@ memory (`models.scan`), the stream worker on the incident rows of its transactio
 reads the incidents the engine asks for through an `IncidentLookup` and writes back what it decides.
 
 - `Report`: what grouping needs of one fault report after attribution (`report_of`);
-  `in_grouping_order`: reports read together are grouped GPU-naming first, so that a node-level
-  report of the same fault ("GPU lost", a crash dump) finds the GPU's incident.
+  `in_grouping_order`: reports read together are grouped in event time, moment by moment (a
+  node's reports within `occurrence_window_s` of the first), and within a moment those naming a
+  GPU first, so that a node-level report of the same fault ("GPU lost", a crash dump) finds the
+  GPU's incident. A node's reports keep the order they were read in.
 - `Grouper.group`: the incident a report joins and what it does to it. `Grouper.place` finds the
   incident: the report's component (`models.identity.component_of`); for a node-level report, the
-  open GPU incident of its node whose last occurrence it came with; for an application fault on a
-  GPU found to keep faulting across workloads (suspected hardware), the GPU's incident; for a GPU
-  known by UUID, the incident opened under its PCI address before the UUID was known. `apply_fault`
-  counts it: another view of the occurrence counted last, a new occurrence, or, after the quiet
-  period or once the incident is resolved, a new incident linked to the old one.
+  open GPU incident of its node with an occurrence, in event time, that it came with (not the
+  incident's latest: one batch may hold hours of a node); for a GPU known by UUID, the incident
+  opened under its PCI address before the UUID was known. `apply_fault` counts it: another view of
+  that occurrence, a new occurrence, or, after the quiet period or once the incident is resolved, a
+  new incident linked to the old one.
 - `same_fault`: a kernel-log Xid and an NVML Xid event of one GPU that are one fault.
-- `gpus_keeping_faults` and `recount_events`: application faults that stay with their GPU across
-  workloads belong to the GPU's incident, and an incident whose reports moved is counted again.
+- `kept_workloads` and `recount_events`: application faults that stay with their GPU across
+  workloads belong to the GPU's incident, decided at each application fault over the window that
+  ends at it, and an incident whose reports moved is counted again.
 - `incident_verdict` (with `classify_in_context`, `AppContext`): an incident's category and reason,
   from the catalog and what its workloads did elsewhere.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -96,11 +100,22 @@ def _str_or_none(value: object) -> str | None:
 _T = TypeVar("_T")
 
 
-def in_grouping_order(items: Sequence[_T], report: Callable[[_T], Report]) -> list[_T]:
-    """Reports read together (a batch, a moment of a log), in the order they are grouped: those that
-    name a GPU first, each set in the order read. A node-level report of the same fault then finds
-    the GPU's incident open (its companion, `Grouper.place`)."""
-    return sorted(items, key=lambda item: not report(item).names_gpu)
+def in_grouping_order(items: Sequence[_T], report: Callable[[_T], Report], window_s: float) -> list[_T]:
+    """Reports read together (a batch, a log), in the order they are grouped, the same whichever way
+    they were cut into batches: each node's reports in the order read, cut into moments (consecutive
+    reports within `window_s` of the moment's first), the moments of all nodes merged by the time of
+    their first report, and within a moment the reports that name a GPU first. A node-level report
+    of the same fault then finds the GPU's incident (its companion, `Grouper.place`)."""
+    by_node: dict[str, list[list[_T]]] = {}
+    for item in items:
+        r = report(item)
+        moments = by_node.setdefault(r.node, [])
+        if moments and abs((r.at - report(moments[-1][0]).at).total_seconds()) <= window_s:
+            moments[-1].append(item)
+        else:
+            moments.append([item])
+    merged = heapq.merge(*by_node.values(), key=lambda moment: report(moment[0]).at)
+    return [item for moment in merged for item in sorted(moment, key=lambda i: not report(i).names_gpu)]
 
 
 def same_fault(
@@ -124,21 +139,37 @@ class IncidentLookup(Protocol):
         """The latest incident of a fingerprint, open or resolved; None when it has none."""
         ...
 
-    def open_gpu_incidents(self, node: str) -> Sequence[IncidentState]:
-        """The node's open GPU incidents a node-level report may belong to (the most recent ones)."""
+    def gpu_occurrences(self, node: str, at: datetime, window_s: float) -> Sequence[Occurrence]:
+        """The occurrences (their first, counted reports) of the node's open GPU incidents within
+        `window_s` of `at`, in event time: those a node-level report at `at` may belong to."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One occurrence of an incident: when it was counted and its signals (`models.identity.signal`)."""
+
+    incident: IncidentState
+    at: datetime
+    signals: tuple[str, ...]
+
+    @property
+    def group(self) -> str | None:
+        return occurrence_group(self.signals)
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where a report goes: its component, the companion group of the GPU fault a node-level report
-    attaches to (None: its own), and the component's latest incident (None: it has none yet);
+    attaches to (None: its own), the component's latest incident (None: it has none yet), the
+    occurrence of it a node-level report came with (None: the latest, as for any report), and
     `sympathetic`: why an application-class report is a sympathetic report of the GPU's hardware fault
     (`models.sympathetic`), whose incident it joins: its workload was affected, not at fault."""
 
     component: Component
     group: str | None
     current: IncidentState | None
+    occurrence: Occurrence | None = None
     sympathetic: str | None = None
 
 
@@ -164,11 +195,11 @@ class Grouper:
     def __init__(self, lookup: IncidentLookup, policy: PipelinePolicy) -> None:
         self.lookup = lookup
         self.policy = policy
-        self._suspected: dict[tuple[str, str], Component | None] = {}
 
     def group(self, r: Report) -> tuple[Placement, IncidentChange]:
         """Where the report goes and what it does to that incident (the caller applies the change)."""
         placed = self.place(r)
+        occ = placed.occurrence
         group = placed.group
         current = placed.current
         if (group is None and r.family == Family.RECOVERY_ACTION and current is not None and current.status == "open"
@@ -176,6 +207,7 @@ class Grouper:
             group = occurrence_group(current.occurrence_signals)  # Xid 154 joins the fault it reports on
         change = apply_fault(current, component=placed.component, node=r.node, family=r.family, code=r.code,
                              signal=signal(r.family, r.source, r.code, group), at=r.at, policy=self.policy,
+                             occurrence=(occ.at, occ.signals) if occ is not None else None,
                              pid=r.pid, sympathetic=placed.sympathetic)
         if r.recovery_action:
             change = replace(change, incident=replace(change.incident, recovery_action=r.recovery_action))
@@ -186,8 +218,15 @@ class Grouper:
             found = self._sympathetic(r)
             if found is not None:
                 return found
-        comp, group = self._component(r)
-        return Placement(comp, group, self.latest(comp, r.pci))
+        comp = r.component
+        if comp.kind == "node":
+            how = attaches_to_gpu_fault(r.family, r.error)
+            occ = self._companion(r, any_group=how == "any") if how is not None else None
+            if occ is not None:
+                st = occ.incident
+                gpu = Component(ComponentKind.GPU, st.node, st.component_id or st.gpu)
+                return Placement(gpu, occ.group if how == "any" else None, st, occ)
+        return Placement(comp, None, self.latest(comp, r.pci))
 
     def _sympathetic(self, r: Report) -> Placement | None:
         """The GPU's hardware incident when the application-class report follows its fault (`models.sympathetic`)."""
@@ -201,7 +240,7 @@ class Grouper:
         if why is None:
             return None
         comp = Component(ComponentKind.GPU, st.node, st.component_id or st.gpu)
-        return Placement(comp, occurrence_group(st.occurrence_signals), st, why)
+        return Placement(comp, occurrence_group(st.occurrence_signals), st, sympathetic=why)
 
     def latest(self, comp: Component, pci: str | None) -> IncidentState | None:
         """The component's latest incident; for a GPU known by UUID without one, the incident opened
@@ -214,46 +253,20 @@ class Grouper:
                 return by_pci
         return found
 
-    def _component(self, r: Report) -> tuple[Component, str | None]:
-        comp = r.component
-        if comp.kind == "node":
-            how = attaches_to_gpu_fault(r.family, r.error)
-            joined = self._companion(r, any_group=how == "any") if how is not None else None
-            if joined is not None:
-                return joined
-        if comp.kind == "workload":
-            gpu = r.gpu_uuid or r.pci
-            if gpu:
-                return self._suspected_gpu(r.node, gpu, r.pci) or comp, None
-        return comp, None
-
-    def _companion(self, r: Report, any_group: bool) -> tuple[Component, str | None] | None:
-        """The open GPU incident of the node whose last occurrence this node-level report belongs to,
-        the closest in time: one of the report's own companion group, or (`any_group`: a crash dump)
-        of any group."""
+    def _companion(self, r: Report, any_group: bool) -> Occurrence | None:
+        """The occurrence of an open GPU incident of the node that this node-level report came with: the
+        closest in event time within the occurrence window, of the report's own companion group or
+        (`any_group`: a crash dump) of any group."""
         group = companion_group(r.family)
-        best: tuple[float, IncidentState] | None = None
-        for st in self.lookup.open_gpu_incidents(r.node):
-            if (st.status != "open" or st.component != "gpu" or st.occurrence_at is None or not st.occurrence_signals
-                    or not (any_group or occurrence_group(st.occurrence_signals) == group)):
+        best: tuple[float, Occurrence] | None = None
+        for occ in self.lookup.gpu_occurrences(r.node, r.at, self.policy.occurrence_window_s):
+            st = occ.incident
+            if st.status != "open" or st.component != "gpu" or not (any_group or occ.group == group):
                 continue
-            gap = abs((r.at - st.occurrence_at).total_seconds())
+            gap = abs((r.at - occ.at).total_seconds())
             if gap <= self.policy.occurrence_window_s and (best is None or gap < best[0]):
-                best = (gap, st)
-        if best is None:
-            return None
-        st = best[1]
-        return Component(ComponentKind.GPU, st.node, st.component_id or st.gpu), (
-            occurrence_group(st.occurrence_signals) if any_group else None)
-
-    def _suspected_gpu(self, node: str, gpu: str, pci: str | None) -> Component | None:
-        """The GPU's component when it has an open suspected-hardware incident."""
-        key = (node, gpu)
-        if key not in self._suspected:
-            st = self.latest(Component(ComponentKind.GPU, node, gpu), pci)
-            ok = st is not None and st.status == "open" and st.category == "suspected_hardware"
-            self._suspected[key] = Component(ComponentKind.GPU, node, st.component_id or gpu) if ok and st else None
-        return self._suspected[key]
+                best = (gap, occ)
+        return best[1] if best is not None else None
 
 
 # --- how it is counted --------------------------------------------------------------------------
@@ -269,16 +282,18 @@ def apply_fault(
     signal: str,
     at: datetime,
     policy: PipelinePolicy,
+    occurrence: tuple[datetime, tuple[str, ...]] | None = None,
     pid: int | None = None,
     sympathetic: str | None = None,
 ) -> IncidentChange:
     """Group one fault report into its component's incident.
 
-    Another view of the occurrence counted last (`models.identity.joins_occurrence`), and a sympathetic
-    report of it (`sympathetic`: why, `models.sympathetic`), joins it without counting; any other
-    report counts a new occurrence of the open incident; after the quiet period, or when the latest
-    incident is resolved, a new incident linked to the previous one opens. `pid`: the process the
-    report names (an occurrence remembers its processes).
+    Another view of the occurrence it came with (`occurrence`, in event time; by default the one
+    counted last: `models.identity.joins_occurrence`), and a sympathetic report of it (`sympathetic`:
+    why, `models.sympathetic`), joins it without counting; any other report counts a new occurrence
+    of the open incident; after the quiet period, or when the latest incident is resolved, a new
+    incident linked to the previous one opens. `pid`: the process the report names (an occurrence
+    remembers its processes).
     """
     # A recurrence keeps the fingerprint of the incident it follows (a GPU first known by its PCI address).
     fingerprint = current.fingerprint if current is not None else component.fingerprint
@@ -288,17 +303,23 @@ def apply_fault(
             codes = current.codes if code in current.codes else (*current.codes, code)
             seen = replace(current, last_seen=max(current.last_seen, at), first_seen=min(current.first_seen, at),
                            codes=codes, family=primary_family(current.family, family))
-            if sympathetic is not None or joins_occurrence(current.occurrence_at, current.occurrence_signals, at,
-                                                           signal, policy.occurrence_window_s,
-                                                           policy.duplicate_window_s):
-                signals, pids = current.occurrence_signals, current.occurrence_pids
-                joined = replace(seen, occurrence_signals=signals if signal in signals else (*signals, signal),
-                                 occurrence_pids=pids if pid is None or pid in pids else (*pids, pid))
+            latest = (current.occurrence_at, current.occurrence_signals)
+            occ_at, occ_signals = occurrence if occurrence is not None else latest
+            if sympathetic is not None or joins_occurrence(occ_at, occ_signals, at, signal,
+                                                           policy.occurrence_window_s, policy.duplicate_window_s):
+                if occ_at == current.occurrence_at:  # the latest occurrence records its signals and processes
+                    signals, pids = current.occurrence_signals, current.occurrence_pids
+                    seen = replace(seen, occurrence_signals=signals if signal in signals else (*signals, signal),
+                                   occurrence_pids=pids if pid is None or pid in pids else (*pids, pid))
                 what = f"a sympathetic report ({sympathetic})" if sympathetic else "another report"
-                return IncidentChange("updated", joined, f"{code} is {what} of the fault counted at "
-                                      f"{_hms(current.occurrence_at)} in incident {current.incident_id}", counted=False)
+                return IncidentChange("updated", seen, f"{code} is {what} of the fault counted at "
+                                      f"{_hms(occ_at)} in incident {current.incident_id}", counted=False)
             updated = replace(seen, count=current.count + 1, occurrence_at=at, occurrence_signals=(signal,),
                               occurrence_pids=(pid,) if pid is not None else ())
+            if current.occurrence_at is not None and at < current.occurrence_at:  # read late: not the latest
+                updated = replace(updated, occurrence_at=current.occurrence_at,
+                                  occurrence_signals=current.occurrence_signals,
+                                  occurrence_pids=current.occurrence_pids)
             return IncidentChange("updated", updated, f"{code} repeats incident {current.incident_id}")
         resolved = replace(current, status="resolved", resolved_at=current.last_seen + timedelta(
             seconds=policy.quiet_period_s))
@@ -399,17 +420,38 @@ class AppContext:
     clean_gpus: dict[str, int]
 
 
-def gpus_keeping_faults(contexts: Mapping[tuple[str, str], AppContext],
-                        policy: PipelinePolicy) -> dict[tuple[str, str], list[str]]:
-    """The (node, GPU)s whose application faults stay with them, with the workloads that faulted
-    only there (`models.identity.stays_with_gpu`): those faults are the GPU's incident's."""
-    out: dict[tuple[str, str], list[str]] = {}
-    for pair, ctx in contexts.items():
-        only_here = [w for w in ctx.workloads if ctx.fault_gpus.get(w, 0) < 2]
-        if stays_with_gpu(len(only_here), ctx.count, repeat_threshold=policy.repeat_threshold,
-                          min_distinct_workloads=policy.min_distinct_workloads):
-            out[pair] = only_here
-    return out
+@dataclass(frozen=True, slots=True)
+class AppFault:
+    """An application-class fault as the keep rule reads it: where, whose, when, and whether it
+    counted an occurrence."""
+
+    node: str
+    gpu: str  # as fault events record it (`models.identity.gpu_key`)
+    workload: str | None
+    at: datetime
+    counted: bool = True
+
+
+def kept_workloads(here: Sequence[AppFault], elsewhere: Mapping[str, Sequence[datetime]], at: datetime,
+                   policy: PipelinePolicy) -> list[str]:
+    """The workloads whose application faults on one GPU within the classification window that ends
+    at `at` are the GPU's (`models.identity.stays_with_gpu`): those that faulted there and on no other
+    GPU within the window, when the GPU repeats faults across enough of them. `here`: the GPU's
+    application faults; `elsewhere`: per workload, when it faulted on other GPUs.
+
+    Only the window's faults decide, never what was read after them, so the answer does not depend
+    on how the faults were cut into batches: the stream and `xidpipe scan` ask it at every
+    application fault of a known workload, and move the faults of the workloads it names (within
+    the window) to the GPU's incident."""
+    lo = window_start(at, policy)
+    inside = [f for f in here if lo <= f.at <= at]
+    only_here = sorted({f.workload for f in inside if f.workload
+                        and not any(lo <= t <= at for t in elsewhere.get(f.workload, ()))})
+    count = sum(1 for f in inside if f.counted)
+    if stays_with_gpu(len(only_here), count, repeat_threshold=policy.repeat_threshold,
+                      min_distinct_workloads=policy.min_distinct_workloads):
+        return only_here
+    return []
 
 
 def window_start(until: datetime, policy: PipelinePolicy) -> datetime:

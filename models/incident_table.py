@@ -3,10 +3,11 @@
 It plays the part the stream's transaction plays with its incident rows (`streams.grouping`): it
 answers the engine's look-ups (`models.grouping.IncidentLookup`), applies each `IncidentChange` the
 engine decides (resolve the incident a recurrence follows, open one, count a report), moves
-application faults that stay with their GPU into the GPU's incident and counts the incidents they
-left again (`models.grouping.gpus_keeping_faults`, `recount_events`), and classifies every incident
-with what its workloads did (`models.grouping.incident_verdict`). What the stream reads from SQL
-for those decisions (`streams.classify_inputs`) is computed here from the table's own reports.
+application faults that stay with their GPU into the GPU's incident at each application fault and
+counts the incidents they left again (`models.grouping.kept_workloads`, `recount_events`), and
+classifies every incident with what its workloads did within the window that ends at its last
+fault (`models.grouping.incident_verdict`). What the stream reads from SQL for those decisions
+(`streams.classify_inputs`, `streams.app_windows`) is computed here from the table's own reports.
 """
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ from models.correlate import Attribution
 from models.decisive_action import decisive_of_stored
 from models.grouping import (
     AppContext,
+    AppFault,
+    Occurrence,
     Placement,
     Report,
-    gpus_keeping_faults,
     incident_verdict,
+    kept_workloads,
     recount_events,
     window_start,
 )
-from models.identity import Component
+from models.identity import Component, signal
 from models.incidents import FaultObservation, IncidentChange, IncidentState, component_gpu, new_incident_id
 from models.kernlog.record import FaultRecord
 from models.pci import normalize_pci
@@ -189,7 +192,7 @@ class IncidentTable:
         self.by_id: dict[str, ScanIncident] = {}  # every incident, in the order they opened
         self.by_fp: dict[str, ScanIncident] = {}  # per fingerprint: its latest incident
         self.events: list[ScanEvent] = []
-        self.app_gpus: dict[tuple[str, str], datetime] = {}  # GPUs with workload faults: their latest fault
+        self._counted: dict[str, list[ScanEvent]] = defaultdict(list)  # per node: reports that counted
 
     # -- the engine's look-ups ---------------------------------------------------------------------
 
@@ -197,13 +200,17 @@ class IncidentTable:
         inc = self.by_fp.get(fingerprint)
         return inc.state if inc is not None else None
 
-    def open_gpu_incidents(self, node: str) -> list[IncidentState]:
-        found: dict[str, IncidentState] = {}
-        for inc in self.by_fp.values():
-            st = inc.state
-            if st.node == node and st.component == "gpu" and st.status == "open":
-                found.setdefault(st.incident_id, st)
-        return list(found.values())
+    def gpu_occurrences(self, node: str, at: datetime, window_s: float) -> list[Occurrence]:
+        out: list[Occurrence] = []
+        for e in self._counted.get(node, ()):
+            st = self.by_id[e.incident_id].state
+            if not e.counted or st.component != "gpu" or st.status != "open" or \
+                    abs((e.occurred_at - at).total_seconds()) > window_s:
+                continue
+            latest = e.occurred_at == st.occurrence_at
+            out.append(Occurrence(st, e.occurred_at, tuple(st.occurrence_signals) if latest
+                                  else (signal(e.family, e.sources, e.code),)))
+        return out
 
     # -- what it decided ---------------------------------------------------------------------------
 
@@ -236,15 +243,16 @@ class IncidentTable:
         inc.events.append(event)
         inc.observations.append(event.observation)
         self.events.append(event)
+        if change.counted:
+            self._counted[event.node].append(event)
         if comp.kind == "workload" and event.gpu != "node":
-            key = (event.node, event.gpu)
-            self.app_gpus[key] = max(self.app_gpus.get(key, event.occurred_at), event.occurred_at)
+            self._keep_with_gpu(event.node, event.gpu, event.occurred_at)
         return inc
 
     def finish(self) -> None:
-        """After the last report: application faults that stay with their GPU move to its incident,
-        and every incident is classified."""
-        self._keep_with_gpus()
+        """After the last report: every incident is classified, and those its nodes' later faults show
+        quiet for the quiet period are resolved, as the stream resolves them (`streams.event_clock`)."""
+        self._resolve_quiet()
         for inc in self.incidents():
             verdict = incident_verdict(inc.state, pci=inc.pci,
                                        workloads=_listed(e.workload for e in inc.events if not e.affected),
@@ -255,32 +263,74 @@ class IncidentTable:
         """The incidents in the order they opened, but those merged into another."""
         return [i for i in self.by_id.values() if i.merged_into is None]
 
+    def _resolve_quiet(self) -> None:
+        clocks: dict[str, datetime] = {}
+        for e in self.events:  # the nodes' clocks: their latest kernel-log faults (`streams.event_clock`)
+            if e.observation.source == "kernel":
+                clocks[e.node] = max(clocks.get(e.node, e.occurred_at), e.occurred_at)
+        quiet = timedelta(seconds=self.policy.quiet_period_s)
+        for inc in self.incidents():
+            st = inc.state
+            if st.status != "open" or st.component == "fleet":
+                continue
+            nodes = {e.node for e in inc.events} if st.component == "workload" else {st.node}
+            if nodes and all(n in clocks and st.last_seen + quiet < clocks[n] for n in nodes):
+                inc.state = replace(st, status="resolved", resolved_at=st.last_seen + quiet)
+
     # -- application faults that stay with their GPU -----------------------------------------------
 
-    def _keep_with_gpus(self) -> None:
-        if not self.app_gpus:
+    def keeps_at_once(self, event: ScanEvent) -> bool:
+        """Whether the GPU keeps this application fault of a workload, not grouped yet, at its own time,
+        with no other fault to move with it: it goes to the GPU's incident at once, as the stream puts
+        it (`streams.app_windows.AppWindows.keeps_only`)."""
+        if event.family != "application" or event.report.workload is None or event.gpu == "node":
+            return False
+        workloads, moving = self._keeping(event.node, event.gpu, event.occurred_at, extra=event)
+        return event.workload in workloads and moving == [event]
+
+    def _keeping(self, node: str, gpu: str, at: datetime,
+                 extra: ScanEvent | None = None) -> tuple[list[str], list[ScanEvent]]:
+        """The workloads the GPU keeps at `at` (`models.grouping.kept_workloads`), and their faults within
+        the window not in a GPU incident yet; `extra`: a fault not grouped yet, counted."""
+        since = window_start(at, self.policy)
+        recent = [e for e in self.events if e.family == "application" and since <= e.occurred_at <= at]
+        if extra is not None:
+            recent.append(extra)
+        here = [e for e in recent if (e.node, e.gpu) == (node, gpu)]
+        elsewhere: dict[str, list[datetime]] = defaultdict(list)
+        for e in recent:
+            if e.workload and (e.node, e.gpu) != (node, gpu):
+                elsewhere[e.workload].append(e.occurred_at)
+        workloads = kept_workloads([AppFault(e.node, e.gpu, e.workload, e.occurred_at, e.counted) for e in here],
+                                   elsewhere, at, self.policy)
+        return workloads, [e for e in here if e.workload in workloads
+                           and (e is extra or self.by_id[e.incident_id].component != "gpu")]
+
+    def _keep_with_gpu(self, node: str, gpu: str, at: datetime) -> None:
+        """After an application fault of a workload on (node, GPU) at `at`: the faults within the window
+        ending there of the workloads the GPU keeps (`models.grouping.kept_workloads`) move to its incident."""
+        _, found = self._keeping(node, gpu, at)
+        comp = Component(ComponentKind.GPU, node, gpu)
+        moving = _in_time_order(found)
+        if not moving:
             return
-        contexts = self.gpu_contexts(set(self.app_gpus), max(self.app_gpus.values()))
-        for (node, gpu), workloads in sorted(gpus_keeping_faults(contexts, self.policy).items()):
-            comp = Component(ComponentKind.GPU, node, gpu)
-            since = window_start(self.app_gpus[(node, gpu)], self.policy)
-            moving = _in_time_order([e for e in self.events if e.node == node and e.gpu == gpu and e.family ==
-                                     "application" and e.occurred_at >= since and e.workload in workloads])
-            row = self.by_fp.get(comp.fingerprint)
-            if row is not None and row.state.status != "open":
-                row = None
-            if row is None:
-                if not moving:
-                    continue
-                row = self._open(comp, moving)
-            left = {e.incident_id for e in moving}
-            for e in moving:
-                self.by_id[e.incident_id].events.remove(e)
-                row.events.append(e)
-                e.incident_id = row.state.incident_id
-            self._moved(row, moving, left, f"its faults on {gpu} stay with the GPU (different workloads fault "
-                                           f"there): merged into incident {row.state.incident_id}")
-            self.by_fp[comp.fingerprint] = row
+        row = self.by_fp.get(comp.fingerprint)
+        if row is not None and (row.state.status != "open" or (at - row.state.last_seen).total_seconds()
+                                > self.policy.quiet_period_s):
+            if row.state.status == "open":  # quiet for longer than the quiet period before these faults
+                row.state = replace(row.state, status="resolved", resolved_at=row.state.last_seen + timedelta(
+                    seconds=self.policy.quiet_period_s))
+            row = None
+        if row is None:
+            row = self._open(comp, moving)
+        left = {e.incident_id for e in moving}
+        for e in moving:
+            self.by_id[e.incident_id].events.remove(e)
+            row.events.append(e)
+            e.incident_id = row.state.incident_id
+        self._moved(row, moving, left, f"its faults on {gpu} stay with the GPU (different workloads fault "
+                                       f"there): merged into incident {row.state.incident_id}")
+        self.by_fp[comp.fingerprint] = row
 
     def _open(self, comp: Component, events: list[ScanEvent]) -> ScanIncident:
         first = events[0]
@@ -300,9 +350,10 @@ class IncidentTable:
         self._recount(row)
         for incident_id in sorted(left - {row.state.incident_id}):
             other = self.by_id[incident_id]
-            if other.state.status != "open" or self._recount(other):
-                continue
-            other.state = replace(other.state, status="resolved", resolved_at=other.state.last_seen)
+            if self._recount(other):
+                continue  # it keeps faults of its own
+            if other.state.status == "open":
+                other.state = replace(other.state, status="resolved", resolved_at=other.state.last_seen)
             other.merged_into, other.reason = row.state.incident_id, reason
 
     def _recount(self, inc: ScanIncident) -> int:
@@ -337,8 +388,9 @@ class IncidentTable:
     def gpu_contexts(self, pairs: set[tuple[str, str]], until: datetime) -> dict[tuple[str, str], AppContext]:
         """For each (node, GPU): the workloads whose application faults it saw within the classification
         window ending at `until`, on how many GPUs each faulted, and on how many others it ran clean."""
-        since = until - timedelta(seconds=self.policy.classify_window_s)
-        recent = [e for e in self.events if e.family == "application" and e.occurred_at >= since and not e.affected]
+        since = window_start(until, self.policy)
+        recent = [e for e in self.events if e.family == "application" and since <= e.occurred_at <= until
+                  and not e.affected]
         here: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
         for e in recent:
             if (e.node, e.gpu) in pairs and e.counted:
@@ -351,7 +403,7 @@ class IncidentTable:
             if e.workload in workloads:
                 fault_gpus[e.workload].add((e.node, e.attribution.gpu.uuid or e.gpu))
         for a in self.assignments:
-            if a.workload in workloads and a.at >= since:
+            if a.workload in workloads and since <= a.at <= until:
                 ran[a.workload].add((a.node, a.gpu))
         out: dict[tuple[str, str], AppContext] = {}
         for pair in pairs:

@@ -9,8 +9,9 @@ the same input: the same components, codes, occurrence counts, families and cate
 
 A record's time is its own stamp, else its uptime plus its node's boot time (the latest recorded
 inventory's; without one, the scan's epoch: one clock per input), else the time of the record before
-it on its node. The faults of one moment (reports within `occurrence_window_s` of the first, on one
-node) are grouped together, as the stream groups a batch: those that name a GPU first. Identity
+it on its node. Faults are grouped as the stream groups them (`models.grouping.in_grouping_order`):
+moment by moment (a node's reports within `occurrence_window_s` of the first) in event time, those
+of a moment that name a GPU first. Identity
 lines (`GPU at PCI:...: GPU-<uuid>`, serial number) give each PCI address its UUID and serial,
 wherever in the input they appear. One kernel record read from several files of a node (kern.log
 and syslog) is one report (`models.record_identity`): its first copy. Without pod assignments an
@@ -20,7 +21,8 @@ stream.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from models.correlate import (
@@ -68,9 +70,10 @@ def scan(
     events = _events(records, histories, boots, p)
     table = IncidentTable(p, assignments=_assignments(known))
     grouper = Grouper(table, p)
-    for moment in _moments(events, p.occurrence_window_s):
-        for event in in_grouping_order(moment, lambda e: e.report):
-            table.apply(*grouper.group(event.report), event)
+    for event in in_grouping_order(events, lambda e: e.report, p.occurrence_window_s):
+        # A fault the GPU keeps at once goes to its incident, as in the stream (`IncidentTable.keeps_at_once`).
+        report = replace(event.report, workload=None) if table.keeps_at_once(event) else event.report
+        table.apply(*grouper.group(report), event)
     table.finish()
     return table.incidents()
 
@@ -116,18 +119,6 @@ def _when(rec: FaultRecord, at: datetime, booted: bool) -> str | None:
     if rec.uptime_s is not None:
         return at.isoformat() if booted else f"uptime {rec.uptime_s:.6f}s"
     return None
-
-
-def _moments(events: list[ScanEvent], window_s: float) -> Iterator[list[ScanEvent]]:
-    """Consecutive reports of one node within `window_s` of the first: what the engine groups together."""
-    run: list[ScanEvent] = []
-    for e in events:
-        if run and (e.node != run[0].node or abs((e.occurred_at - run[0].occurred_at).total_seconds()) > window_s):
-            yield run
-            run = []
-        run.append(e)
-    if run:
-        yield run
 
 
 def _utc(at: datetime) -> datetime:

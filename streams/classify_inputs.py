@@ -1,10 +1,10 @@
 """What classification needs from SQL: what the workloads of an incident did elsewhere.
 
 For application-class incidents the workloads that faulted on the GPU within `classify_window_s`
-(a sympathetic report of a hardware fault is no fault of its workload's: `models.sympathetic`),
-the GPUs where they faulted, and the GPUs where they ran clean (`models.grouping.AppContext`); for a
-workload's incident its GPUs and nodes; each incident's driver version. The verdict itself is the
-engine's (`models.grouping.incident_verdict`).
+before the incident's last fault (a sympathetic report of a hardware fault is no fault of its
+workload's: `models.sympathetic`), the GPUs where they faulted, and the GPUs where they ran clean
+(`models.grouping.AppContext`); for a workload's incident its GPUs and nodes; each incident's
+driver version. The verdict itself is the engine's (`models.grouping.incident_verdict`).
 """
 
 from __future__ import annotations
@@ -55,54 +55,68 @@ def driver_versions(s: Session, rows: list[Incident]) -> dict[str, str]:
 
 
 def application_contexts(s: Session, rows: list[Incident], window_s: float) -> dict[str, AppContext]:
-    """Workloads of each application incident's GPU and where else they faulted or ran clean,
-    within the classification window (from the earliest incident of the batch), in three queries."""
+    """Workloads of each application incident's GPU and where else they faulted or ran clean, within
+    the classification window that ends at the incident's last fault, in three queries."""
     if not rows:
         return {}
-    by_pair = gpu_contexts(s, {(r.node, r.gpu) for r in rows}, min(r.last_seen for r in rows), window_s)
+    until: dict[tuple[str, str], datetime] = {}
+    for r in rows:
+        pair = (r.node, r.gpu)
+        until[pair] = max(until.get(pair, r.last_seen), r.last_seen)
+    by_pair = gpu_contexts(s, until, window_s)
     return {r.incident_id: by_pair[(r.node, r.gpu)] for r in rows}
 
 
-def gpu_contexts(s: Session, gpus: set[tuple[str, str]], until: datetime,
+def gpu_contexts(s: Session, until: dict[tuple[str, str], datetime],
                  window_s: float) -> dict[tuple[str, str], AppContext]:
-    """For each (node, GPU): the workloads whose application faults it saw within the window, and
-    where else they faulted or ran clean."""
-    since = until - timedelta(seconds=window_s)
-    pairs = sorted(gpus)
+    """For each (node, GPU): the workloads whose application faults it saw within the window that ends
+    at its time in `until`, and where else they faulted or ran clean within that window. Only the
+    window's faults count, not those read after them, so the context is the same whichever batch asks."""
+    w = timedelta(seconds=window_s)
+    pairs = sorted(until)
+    since, last = min(until.values()) - w, max(until.values())
     here: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
-    for node, gpu, workload, n in s.execute(
-        sa.select(FaultEvent.node, FaultEvent.gpu, FaultEvent.workload, sa.func.count()).where(
-            FaultEvent.family == "application", FaultEvent.occurred_at >= since,
+    for node, gpu, workload, at in s.execute(
+        sa.select(FaultEvent.node, FaultEvent.gpu, FaultEvent.workload, FaultEvent.occurred_at).where(
+            FaultEvent.family == "application", FaultEvent.occurred_at >= since, FaultEvent.occurred_at <= last,
             sa.tuple_(FaultEvent.node, FaultEvent.gpu).in_(pairs), FaultEvent.counted.is_not(False),
             FaultEvent.sympathetic.is_not(True),
-        ).group_by(FaultEvent.node, FaultEvent.gpu, FaultEvent.workload)
+        )
     ):
-        here[(node, gpu)][workload or ""] = int(n)
-    workloads = sorted({w for counts in here.values() for w in counts if w})
-    fault_gpus: dict[str, set[tuple[str, str]]] = defaultdict(set)
-    ran: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        end = until[(node, gpu)]
+        if end - w <= at <= end:
+            counts = here[(node, gpu)]
+            counts[workload or ""] = counts.get(workload or "", 0) + 1
+    workloads = sorted({w_ for counts in here.values() for w_ in counts if w_})
+    faulted: dict[str, list[tuple[tuple[str, str], datetime]]] = defaultdict(list)
+    assigned: dict[str, list[tuple[tuple[str, str], datetime]]] = defaultdict(list)
     if workloads:
-        for w, node, gpu_uuid, gpu in s.execute(
-            sa.select(FaultEvent.workload, FaultEvent.node, FaultEvent.gpu_uuid, FaultEvent.gpu).distinct().where(
+        for workload, node, gpu_uuid, gpu, at in s.execute(
+            sa.select(FaultEvent.workload, FaultEvent.node, FaultEvent.gpu_uuid, FaultEvent.gpu,
+                      FaultEvent.occurred_at).where(
                 FaultEvent.workload.in_(workloads), FaultEvent.family == "application",
-                FaultEvent.occurred_at >= since, FaultEvent.sympathetic.is_not(True),
+                FaultEvent.occurred_at >= since, FaultEvent.occurred_at <= last,
+                FaultEvent.sympathetic.is_not(True),
             )
         ):
-            if w:
-                fault_gpus[w].add((node, gpu_uuid or gpu))
-        for w, node, gpu in s.execute(
-            sa.select(GpuAssignment.workload, GpuAssignment.node, GpuAssignment.gpu).distinct().where(
-                GpuAssignment.workload.in_(workloads), GpuAssignment.seen_at >= since,
+            if workload:
+                faulted[workload].append(((node, gpu_uuid or gpu), at))
+        for workload, node, gpu, at in s.execute(
+            sa.select(GpuAssignment.workload, GpuAssignment.node, GpuAssignment.gpu, GpuAssignment.seen_at).where(
+                GpuAssignment.workload.in_(workloads), GpuAssignment.seen_at >= since, GpuAssignment.seen_at <= last,
             )
         ):
-            ran[w].add((node, gpu))
+            assigned[workload].append(((node, gpu), at))
     out: dict[tuple[str, str], AppContext] = {}
     for pair in pairs:
+        end = until[pair]
         counts = here.get(pair, {})
-        ws = sorted(w for w in counts if w)
+        ws = sorted(w_ for w_ in counts if w_)
+        fault_gpus = {w_: {g for g, at in faulted[w_] if end - w <= at <= end} for w_ in ws}
+        ran = {w_: {g for g, at in assigned[w_] if end - w <= at <= end} for w_ in ws}
         out[pair] = AppContext(
             count=sum(counts.values()), workloads=ws,
-            fault_gpus={w: len(fault_gpus[w]) for w in ws},
-            clean_gpus={w: len(ran[w] - fault_gpus[w]) for w in ws},
+            fault_gpus={w_: len(fault_gpus[w_]) for w_ in ws},
+            clean_gpus={w_: len(ran[w_] - fault_gpus[w_]) for w_ in ws},
         )
     return out

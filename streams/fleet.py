@@ -1,17 +1,19 @@
 """The fleet view: the same fault family on `fleet_min_nodes` nodes within `fleet_window_s` is one
-fleet incident per (cluster, family): an incident row of component `fleet` (`models.fleet`),
+fleet incident per (cluster, family) and burst: an incident row of component `fleet` (`models.fleet`),
 opened, updated and resolved like any other, with its ticket and its infrastructure message."""
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from history.fleet_incidents import fleet_faults, latest_fleet, lock_fleet_counts, new_fleet_row
+from history.fleet_incidents import fleet_faults, fleet_incidents_from, lock_fleet_counts, new_fleet_row
 from history.incident_index import IncidentIndex
 from history.incident_rows import incident_state
 from history.tables import Incident, OutboxMessage
@@ -19,13 +21,17 @@ from models.actions import action_requests
 from models.fleet import (
     BREAKER,
     FLEET,
+    FleetBurst,
     FleetFault,
     fleet_absorbed,
-    fleet_burst_around,
+    fleet_bursts_around,
     fleet_change,
     fleet_fingerprint,
+    fleet_joined,
     fleet_quiet,
     fleet_reach,
+    fleet_target,
+    past_fleet_incident,
 )
 from models.incidents import IncidentChange, IncidentState
 from models.stream_policy import PipelinePolicy
@@ -37,14 +43,35 @@ log = logging.getLogger(__name__)
 _Span = tuple[datetime, datetime]
 
 
+@dataclass(slots=True)
+class _Incident:
+    """One fleet incident of a family as this count sees it: its row (None: new), its state and nodes,
+    and what the count did to it."""
+
+    row: Incident | None
+    state: IncidentState
+    nodes: list[str]
+    change: IncidentChange | None = None  # opened, reopened or updated by this count
+    resolved: tuple[datetime, str] | None = None  # resolved by this count: when, why
+
+    def take(self, change: IncidentChange, nodes: Sequence[str]) -> None:
+        self.state, self.nodes = change.incident, sorted(set(self.nodes) | set(nodes))
+        if self.change is None or change.kind != "updated":
+            self.change = change
+        else:
+            self.change = IncidentChange(self.change.kind, change.incident, self.change.reason)
+
+
 class FleetBursts:
     """The fleet families' faults one transaction stored, counted in event time at its end.
 
-    Per family, under `lock_fleet_counts`: the faults within the reach of its open fleet incident join
-    it (`models.fleet.fleet_absorbed`); around the others, the family's faults in the database are
-    counted (`models.fleet.fleet_burst_around`), which may open, join or reopen the incident; then the
-    incident takes the stored faults within its reach, again as long as its span grows. So an incident
-    gets every node of its family within its reach, whichever batch read which fault."""
+    Per family, under `lock_fleet_counts`: the family's faults in the database around the batch's are
+    counted into bursts (`models.fleet.fleet_bursts_around`), and each burst goes where it belongs in
+    event time (`models.fleet.fleet_target`): into the incident whose reach it overlaps, open or
+    resolved; after the latest (a new incident, resolving the latest when it is open); or, read after
+    a later burst, before it (an incident over already). Then every incident the batch's faults reach
+    takes the stored faults within its reach, again as long as its span grows. So an incident gets
+    every node of its family within its reach, whichever batch read which fault, in whatever order."""
 
     def __init__(self, s: Session, policy: PipelinePolicy, cluster: str, now: datetime) -> None:
         self.s = s
@@ -71,75 +98,91 @@ class FleetBursts:
         return self.outbox
 
     def _family(self, family: str, faults: list[FleetFault]) -> None:
-        """Count the batch's `faults` of `family` and write what they change of its fleet incident."""
-        row = latest_fleet(self.s, self.cluster, family)
-        current = incident_state(row) if row is not None else None
-        nodes = [str(n) for n in row.nodes or []] if row is not None else []
-        state, change, covered = current, None, None
-        if current is not None and current.status == "open":
-            covered = fleet_reach(current, self.p)  # its stored faults there are its own already
-        outside = [f for f in faults if covered is None or not covered[0] <= f.at <= covered[1]]
-        pending = faults
-        if outside:
-            window = timedelta(seconds=self.p.fleet_window_s)
-            counted = fleet_faults(self.s, family, [(min(f.at for f in outside) - window,
-                                                     max(f.at for f in outside) + window)])
-            burst = fleet_burst_around(family, counted, [f.at for f in outside], self.p)
-            if burst is not None:
-                change = fleet_change(current, nodes, cluster=self.cluster, family=family, burst=burst, policy=self.p)
-            if burst is not None and change is not None:
-                state = change.incident
-                nodes = sorted(set(burst.nodes) | (set(nodes) if change.kind == "updated" else set()))
-                covered = covered if change.kind == "updated" else None
-                pending = [*faults, *counted]
-        if state is not None and state.status == "open":
-            change, nodes = self._absorb(family, state, nodes, change, pending, covered)
-        if change is not None:
-            self._write(family, row, nodes, change)
-        elif row is not None and current is not None and current.status == "open" and len(outside) < len(faults):
-            row.updated_at = self.now  # a fault of its family within its reach: the burst goes on
+        """Count the batch's `faults` of `family` and write what they change of its fleet incidents."""
+        window = timedelta(seconds=self.p.fleet_window_s)
+        lo, hi = min(f.at for f in faults), max(f.at for f in faults)
+        known = [_Incident(r, incident_state(r), [str(n) for n in r.nodes or []])
+                 for r in fleet_incidents_from(self.s, self.cluster, family, lo - 2 * window)]
+        counted = fleet_faults(self.s, family, [(lo - window, hi + window)])
+        for burst in fleet_bursts_around(family, counted, [f.at for f in faults], self.p):
+            self._place(family, burst, known)
+        for inc in known:
+            reach = fleet_reach(inc.state, self.p)
+            if inc.change is not None or any(reach[0] <= f.at <= reach[1] for f in faults):
+                self._absorb(family, inc)
+        for inc in known:  # resolutions first, then the rest in event time
+            if inc.resolved is not None and inc.row is not None:
+                self._resolve(inc.row, *inc.resolved)
+        for inc in sorted(known, key=lambda i: (i.state.first_seen, i.state.incident_id)):
+            if inc.change is not None:
+                self._write(family, inc)
+            elif inc.row is not None and inc.row.status == "open":
+                reach = fleet_reach(inc.state, self.p)
+                if any(reach[0] <= f.at <= reach[1] for f in faults):
+                    inc.row.updated_at = self.now  # a fault of its family within its reach: the burst goes on
 
-    def _absorb(self, family: str, state: IncidentState, nodes: list[str], change: IncidentChange | None,
-                pending: list[FleetFault], covered: _Span | None) -> tuple[IncidentChange | None, list[str]]:
-        """The open incident `state` (spanning `nodes`) takes the faults within its reach: `pending`
-        ones, and stored ones outside the reach already `covered`, as long as its span grows."""
-        while True:
-            lo, hi = fleet_reach(state, self.p)
-            spans = [(lo, hi)] if covered is None else [s for s in ((lo, covered[0]), (covered[1], hi)) if s[0] < s[1]]
-            found = [*pending, *fleet_faults(self.s, family, spans)]
-            covered, pending = (lo, hi), []
-            absorbed = fleet_absorbed(state, nodes, found, self.p)
-            step = None if absorbed is None else fleet_change(state, nodes, cluster=self.cluster, family=family,
-                                                              burst=absorbed, policy=self.p)
-            if absorbed is None or step is None:
-                return change, nodes
-            nodes = sorted(set(nodes) | set(absorbed.nodes))
-            state = step.incident
-            if change is None or change.kind == "updated":
-                change = IncidentChange("updated", state, step.reason if change is None else change.reason)
-            else:
-                change = IncidentChange(change.kind, state, change.reason, resolved_previous=change.resolved_previous)
-
-    def _write(self, family: str, row: Incident | None, nodes: list[str], change: IncidentChange) -> None:
-        """Write the fleet incident's change (`models.fleet.fleet_change`) and its messages."""
-        if change.resolved_previous is not None and row is not None:
-            self._resolve(row, change.resolved_previous.resolved_at or self.now, change.reason)
-        inc = change.incident
-        if change.kind in ("opened", "reopened"):
-            row = new_fleet_row(inc, nodes, self.now, family)
-            self.s.add(row)
-            log.warning("fleet incident %s %s: %s", inc.incident_id, change.kind, change.reason,
-                        extra={"family": family, "incident": inc.incident_id, "cluster": self.cluster})
+    def _place(self, family: str, burst: FleetBurst, known: list[_Incident]) -> None:
+        """Put one burst where it belongs among the family's incidents (`models.fleet.fleet_target`)."""
+        where, target = fleet_target(burst, [i.state for i in known], self.p)
+        inc = next((i for i in known if target is not None and i.state.incident_id == target.incident_id), None)
+        if where == "join" and inc is not None:
+            change = fleet_joined(inc.state, inc.nodes, family=family, burst=burst, policy=self.p)
+            if change is not None:
+                inc.take(change, burst.nodes)
+            return
+        if where == "before":
+            change = past_fleet_incident(target, cluster=self.cluster, family=family, burst=burst, policy=self.p)
         else:
-            assert row is not None
-            row.nodes, row.count, row.codes, row.reason = nodes, len(nodes), list(inc.codes), inc.reason
-            row.first_seen, row.last_seen, row.updated_at = inc.first_seen, inc.last_seen, self.now
+            change_ = fleet_change(target, inc.nodes if inc is not None else [], cluster=self.cluster, family=family,
+                                   burst=burst, policy=self.p)
+            if change_ is None:
+                return
+            change = change_
+            if change.resolved_previous is not None and inc is not None:
+                inc.state = change.resolved_previous
+                inc.resolved = (change.resolved_previous.resolved_at or self.now, change.reason)
+        fresh = _Incident(None, change.incident, [])
+        fresh.take(change, burst.nodes)
+        known.append(fresh)
+
+    def _absorb(self, family: str, inc: _Incident) -> None:
+        """The incident takes the stored faults within its reach, as long as its span grows."""
+        covered: _Span | None = None
+        while True:
+            lo, hi = fleet_reach(inc.state, self.p)
+            spans = [(lo, hi)] if covered is None else [s for s in ((lo, covered[0]), (covered[1], hi)) if s[0] < s[1]]
+            covered = (lo, hi)
+            absorbed = fleet_absorbed(inc.state, inc.nodes, fleet_faults(self.s, family, spans), self.p)
+            step = None if absorbed is None else fleet_joined(inc.state, inc.nodes, family=family, burst=absorbed,
+                                                              policy=self.p)
+            if absorbed is None or step is None:
+                return
+            inc.take(step, absorbed.nodes)
+
+    def _write(self, family: str, inc: _Incident) -> None:
+        """Write the fleet incident's change (`models.fleet`) and its messages."""
+        change = inc.change
+        assert change is not None
+        st = replace(inc.state, status="open", resolved_at=None) if inc.row is None else inc.state
+        row = inc.row
+        if row is None:
+            row = inc.row = new_fleet_row(st, inc.nodes, self.now, family)
+            self.s.add(row)
+            log.warning("fleet incident %s %s: %s", st.incident_id, change.kind, change.reason,
+                        extra={"family": family, "incident": st.incident_id, "cluster": self.cluster})
+        else:
+            row.nodes, row.count, row.codes, row.reason = inc.nodes, len(inc.nodes), list(st.codes), st.reason
+            row.first_seen, row.last_seen, row.updated_at = st.first_seen, st.last_seen, self.now
             row.version += 1
             log.info("fleet incident %s updated: %s", row.incident_id, change.reason,
                      extra={"family": family, "incident": row.incident_id, "cluster": self.cluster})
-        for code in inc.codes:
+        for code in st.codes:
             self.index.add(row.incident_id, code, _xid(code), None)
         self._emit(row, change)
+        if inc.resolved is not None and row.status == "open":  # a later burst of this count ended it
+            self._resolve(row, *inc.resolved)
+        elif inc.state.status == "resolved" and row.status == "open":  # read after a later burst: over already
+            self._resolve(row, inc.state.resolved_at or self.now, change.reason)
 
     def _resolve(self, row: Incident, at: datetime, reason: str) -> None:
         row.status, row.resolved_at, row.updated_at = "resolved", at, self.now

@@ -16,6 +16,7 @@ import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -31,26 +32,27 @@ from models.grouping import (
     AppContext,
     Grouper,
     Report,
-    gpus_keeping_faults,
     in_grouping_order,
     incident_verdict,
     report_of,
     window_start,
 )
-from models.identity import Component
+from models.identity import Component, gpu_key, signal
 from models.incidents import FaultObservation, IncidentChange, IncidentState
 from models.pci import normalize_pci
 from models.port_reports import tie_port_report
 from models.repeats import publish_change
 from models.stream_policy import PipelinePolicy
 from models.vocabulary import ComponentKind
-from streams.classify_inputs import application_contexts, driver_versions, gpu_contexts, workload_spreads
+from streams.app_windows import AppWindows
+from streams.classify_inputs import application_contexts, driver_versions, workload_spreads
+from streams.event_clock import NodeClocks, quiet_incidents
 from streams.fault_rows import EventDraft, FaultEventWriter, event_draft
 from streams.fleet import FleetBursts
 from streams.incident_lookup import RowLookup
 from streams.node_history import HistoryCache, NodeHistories, history_cache
 from streams.outbox import action_message, incident_message, insert_outbox
-from streams.pairing import merge, other_source, partner_candidates
+from streams.pairing import PartnerKey, merge, other_source, partner_candidates
 from streams.regroup import move_to_gpu, move_to_workload
 
 log = logging.getLogger(__name__)
@@ -68,10 +70,12 @@ class StoreCaches:
     # time holds no repeat back, so it is dropped: the map holds the incidents of the last interval.
     updates_sent: OrderedDict[str, float] = field(default_factory=OrderedDict)
     fault_events: FaultEventWriter = field(default_factory=FaultEventWriter)
+    clocks: NodeClocks = field(default_factory=NodeClocks)  # the nodes' event-time clocks (`streams.event_clock`)
 
     def forget_uncommitted(self) -> None:
-        """After a rollback: the node histories may hold rows of the transaction."""
+        """After a rollback: the node histories and clocks may hold what the transaction read or wrote."""
         self.histories.clear()
+        self.clocks.clear()
 
 
 @dataclass(slots=True)
@@ -103,10 +107,16 @@ class IncidentGrouping:
         self.states: dict[str, IncidentState] = {}
         self.lookup = RowLookup(s, self.incidents, self.states)
         self.grouper = Grouper(self.lookup, policy)
-        self.app_gpus: dict[tuple[str, str], datetime] = {}  # GPUs with workload faults: their latest fault
+        self.repaired: list[tuple[str, str, datetime]] = []  # (node, GPU, time) of faults late state gave a workload
         self.update_interval = timedelta(seconds=policy.update_interval_s)
+        self.latest: dict[str, datetime] = {}  # per node: its latest fault of this batch (its clock, at the end)
+        self.drafts: list[EventDraft] = []  # fault_events rows grouped, not inserted yet
+        self.partners: dict[PartnerKey, list[Any]] = {}
+        self._pending: list[tuple[Report, FaultObservation, Attribution]] = []  # the batch's faults not grouped yet
 
     def faults(self, faults: list[FaultObservation]) -> None:
+        """Group the batch's faults in event time (`models.grouping.in_grouping_order`), each as a batch of
+        that one fault would: every decision that reads other faults reads those before it."""
         if not faults:
             return
         by_node: dict[str, list[FaultObservation]] = defaultdict(list)
@@ -122,26 +132,60 @@ class IncidentGrouping:
                 attr = correlate(history, o.occurred_at, pci=o.pci, gpu_uuid=o.gpu_uuid,
                                  gpu_instance_id=o.gpu_instance_id, pid=o.pid, process=o.process, skew_s=skew)
                 attributed.append((report_of(o, attr), o, attr))
+            kernel = [o.occurred_at for o in node_faults if o.source == "kernel"]
+            if kernel:  # the node's clock: its kernel log, read in the order written (not NVML's topic)
+                self.latest[node] = max(kernel)
         self._lock(attributed)
         window_s = self.p.duplicate_window_s
-        partners = partner_candidates(self.s, [(o, a) for _, o, a in attributed], window_s)
-        self.lookup.prefetch(r for r, _, _ in attributed)
-        drafts: list[EventDraft] = []
-        for report, obs, attr in in_grouping_order(attributed, lambda t: t[0]):
+        ordered = in_grouping_order(attributed, lambda t: t[0], self.p.occurrence_window_s)
+        self.partners = partner_candidates(self.s, [(o, a) for _, o, a in ordered], window_s)
+        self.lookup.prefetch(r for r, _, _ in ordered)
+        apps = AppWindows(self.s, self.p)
+        windows = apps.load((o.node, event_gpu(o, a), a.workload, o.occurred_at)
+                            for _, o, a in ordered if o.family == "application")
+        app_index = 0
+        for i, (report, obs, attr) in enumerate(ordered):
+            entry = windows.get(app_index) if obs.family == "application" else None
+            app_index += obs.family == "application"
+            self._pending = ordered[i + 1:]
             key = (obs.node, attr.gpu.uuid, obs.xid)
             pairable = obs.xid is not None and attr.gpu.uuid is not None
-            if pairable and merge(self.s, obs, attr, partners.get((*key, other_source(obs.source)), []), window_s):
+            if pairable and merge(self.s, obs, attr, self.partners.get((*key, other_source(obs.source)), []),
+                                  window_s):
                 self.faults_merged += 1
                 continue
-            row = event_draft(obs, attr, self.now)
-            drafts.append(row)
+            draft = event_draft(obs, attr, self.now)
+            if entry is not None and report.workload and entry.gpu != "node" and apps.keeps_only(entry):
+                report = replace(report, workload=None)  # the GPU keeps it: its incident, as a move would
+            placed = self._group(report, obs, attr, draft)
+            self.drafts.append(draft)
             if pairable:
-                partners.setdefault((*key, obs.source), []).append(row)
+                self.partners.setdefault((*key, obs.source), []).append(draft)
             self.faults_stored += 1
-            self._group(report, obs, attr, row)
+            if entry is not None:
+                entry.counted, entry.in_gpu = bool(draft.counted), placed.kind == "gpu"
+            if placed.kind == "workload" and draft.gpu != "node":
+                self._keep_with_gpu(apps, obs.node, draft.gpu, obs.occurred_at)
+        self._pending = []
+        self._flush_drafts()
+
+    def _flush_drafts(self) -> None:
+        """Write the incident states grouped so far to their rows and insert the fault events grouped so far
+        (one executemany): SQL then holds the batch up to here. The rows are read again from then on."""
         self._write_back()
-        if drafts:  # one executemany, without the ORM's per-row bookkeeping
-            self.caches.fault_events.insert(self.s, [d.__dict__ for d in drafts])
+        self.states.clear()
+        if not self.drafts:
+            return
+        self.caches.fault_events.insert(self.s, [d.__dict__ for d in self.drafts])
+        flushed = {(d.node, d.gpu_uuid, d.xid, d.sources) for d in self.drafts}
+        self.drafts = []
+        # The inserted rows are no drafts any more: the partners of the faults still to come are read
+        # again, when one of those may pair with one of them (a kernel line and its NVML event).
+        if any((o.node, a.gpu.uuid, o.xid, other_source(o.source)) in flushed for _, o, a in self._pending):
+            self.partners = partner_candidates(self.s, [(o, a) for _, o, a in self._pending],
+                                               self.p.duplicate_window_s)
+        else:
+            self.partners = {k: [c for c in v if not isinstance(c, EventDraft)] for k, v in self.partners.items()}
 
     def _lock(self, attributed: list[tuple[Report, FaultObservation, Attribution]]) -> None:
         """Lock the open incidents the reports can change before reading them (`lock_open`: another
@@ -219,7 +263,7 @@ class IncidentGrouping:
     def _to_workloads(self, events: dict[str, list[FaultEvent]]) -> None:
         """Application faults grouped on their GPU because their pod was not known yet join their
         workloads' incidents, as if the node state had been read first (`streams.regroup`); the GPUs
-        are then checked for faults that stay with them (`_keep_with_gpus`)."""
+        are then checked for faults that stay with them (`_keep_repaired`)."""
         if not events:
             return
         comps = {w: Component(ComponentKind.WORKLOAD, "", w) for w in events}
@@ -235,12 +279,11 @@ class IncidentGrouping:
                 self.touched[row.incident_id] = _Touched(
                     row, "opened" if new else "updated", "node state read after the faults names their pods: "
                     f"they are workload {workload}'s")
-            for e in events[workload]:
-                key = (e.node, e.gpu)
-                self.app_gpus[key] = max(self.app_gpus.get(key, e.occurred_at), e.occurred_at)
+            self.repaired.extend((e.node, e.gpu, e.occurred_at) for e in events[workload])
 
-    def _group(self, report: Report, obs: FaultObservation, attr: Attribution, event: EventDraft) -> None:
-        """Group one report with the engine (`models.grouping.Grouper`) and write what it decided."""
+    def _group(self, report: Report, obs: FaultObservation, attr: Attribution, event: EventDraft) -> Component:
+        """Group one report with the engine (`models.grouping.Grouper`) and write what it decided; returns
+        the component it went to."""
         node, family = obs.node, obs.family
         placed, change = self.grouper.group(report)
         comp = placed.component
@@ -248,12 +291,7 @@ class IncidentGrouping:
             event.gpu = comp.id  # a node-level report of a GPU fault
         row = self.lookup.row(placed.current.incident_id) if placed.current is not None else None
         if change.resolved_previous is not None and row is not None:
-            self._write_back()  # the faults of this batch so far, before the row is resolved
-            self.states.pop(row.incident_id, None)
-            row.status, row.resolved_at, row.updated_at = "resolved", change.resolved_previous.resolved_at, self.now
-            row.version += 1
-            self.outbox.append(incident_message(row, "resolved", change.reason))
-            self.touched.pop(row.incident_id, None)
+            self._resolve(row, change.resolved_previous.resolved_at or self.now, change.reason)
         inc = change.incident
         if change.kind in ("opened", "reopened"):
             if change.resolved_previous is not None:
@@ -273,15 +311,32 @@ class IncidentGrouping:
         self.states[row.incident_id] = inc if inc.gpu_uuid == row.gpu_uuid else replace(inc, gpu_uuid=row.gpu_uuid)
         self.incidents[comp.fingerprint] = self.incidents[row.fingerprint] = row
         event.incident_id, event.counted = row.incident_id, change.counted
-        if comp.kind == "workload" and event.gpu != "node":
-            key = (node, event.gpu)
-            self.app_gpus[key] = max(self.app_gpus.get(key, obs.occurred_at), obs.occurred_at)
+        if change.counted and comp.kind == "gpu":
+            self.lookup.note_occurrence(node, obs.occurred_at, row.incident_id,
+                                        signal(family, obs.source, obs.code, placed.group))
         self.index.add(row.incident_id, obs.code, obs.xid, attr.pod.namespace)
         t = self.touched.get(row.incident_id)
         if t is None:
             t = self.touched[row.incident_id] = _Touched(row, change.kind, change.reason)
         t.observations.append(obs)
         self.fleet.note(family, node, obs.occurred_at, obs.code)
+        return comp
+
+    def _resolve(self, row: Incident, at: datetime, reason: str) -> None:
+        """Resolve an open incident (quiet for its quiet period: `at` is when that ended, in event time).
+        A change this batch made to it is published first: an incident opened and resolved in one batch
+        still asks for its ticket, message and cordon, as it would in two."""
+        if row.incident_id in self.touched:
+            self._flush_drafts()  # its state, and what classification reads of this batch's faults
+            self._emit([self.touched.pop(row.incident_id)])
+        self.states.pop(row.incident_id, None)
+        row.status, row.resolved_at, row.updated_at = "resolved", at, self.now
+        row.version += 1
+        log.info("incident %s resolved: %s", row.incident_id, reason,
+                 extra={"node": row.node, "gpu": row.gpu, "incident": row.incident_id})
+        self.outbox.append(incident_message(row, "resolved", reason))
+        change = IncidentChange("resolved", incident_state(row), reason)
+        self.outbox.extend(action_message(a, row) for a in action_requests(change, version=row.version))
 
     def _new_row(self, comp: Component, obs: FaultObservation, attr: Attribution, change: IncidentChange) -> Incident:
         inc = change.incident
@@ -322,41 +377,82 @@ class IncidentGrouping:
     def finish(self) -> None:
         # Fault events are inserted and node state flushed already: classification queries need nothing
         # else, so the incidents' changes are flushed once, with the outbox.
-        self._keep_with_gpus()
-        rows = [t.row for t in self.touched.values()]
-        with self.s.no_autoflush:
-            contexts = application_contexts(self.s, [r for r in rows if r.family == "application"
-                                                     and r.component == "gpu"], self.p.classify_window_s)
-            contexts.update(workload_spreads(self.s, [r for r in rows if r.component == "workload"]))
-            drivers = driver_versions(self.s, rows)
-        for t in self.touched.values():
-            t.row.driver_version = drivers.get(t.row.incident_id, t.row.driver_version)
-            self._classify_and_emit(t, contexts.get(t.row.incident_id))
+        self._keep_repaired()
+        self._resolve_by_clocks()
+        self._emit(list(self.touched.values()))
+        self.touched.clear()
         self.outbox.extend(self.fleet.count())
         self.index.write(self.s)
         self.outbox = insert_outbox(self.s, self.outbox)
 
-    def _keep_with_gpus(self) -> None:
-        """Application faults that stay with their GPU (different workloads, no other GPU) move from
-        their workload incidents to the GPU's incident (`streams.regroup`)."""
-        if not self.app_gpus:
-            return
+    def _contexts(self, rows: list[Incident]) -> dict[str, AppContext]:
+        """What the incidents' workloads did (`streams.classify_inputs`), each within its own window."""
+        contexts = application_contexts(self.s, [r for r in rows if r.family == "application"
+                                                 and r.component == "gpu"], self.p.classify_window_s)
+        contexts.update(workload_spreads(self.s, [r for r in rows if r.component == "workload"]))
+        return contexts
+
+    def _emit(self, touched: list[_Touched]) -> None:
+        """Classify and publish incidents' changes now (before they are resolved in the same batch)."""
+        rows = [t.row for t in touched]
         with self.s.no_autoflush:
-            keeping = gpus_keeping_faults(gpu_contexts(self.s, set(self.app_gpus), max(self.app_gpus.values()),
-                                                       self.p.classify_window_s), self.p)
-        for (node, gpu), workloads in sorted(keeping.items()):
-            comp = Component(ComponentKind.GPU, node, gpu)
-            current = self.lookup.latest_row(comp.fingerprint)
-            row = move_to_gpu(self.s, node, gpu, workloads, row=current, since=window_start(
-                self.app_gpus[(node, gpu)], self.p), now=self.now, policy=self.p, on_merged=self._merged)
-            if row is None:
-                continue
-            self.incidents[comp.fingerprint] = row
-            self.states.pop(row.incident_id, None)
-            if row.incident_id not in self.touched:
-                kind = "opened" if row is not current else "updated"
-                self.touched[row.incident_id] = _Touched(row, kind, f"application faults on {gpu} stay with the "
-                                                         f"GPU across workloads {', '.join(workloads)}")
+            contexts = self._contexts(rows)
+            drivers = driver_versions(self.s, rows)
+        for t in touched:
+            t.row.driver_version = drivers.get(t.row.incident_id, t.row.driver_version)
+            self._classify_and_emit(t, contexts.get(t.row.incident_id))
+
+    def _resolve_by_clocks(self) -> None:
+        """Resolve what the nodes' clocks, moved by this batch's faults, show quiet (`streams.event_clock`)."""
+        if not self.latest:
+            return
+        self.s.flush()  # the incidents this batch opened are among those to look at
+        clocks = self.caches.clocks
+        advanced = clocks.advance(self.s, self.latest)
+        quiet = timedelta(seconds=self.p.quiet_period_s)
+        rows = quiet_incidents(self.s, clocks, {n: advanced[n] for n in self.latest}, self.p.quiet_period_s)
+        self._emit([t for r in rows if (t := self.touched.pop(r.incident_id, None)) is not None])
+        for row in rows:
+            self._resolve(row, row.last_seen + quiet, f"no new fault for {self.p.quiet_period_s:.0f} s (the quiet "
+                                                      f"period) in event time: its last at {row.last_seen.isoformat()}")
+
+    def _keep_with_gpu(self, apps: AppWindows, node: str, gpu: str, at: datetime) -> None:
+        """After an application fault of a workload on (node, GPU) at `at`: the faults within the window
+        ending there of the workloads the GPU keeps (`models.grouping.kept_workloads`) move to the GPU's
+        incident (`streams.regroup`): its open one unless that went quiet before them, else a new one."""
+        workloads = apps.kept(node, gpu, at)
+        if not workloads:
+            return
+        self._flush_drafts()
+        comp = Component(ComponentKind.GPU, node, gpu)
+        current = self.lookup.latest_row(comp.fingerprint)
+        quiet = timedelta(seconds=self.p.quiet_period_s)
+        if current is not None and current.status == "open" and at - current.last_seen > quiet:
+            # Quiet for its quiet period by then, in event time: over (its node's clock resolves it
+            # at the end of the batch anyway); the faults open a new one.
+            self._resolve(current, current.last_seen + quiet, f"no new fault for {self.p.quiet_period_s:.0f} s "
+                                                              "before the GPU's next faults")
+        row = move_to_gpu(self.s, node, gpu, workloads, row=current, since=window_start(at, self.p), until=at,
+                          now=self.now, policy=self.p, on_merged=self._merged)
+        apps.moved(node, gpu, at)
+        if row is None:
+            return
+        self.incidents[comp.fingerprint] = row
+        if row.incident_id not in self.touched:
+            kind = "opened" if row is not current else "updated"
+            self.touched[row.incident_id] = _Touched(row, kind, f"application faults on {gpu} stay with the "
+                                                     f"GPU across workloads {', '.join(workloads)}")
+
+    def _keep_repaired(self) -> None:
+        """The GPUs of faults late node state gave a workload (`repair`), asked at each of them."""
+        if not self.repaired:
+            return
+        apps = AppWindows(self.s, self.p)
+        with self.s.no_autoflush:
+            apps.load_stored({(n, g) for n, g, _ in self.repaired}, set(), min(t for *_, t in self.repaired),
+                             max(t for *_, t in self.repaired))
+        for node, gpu, at in sorted(self.repaired, key=lambda r: r[2]):
+            self._keep_with_gpu(apps, node, gpu, at)
 
     def _merged(self, row: Incident, reason: str) -> None:
         self.touched.pop(row.incident_id, None)
@@ -444,3 +540,8 @@ def _fill_in(row: Incident, obs: FaultObservation, attr: Attribution, *, affecte
         add_listed(row, "affected", pod or process or attr.workload)
         return
     add_listed(row, "workloads", attr.workload)
+
+
+def event_gpu(obs: FaultObservation, attr: Attribution) -> str:
+    """The GPU a report is about as its fault event records it (`models.identity.gpu_key`)."""
+    return gpu_key(attr.gpu.uuid, attr.gpu.pci or normalize_pci(obs.pci))

@@ -2,23 +2,26 @@
 
 Per transaction: the latest incident of a fingerprint (rows the transaction changed first, then the
 database: one query for a batch's reports, `prefetch`, then one per miss, misses remembered), and
-the open GPU incidents of a node a node-level report may attach to. Each row is handed to the engine
-as its state grouped so far in the transaction (`states`), and found again by its incident id.
+the occurrences of a node's open GPU incidents near a node-level report in event time (the counted
+fault events of the database and those this transaction grouped, `note_occurrence`). Each row is
+handed to the engine as its state grouped so far in the transaction (`states`), and found again by
+its incident id.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.incident_rows import incident_state
-from history.tables import Incident
-from models.grouping import Report, reads
+from history.tables import FaultEvent, Incident
+from models.grouping import Occurrence, Report, reads
+from models.identity import signal
 from models.incidents import IncidentState
-
-_CANDIDATES = 8  # open GPU incidents of a node a node-level report is checked against
 
 
 class RowLookup:
@@ -32,13 +35,44 @@ class RowLookup:
         # Fingerprints with no incident in the database when the transaction began (`prefetch`); a row
         # the transaction adds is found in `incidents` first.
         self._absent: set[str] = set()
+        # Per node: (time, incident id, signal) of the reports this transaction counted in GPU incidents.
+        self._counted: dict[str, list[tuple[datetime, str, str]]] = defaultdict(list)
 
     def latest(self, fingerprint: str) -> IncidentState | None:
         row = self.latest_row(fingerprint)
         return self.state(row) if row is not None else None
 
-    def open_gpu_incidents(self, node: str) -> list[IncidentState]:
-        return [self.state(r) for r in self._open_gpu_rows(node)]
+    def note_occurrence(self, node: str, at: datetime, incident_id: str, sig: str) -> None:
+        """A report this transaction counted as a new occurrence of a GPU incident (not in SQL yet)."""
+        self._counted[node].append((at, incident_id, sig))
+
+    def gpu_occurrences(self, node: str, at: datetime, window_s: float) -> list[Occurrence]:
+        w = timedelta(seconds=window_s)
+        found: dict[tuple[str, datetime], str] = {}
+        with self.s.no_autoflush:
+            for occurred_at, family, sources, code, incident_id in self.s.execute(
+                sa.select(FaultEvent.occurred_at, FaultEvent.family, FaultEvent.sources, FaultEvent.code,
+                          FaultEvent.incident_id)
+                .join(Incident, Incident.incident_id == FaultEvent.incident_id)
+                .where(FaultEvent.node == node, FaultEvent.occurred_at >= at - w, FaultEvent.occurred_at <= at + w,
+                       FaultEvent.counted.is_not(False), Incident.component == "gpu", Incident.status == "open")
+            ):
+                source = "kernel" if "kernel" in (sources or "kernel") else str(sources)
+                found[(str(incident_id), occurred_at)] = signal(family, source, code)
+        for t, incident_id, sig in self._counted.get(node, ()):
+            if abs((t - at).total_seconds()) <= window_s:
+                found[(incident_id, t)] = sig
+        out: list[Occurrence] = []
+        for (incident_id, t), sig in found.items():
+            row = self._rows.get(incident_id) or self.s.get(Incident, incident_id)
+            if row is None or row.component != "gpu":
+                continue
+            st = self.state(row)
+            if st.status != "open":
+                continue
+            latest = t == st.occurrence_at
+            out.append(Occurrence(st, t, tuple(st.occurrence_signals) if latest else (sig,)))
+        return out
 
     def state(self, row: Incident) -> IncidentState:
         """The row as grouped so far in this transaction."""
@@ -80,12 +114,3 @@ class RowLookup:
             self.incidents[fingerprint] = row
         return row
 
-    def _open_gpu_rows(self, node: str) -> list[Incident]:
-        here = {r.incident_id: r for r in self.incidents.values()
-                if r.node == node and r.component == "gpu" and r.status == "open"}
-        with self.s.no_autoflush:
-            for r in self.s.scalars(sa.select(Incident).where(
-                    Incident.node == node, Incident.component == "gpu", Incident.status == "open",
-            ).order_by(Incident.last_seen.desc()).limit(_CANDIDATES)):
-                here.setdefault(r.incident_id, r)
-        return list(here.values())

@@ -1,11 +1,10 @@
 """Application faults that stay with a GPU become the GPU's incident.
 
 An application-class fault of a known workload first joins its workload's incident. When the same
-GPU then repeats such faults across different workloads that faulted on no other GPU
-(`models.grouping.gpus_keeping_faults`: NVIDIA's workflow for Xid 13, 31, 43, ...), the faults are
-the GPU's: its incident (opened if needed) takes their fault events, and a workload incident left
-with none is resolved as merged into it. Later application faults on that GPU join it directly
-(`models.grouping.Grouper.place`).
+GPU then repeats such faults across different workloads that faulted on no other GPU within the
+classification window that ends at a fault (`models.grouping.kept_workloads`: NVIDIA's workflow for
+Xid 13, 31, 43, ...), the faults of that window are the GPU's: its incident (opened if needed) takes
+their fault events, and a workload incident left with none is resolved as merged into it.
 
 The other way: an application fault read before the node state that names its pod (state and
 kernel lines travel on different topics) opens its GPU's incident for want of a workload. When the
@@ -36,12 +35,15 @@ log = logging.getLogger(__name__)
 
 
 def move_to_gpu(s: Session, node: str, gpu: str, workloads: list[str], *, row: Incident | None, since: datetime,
-                now: datetime, policy: PipelinePolicy, on_merged: Callable[[Incident, str], None]) -> Incident | None:
-    """Put the GPU's application fault events of `workloads` (since `since`) into its incident `row`
-    (a new one when None or not open); resolve the workload incidents left empty as merged into it.
-    Returns the GPU's incident, or None when there was nothing to move."""
+                until: datetime, now: datetime, policy: PipelinePolicy,
+                on_merged: Callable[[Incident, str], None]) -> Incident | None:
+    """Put the GPU's application fault events of `workloads` (from `since` to `until`) into its incident
+    `row` (a new one when None or not open); resolve the workload incidents left empty as merged into
+    it. Returns the GPU's incident, or None when there was nothing to move."""
+    in_gpu_incidents = sa.select(Incident.incident_id).where(Incident.node == node, Incident.component == "gpu")
     where = (FaultEvent.node == node, FaultEvent.gpu == gpu, FaultEvent.family == "application",
-             FaultEvent.occurred_at >= since, FaultEvent.workload.in_(workloads))
+             FaultEvent.occurred_at >= since, FaultEvent.occurred_at <= until, FaultEvent.workload.in_(workloads),
+             FaultEvent.incident_id.not_in(in_gpu_incidents))  # those of the GPU's incidents stay there
     events = s.execute(sa.select(FaultEvent.incident_id, FaultEvent.occurred_at, FaultEvent.node, FaultEvent.gpu,
                                  FaultEvent.code, FaultEvent.pod, FaultEvent.namespace, FaultEvent.container,
                                  FaultEvent.workload, FaultEvent.gpu_uuid, FaultEvent.serial, FaultEvent.pci,
@@ -95,9 +97,12 @@ def _moved(s: Session, row: Incident, events: Sequence[Any], left: set[str], now
         for name in ("immediate_action", "investigatory_action", "description", "catalog_version", "driver_version"):
             if getattr(row, name) is None:
                 setattr(row, name, getattr(other, name))  # the catalog's text of the faults it took
-        if other.status != "open" or recount(s, other, policy):
-            continue
-        other.status, other.resolved_at, other.updated_at, other.merged_into = "resolved", now, now, row.incident_id
+        if recount(s, other, policy):
+            continue  # it keeps faults of its own
+        # Left with none: part of `row` (resolved already when it went quiet before its faults moved).
+        if other.status == "open":
+            other.status, other.resolved_at = "resolved", now
+        other.updated_at, other.merged_into = now, row.incident_id
         other.version += 1
         other.reason = reason
         log.info("incident %s merged into %s", other.incident_id, row.incident_id,

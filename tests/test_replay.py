@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from models.cordon import pool_allowance
 from models.cordon_policy import CordonPolicy, Drain
-from models.node_records import KernelLine, PodAssignments
+from models.node_records import DeviceAssignment, GpuInfo, GpuInventory, KernelLine, PodAssignments
 from tests import store_reads
 from xidpipe.cli import main
 from xidpipe.replay import ReplayInputError, run_replay
@@ -165,6 +165,18 @@ def test_records_are_merged_in_event_time_with_each_node_in_order(tmp_path: Path
     assert all(r.fault and r.record_id.startswith("file:") and r.file_offset is not None for r in kept)
 
 
+def test_a_log_s_last_line_without_a_newline_is_read(tmp_path: Path) -> None:
+    """As `xidpipe scan` reads it: the fault on the last line counts though the line has no newline."""
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "a.log").write_text("Nov 25 10:00:00 a kernel: NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=p\n"
+                                "Nov 25 10:00:09 a kernel: NVRM: Xid (PCI:0000:18:00): 48, pid=1, name=p, An "
+                                "uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer")
+    result = run_replay(root)
+    assert result.stats.lines_read == 2
+    assert sorted(c for i in result.incidents for c in i["codes"]) == ["Xid 13", "Xid 48"]
+
+
 def test_a_log_without_gpu_faults_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "quiet"
     root.mkdir()
@@ -238,3 +250,77 @@ def test_a_named_database_keeps_the_history_and_must_start_empty(cluster: Path, 
         store.dispose()
     with pytest.raises(ReplayInputError, match="already holds incidents"):
         run_replay(cluster, database_url=url)
+
+
+def _failing_gpu(root: Path) -> Path:
+    """One GPU that fails three different jobs over 36 hours (one Xid 13 each, 18 hours apart)."""
+    root.mkdir()
+    uuid = "GPU-5f1c2a9e-0b7d-4c1e-9a43-7d2e11a0c001"
+    start = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)
+    lines, state = [], []
+    for k in range(3):
+        at = start + timedelta(hours=18 * k)
+        pods = PodAssignments(node="n1", record_id=f"pods:n1:{k}", changed_at=at - timedelta(minutes=5),
+                              assignments=(DeviceAssignment(device_id=uuid, gpu_id=uuid, resource_name="nvidia.com/gpu",
+                                                            namespace="team", pod=("bert", "vllm", "resnet")[k],
+                                                            container="main"),))
+        state.append(pods.model_dump_json())
+        lines.append(f"{at.isoformat()} n1 kernel: NVRM: Xid (PCI:0000:18:00): 13, pid={100 + k}, name=train, "
+                     "Graphics SM Warp Exception on (GPC 1, TPC 0, SM 1): Out Of Range Address")
+    inventory = GpuInventory(node="n1", record_id="inv:n1", emitted_at=start - timedelta(hours=1),
+                             gpus=(GpuInfo(index=0, uuid=uuid, pci_bus_id="00000000:18:00.0"),))
+    (root / "n1.log").write_text("\n".join(lines) + "\n")
+    (root / "state.jsonl").write_text("\n".join([inventory.model_dump_json(), *state]) + "\n")
+    return root
+
+
+def test_the_worker_s_classification_window_is_backtested_from_its_settings_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the default 24 h window the three faults are three jobs' own; the worker's settings file
+    (`worker_policy`, given as --config or XIDPIPE_CONFIG) widens it to 48 h, and replay finds what that
+    worker would: one GPU failing different jobs."""
+    root = _failing_gpu(tmp_path / "c")
+    config = tmp_path / "xidpipe.yaml"
+    config.write_text("worker_policy:\n  classify_window_s: 172800\n")
+
+    code, body = replay_json(capsys, str(root))
+    assert code == 1
+    incidents = body["incidents"]
+    assert isinstance(incidents, list)
+    assert sorted((i["component"], i["classification"], i["count"]) for i in incidents) == [
+        ("workload", "application", 1)] * 3
+
+    for args in ([str(root), "--config", str(config)], ["--config", str(config), str(root)]):
+        code, body = replay_json(capsys, *args)
+        (gpu,) = body["incidents"]  # type: ignore[misc]
+        assert (gpu["component"], gpu["classification"], gpu["count"]) == ("gpu", "suspected_hardware", 3)
+    monkeypatch.setenv("XIDPIPE_CONFIG", str(config))
+    code, body = replay_json(capsys, str(root))
+    (gpu,) = body["incidents"]  # type: ignore[misc]
+    assert gpu["classification"] == "suspected_hardware"
+
+
+def test_a_bad_worker_policy_in_the_settings_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _failing_gpu(tmp_path / "c")
+    config = tmp_path / "xidpipe.yaml"
+    config.write_text("worker_policy:\n  quiet_period_s: -1\n")
+    assert main(["replay", str(root), "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "quiet_period_s" in err
+
+
+def test_incidents_resolve_after_their_quiet_period_and_get_their_tickets_in_event_time(tmp_path: Path) -> None:
+    """A double-bit error, then hours later another GPU's: past the quiet period in event time, the first
+    incident is resolved, and still gets the ticket the sink opened for it when it opened."""
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "n1.log").write_text(
+        "2026-03-02T00:00:00+00:00 n1 kernel: NVRM: Xid (PCI:0000:18:00): 48, pid=1, name=p, An uncorrectable "
+        "double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0.\n"
+        "2026-03-02T08:00:00+00:00 n1 kernel: NVRM: Xid (PCI:0000:3b:00): 94, pid=2, name=p, Contained: SM (0x1). "
+        "RST: No, D-RST: No\n")
+    result = run_replay(root)
+    first, second = sorted(result.incidents, key=lambda i: i["first_seen"])
+    assert (first["status"], second["status"]) == ("resolved", "open")
+    ticketed = {t["incident_id"]: t["action"] for t in result.sinks.tickets}
+    assert ticketed[first["id"]] == "create" and ticketed[second["id"]] == "create"

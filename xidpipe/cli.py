@@ -15,10 +15,9 @@ import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 
 from xidpipe.commands.exits import EXIT_UNAVAILABLE, EXIT_USAGE, CliError
-from xidpipe.commands.options import database_parent, fill_defaults, suppress_defaults
+from xidpipe.commands.options import config_parent, database_parent, fill_defaults, suppress_defaults
 
 # Each module exposes `register(subparsers) -> None` and sets `func` on its parsers.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -57,13 +56,10 @@ def package_version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="xidpipe", parents=[database_parent()], epilog=EPILOG,
+        prog="xidpipe", parents=[database_parent(), config_parent()], epilog=EPILOG,
         description="GPU fault incident pipeline: NVIDIA Xid faults to attributed, classified incidents.",
     )
     parser.add_argument("--version", action="version", version=f"xidpipe {package_version()}")
-    parser.add_argument("--config", metavar="FILE", type=Path, default=None,
-                        help="YAML file of settings (default: $XIDPIPE_CONFIG); the environment overrides it, "
-                        "flags override both (docs/configuration.md)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

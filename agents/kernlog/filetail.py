@@ -6,7 +6,10 @@ shrinking below our offset: reading restarts at 0 and a `truncated` gap is repor
 between the copy and the truncation are lost by design of copytruncate). A restart that finds a
 different inode at the path looks for the old inode at `<path>.1` and drains it first.
 
-`replay_rate` (lines per second) paces the reading for demos and benchmarks.
+`replay_rate` (lines per second) paces the reading for demos and benchmarks. A file read once
+(`follow=False`: `xidpipe replay`, an agent given `--no-follow`) ends at its last line, with a
+trailing newline or without (as `xidpipe parse` and `xidpipe scan` read it); a followed file's
+last line waits for its newline.
 
 Only lines the kernel wrote are passed on (`models.kernlog.origin.line_origin`): a syslog file holds
 every process's lines, and `logger -t alice 'NVRM: Xid ...'` or an ssh login name reads like a driver
@@ -124,9 +127,12 @@ class FileSource:
             if not data:
                 return
             end = data.rfind(b"\n")
+            final = False  # the file's last line, without a newline, in a file read once (not followed)
             if end < 0:
                 if len(data) < MAX_LINE:
-                    return  # a partial line: wait for the writer to finish it
+                    if self._follow or len(data) < available:
+                        return  # a partial line: wait for the writer to finish it
+                    final = True
                 lines, ends = [data[:MAX_LINE]], 0  # an overlong line is cut into pieces
             else:
                 if self._block_filter is not None and not self._interval:
@@ -141,7 +147,7 @@ class FileSource:
             skipped: list[str] = []
             keep = self._filter
             for line in lines:
-                piece, self._cut = ends == 0 or self._cut, ends == 0
+                piece, self._cut = (ends == 0 and not final) or self._cut, ends == 0 and not final
                 start = offset
                 offset += len(line) + ends
                 if self._interval:

@@ -51,6 +51,18 @@ def test_partial_line_waits_for_its_end(tmp_path: Path) -> None:
     assert [i.message for i in _take(it, 1)] == ["partial"]  # type: ignore[union-attr]
 
 
+def test_a_file_read_once_ends_at_its_last_line_without_a_newline(tmp_path: Path) -> None:
+    """Not followed, nobody will finish the last line: it is read as it is, with the record id it would
+    have with its newline (so a later follow of the finished line does not count it twice)."""
+    log = tmp_path / "kern.log"
+    log.write_text(f"first\n{XID}")
+    items = [i for i in FileSource(log, None, follow=False).items() if isinstance(i, SourceLine)]
+    assert [i.message for i in items] == ["first", XID]
+    log.write_text(f"first\n{XID}\n")
+    finished = [i for i in FileSource(log, None, follow=False).items() if isinstance(i, SourceLine)]
+    assert finished[1].record_id == items[1].record_id and items[1].cursor["offset"] == len(f"first\n{XID}")
+
+
 def test_rotation_by_rename_drains_old_file_then_follows_new(tmp_path: Path) -> None:
     log = tmp_path / "kern.log"
     _write(log, ["a1", "a2"], "w")

@@ -9,12 +9,15 @@ from datetime import datetime
 import pytest
 
 from models.grouping import (
+    AppFault,
     ClassifyContext,
     Grouper,
+    Occurrence,
     Report,
     apply_fault,
     classify_in_context,
     in_grouping_order,
+    kept_workloads,
     recount_events,
     same_fault,
 )
@@ -172,16 +175,20 @@ def test_gsp_failure_its_recovery_action_and_an_unrelated_memory_error() -> None
 
 
 class Table:
-    """Incident states as a lookup (`models.grouping.IncidentLookup`): the latest per fingerprint."""
+    """Incident states as a lookup (`models.grouping.IncidentLookup`): the latest per fingerprint, and
+    each one's latest occurrence and the `earlier` ones given."""
 
-    def __init__(self, *states: IncidentState) -> None:
+    def __init__(self, *states: IncidentState, earlier: tuple[Occurrence, ...] = ()) -> None:
         self.states = list(states)
+        self.earlier = earlier
 
     def latest(self, fingerprint: str) -> IncidentState | None:
         return next((st for st in reversed(self.states) if st.fingerprint == fingerprint), None)
 
-    def open_gpu_incidents(self, node: str) -> list[IncidentState]:
-        return [st for st in self.states if st.node == node and st.component == "gpu" and st.status == "open"]
+    def gpu_occurrences(self, node: str, at: datetime, window_s: float) -> list[Occurrence]:
+        found = [Occurrence(st, st.occurrence_at, st.occurrence_signals) for st in self.states
+                 if st.node == node and st.component == "gpu" and st.occurrence_at is not None]
+        return [o for o in (*found, *self.earlier) if abs((o.at - at).total_seconds()) <= window_s]
 
 
 def gpu_incident(gpu: str, group: str, at: datetime, **kw: object) -> IncidentState:
@@ -224,19 +231,64 @@ def test_a_gpu_first_known_by_its_pci_address_keeps_its_incident_once_its_uuid_i
     assert placed.current is None
 
 
-def test_application_faults_of_a_gpu_suspected_of_hardware_faults_are_the_gpu_s() -> None:
-    fault = report("application", T0 + s(5), code="Xid 13", pci="0000:3b:00.0", gpu_uuid="GPU-1", workload="ml/a/w")
-    suspected = gpu_incident("GPU-1", "application", T0, category="suspected_hardware")
-    assert Grouper(Table(suspected), P).place(fault).current == suspected
-    placed = Grouper(Table(replace(suspected, category="application")), P).place(fault)
-    assert placed.component == Component("workload", "", "ml/a/w") and placed.current is None
+def test_a_node_level_report_joins_the_occurrence_it_came_with_not_the_incident_s_latest() -> None:
+    """One batch may hold hours of a node: the GPU incident's latest fault (a contained ECC error two
+    hours after the GPU fell off the bus) is not the one the bus-loss line came with."""
+    lost_at, later = T0, T0 + s(7200)
+    gpu = gpu_incident("GPU-a", "gpu_lost", lost_at)
+    gpu = replace(gpu, family="gpu_lost", count=2, last_seen=later, occurrence_at=later,
+                  occurrence_signals=("memory/kernel:Xid 94",))
+    lost = Occurrence(gpu, lost_at, ("gpu_lost/kernel:Xid 79",))
+    line = report("gpu_lost", lost_at + s(0.5), kind="driver_error", code="driver_error", error="gpu_lost")
+    grouper = Grouper(Table(gpu, earlier=(lost,)), P)
+    placed, change = grouper.group(line)
+    assert placed.component == Component("gpu", "n", "GPU-a") and placed.occurrence == lost
+    assert not change.counted and change.incident.count == 2
+    assert change.incident.occurrence_at == later, "the latest occurrence stays the latest"
+    # Without the occurrence it came with, the line is the node's own.
+    assert Grouper(Table(gpu), P).place(line).component == Component("node", "n", "driver")
 
 
-def test_reports_naming_a_gpu_are_grouped_first_in_the_order_read() -> None:
+def app(workload: str, hours: float, gpu: str = "G", counted: bool = True) -> AppFault:
+    return AppFault("n", gpu, workload, T0 + s(3600 * hours), counted)
+
+
+def test_a_gpu_keeps_the_faults_of_different_workloads_that_faulted_nowhere_else_within_the_window() -> None:
+    window = PipelinePolicy(classify_window_s=24 * 3600)
+    here = [app("a", 0), app("b", 10), app("c", 20)]
+    assert kept_workloads(here, {}, T0 + s(20 * 3600), window) == ["a", "b", "c"]
+    # Not yet at the second fault (two of the three), nor past the window (the first is too old).
+    assert kept_workloads(here, {}, T0 + s(10 * 3600), window) == []
+    assert kept_workloads([*here, app("d", 30)], {}, T0 + s(30 * 3600), window) == ["b", "c", "d"]
+    # A workload that faulted on another GPU within the window is its own (and counts as a repeat here)...
+    assert kept_workloads(here, {"b": [T0 + s(9 * 3600)]}, T0 + s(20 * 3600), window) == ["a", "c"]
+    # ... and one workload alone is no pattern of the GPU's.
+    assert kept_workloads(here, {"b": [T0 + s(9 * 3600)], "c": [T0]}, T0 + s(20 * 3600), window) == []
+    # Only the window decides: faults read later, after it, change nothing.
+    assert kept_workloads([*here, app("b", 21)], {"c": [T0 + s(22 * 3600)]}, T0 + s(20 * 3600),
+                          window) == ["a", "b", "c"]
+    # A second report of one crash (not counted) is no repeat.
+    assert kept_workloads([app("a", 0), app("b", 10), app("b", 10.0001, counted=False)], {},
+                          T0 + s(11 * 3600), window) == []
+    # A 48 h window keeps three jobs failed over 36 h.
+    spread = [app("a", 0), app("b", 18), app("c", 36)]
+    assert kept_workloads(spread, {}, T0 + s(36 * 3600), window) == []
+    assert kept_workloads(spread, {}, T0 + s(36 * 3600), PipelinePolicy(classify_window_s=48 * 3600)) == [
+        "a", "b", "c"]
+
+
+def test_reports_are_grouped_in_event_time_moment_by_moment_gpu_naming_first() -> None:
     dump = report("driver", T0, kind="driver_error", code="driver_error", error="crash_dump")
     xid119 = report("gsp", T0, code="Xid 119", pci="0000:4e:00.0")
     xid154 = report("recovery_action", T0 + s(1), code="Xid 154", pci="0000:4e:00.0")
-    assert in_grouping_order([dump, xid119, xid154], lambda r: r) == [xid119, xid154, dump]
+    w = P.occurrence_window_s
+    assert in_grouping_order([dump, xid119, xid154], lambda r: r, w) == [xid119, xid154, dump]
+    # Hours of one node in one batch: each moment in turn, not every GPU report of the batch first.
+    later = report("memory", T0 + s(7200), code="Xid 94", pci="0000:4e:00.0")
+    assert in_grouping_order([xid119, dump, later], lambda r: r, w) == [xid119, dump, later]
+    # Nodes interleave by time; each keeps its own order.
+    other = replace(report("memory", T0 + s(3600), code="Xid 48", pci="0000:18:00.0"), node="m")
+    assert in_grouping_order([xid119, dump, later, other], lambda r: r, w) == [xid119, dump, other, later]
 
 
 @dataclass

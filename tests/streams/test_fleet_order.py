@@ -135,21 +135,61 @@ def test_two_workers_below_the_threshold_each_open_it_together(postgres_database
 
 
 def test_the_burst_around_faults_depends_on_the_faults_only() -> None:
-    """`fleet_burst_around` as a pure function: the same faults in any order give the same burst, and
+    """`fleet_bursts_around` as a pure function: the same faults in any order give the same bursts, and
     only windows that hold one of the faults asked about count."""
-    from models.fleet import FleetFault, fleet_burst_around
+    from models.fleet import FleetFault, fleet_bursts_around
 
     policy = PipelinePolicy(fleet_min_nodes=3, fleet_window_s=600)
     faults = [FleetFault(n, "Xid 79", _at(n)) for n in FAULTS]
     bursts = set()
     for seed in range(5):
         random.Random(seed).shuffle(faults)
-        bursts.add(fleet_burst_around("gpu_lost", faults, [_at("e")], policy))
-    (burst,) = bursts
+        bursts.add(tuple(fleet_bursts_around("gpu_lost", faults, [_at("e")], policy)))
+    (found,) = bursts
     # Around e: the window [100, 700] (e, a, b); c's windows do not hold e.
-    assert burst is not None and (burst.nodes, burst.first, burst.last) == (("a", "b", "e"), _at("e"), _at("b"))
-    around_b = fleet_burst_around("gpu_lost", faults, [_at("b")], policy)
-    assert around_b is not None and around_b.nodes == ("a", "b", "c", "e")
+    (burst,) = found
+    assert (burst.nodes, burst.first, burst.last) == (("a", "b", "e"), _at("e"), _at("b"))
+    (around_b,) = fleet_bursts_around("gpu_lost", faults, [_at("b")], policy)
+    assert around_b.nodes == ("a", "b", "c", "e")
     # l's windows hold c and l only, f's f alone: no burst around them, though a, b, c make one nearby.
-    assert fleet_burst_around("gpu_lost", faults, [_at("l"), _at("f")], policy) is None
-    assert fleet_burst_around("application", faults, [_at("a")], policy) is None  # no fleet family
+    assert fleet_bursts_around("gpu_lost", faults, [_at("l"), _at("f")], policy) == []
+    assert fleet_bursts_around("application", faults, [_at("a")], policy) == []  # no fleet family
+
+
+def test_bursts_more_than_a_fleet_window_apart_are_separate_whatever_batch_reads_them() -> None:
+    """Two bursts hours apart, read in one batch, are two bursts (one batch may hold hours of event time)."""
+    from models.fleet import FleetFault, fleet_bursts_around
+
+    policy = PipelinePolicy(fleet_min_nodes=3, fleet_window_s=600)
+    early = [FleetFault(n, "Xid 94", T0 + s(60 * k)) for k, n in enumerate("abc")]
+    late = [FleetFault(n, "Xid 94", T0 + s(7200 + 60 * k)) for k, n in enumerate("def")]
+    bursts = fleet_bursts_around("memory", [*late, *early], [f.at for f in [*early, *late]], policy)
+    assert [(b.nodes, b.first, b.last) for b in bursts] == [
+        (("a", "b", "c"), T0, T0 + s(120)), (("d", "e", "f"), T0 + s(7200), T0 + s(7320))]
+
+
+@pytest.mark.parametrize("order", ["event time", "late burst first", "one batch"])
+def test_two_bursts_are_two_incidents_in_any_order(url: str, order: str) -> None:
+    """A burst and another two hours later are two incidents, the first over (resolved a fleet window
+    after its last fault), whether they are read in event time, the later first (a node whose records
+    came late), or in one batch."""
+    store = _store(url)
+    early, late = ["a", "b", "c"], ["e", "f", "l"]
+    times = {n: T0 + s(60 * k) for k, n in enumerate(early)} | {n: T0 + s(7200 + 60 * k) for k, n in enumerate(late)}
+
+    def items(nodes: list[str]) -> list[Item]:
+        mapper = ItemMapper()
+        recs = [r for n in nodes for r in (inventory(n, T0 - s(600)), Kmsg(n).xid(0, 79, times[n],
+                                                                                   text="GPU has fallen off the bus."))]
+        return [i for r in recs for i in mapper.items(r, "topic")] + mapper.flush_all()
+
+    batches = {"event time": [early, late], "late burst first": [late, early], "one batch": [early + late]}[order]
+    try:
+        for batch in batches:
+            store.process(items(batch))
+        first, second = sorted(store_reads.fleet_incidents(store), key=lambda i: i["first_seen"])
+        assert (first["nodes"], first["status"]) == (early, "resolved")
+        assert first["resolved_at"] == (times["c"] + s(600)).isoformat()
+        assert (second["nodes"], second["status"]) == (late, "open")
+    finally:
+        store.dispose()

@@ -18,7 +18,7 @@ from xidpipe.commands.output import enum_arg
 
 SHARED_DEFAULTS: dict[str, Any] = {
     "database_url": None, "json": False, "output": None, "action_log": None, "kubeconfig": None, "context": None,
-    "in_cluster": False, "dry_run": None, "policy_file": None,
+    "in_cluster": False, "dry_run": None, "policy_file": None, "config": None,
 }
 
 
@@ -30,6 +30,18 @@ def database_parent(default: str = f"$XIDPIPE_DATABASE_URL, else {DEFAULT_DB}, w
                     ) -> argparse.ArgumentParser:
     p = _parent()
     p.add_argument("--database-url", metavar="URL", help=f"SQLAlchemy URL of the database (default: {default})")
+    return p
+
+
+def config_parent() -> argparse.ArgumentParser:
+    """`--config FILE`: the settings file, before the command (`xidpipe --config F worker`) or after it
+    (`xidpipe replay DIR --config F`)."""
+    from pathlib import Path
+
+    p = _parent()
+    p.add_argument("--config", metavar="FILE", type=Path,
+                   help="YAML file of settings (default: $XIDPIPE_CONFIG); the environment overrides it, flags "
+                   "override both (docs/configuration.md)")
     return p
 
 

@@ -12,6 +12,7 @@ from models.vocabulary import ComponentKind
 from xidpipe.commands.exits import EXIT_FINDINGS as EXIT_INCIDENTS
 from xidpipe.commands.exits import EXIT_OK as EXIT_CLEAN
 from xidpipe.commands.exits import EXIT_USAGE as EXIT_INPUT_ERROR
+from xidpipe.commands.options import config_parent
 
 COMPONENT_NAMES: dict[str, str] = {ComponentKind.GPU: "GPU", ComponentKind.NVSWITCH: "NVSwitch",
                                    ComponentKind.NODE: "node", ComponentKind.WORKLOAD: "workload",
@@ -20,18 +21,21 @@ COMPONENT_NAMES: dict[str, str] = {ComponentKind.GPU: "GPU", ComponentKind.NVSWI
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
-        "replay",
+        "replay", parents=[config_parent()],
         help="run a recorded cluster through the engine and show what the policy would do",
         description="Replay a recorded cluster (DIR: one <node>.log kernel log per node, in any format "
         "`xidpipe parse` reads, and state.jsonl with the nodes' inventories, pod assignments and processes; "
         "see docs/replay.md) through the stream worker's engine in one process, without Kafka. Prints the "
         "incidents, the cordon decisions of the policy (a dry run with the circuit breaker), the tickets and "
-        "the chat messages. Exit status: 0 no incident, 1 incidents found, 2 DIR or a file in it (or the "
-        "policy) cannot be read.",
+        "the chat messages. The stream's windows, thresholds and quiet periods are the worker's (`worker_policy` "
+        "in the settings file, XIDPIPE_WORKER_POLICY__<NAME>), the cordon policy --policy or the responder's "
+        "(`actions_policy_file`). Exit status: 0 no incident, 1 incidents found, 2 DIR or a file in it (or the "
+        "settings or the policy) cannot be read.",
     )
     p.add_argument("dir", metavar="DIR", help="the recorded cluster")
     p.add_argument("--policy", dest="policy_file", metavar="FILE",
-                   help="cordon policy YAML to decide with (default: the documented defaults)")
+                   help="cordon policy YAML to decide with (default: the settings' actions_policy_file, else the "
+                   "documented defaults)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--database-url", default=None,
                    help="an empty database to keep the history in (default: a temporary SQLite file)")
@@ -42,11 +46,16 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from models.cordon_policy import PolicyError
     from respond.cordon.policy_file import load_policy
+    from respond.cordon.settings import ActionSettings
+    from streams.settings import WorkerSettings
+    from xidpipe.commands.startup import load
     from xidpipe.replay import ReplayInputError, run_replay
 
+    pipeline = load(WorkerSettings).policy  # the worker's policy: the same file and variables it reads
     try:
-        policy = load_policy(args.policy_file)
-        result = run_replay(Path(args.dir), policy=policy, database_url=args.database_url, cluster_name=args.cluster)
+        policy = load_policy(args.policy_file or load(ActionSettings).policy_file)
+        result = run_replay(Path(args.dir), policy=policy, pipeline_policy=pipeline, database_url=args.database_url,
+                            cluster_name=args.cluster)
     except (ReplayInputError, PolicyError) as exc:
         print(f"xidpipe replay: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR

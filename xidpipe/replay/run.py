@@ -4,8 +4,9 @@ The records (`xidpipe.replay.records`) go through what the worker's intake runs 
 (`streams.items.ItemMapper`: one kernel-log parser per node) and into `streams.store.Store` in batches,
 one transaction each, on a database of the replay's own. The action requests the store writes to
 its outbox are what a responder would receive: each cordon candidate is decided at once
-(`xidpipe.replay.cordons`), and the ticket and chat requests are decided at the end, on the
-incidents' final state (`xidpipe.replay.sinks`).
+(`xidpipe.replay.cordons`), and the ticket and chat requests at the end, each ticket as of when its
+incident opened, in event time (`xidpipe.replay.sinks`). The store resolves incidents in event time
+as the worker does (`streams.event_clock`); there is no arrival-time sweep in a replay.
 """
 
 from __future__ import annotations

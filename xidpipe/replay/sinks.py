@@ -1,8 +1,10 @@
 """What the ticket and chat sinks would have done with a replay's incidents, decided, never sent.
 
 For every incident the stream asked a ticket for, the ticket sink's decision (`models.ticket_policy.
-decide_ticket`, with the tickets this replay opened as the ticket map); for every incident it asked
-a notification for, the chat routing (`models.chat_message.route`) and the Alertmanager group the
+decide_ticket`, with the tickets this replay opened as the ticket map), made in event time: when the
+incident opened, in the order the incidents opened, as the sink decides when the request arrives
+(an incident resolved later in the recording was open then); for every incident it asked a
+notification for, the chat routing (`models.chat_message.route`) and the Alertmanager group the
 message would join (`models.notify.group_key`). Dossiers are built as the responder builds them
 (`respond.dossier_builder.build_dossier`), so the ticket summary is the one Jira would get.
 """
@@ -10,7 +12,7 @@ message would join (`models.notify.group_key`). Dossiers are built as the respon
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,9 +46,8 @@ def _notice(s: Session, row: Incident, cluster: str) -> IncidentNotice:
 
 
 def sink_outcomes(engine: sa.Engine, ticketed: Iterable[str], notified: Iterable[str], settings: SinkSettings,
-                  cluster: str, now: datetime | None = None) -> SinkOutcomes:
+                  cluster: str) -> SinkOutcomes:
     """The sinks' decisions for the incidents the stream offered them (ids in any order)."""
-    now = now or datetime.now(UTC)
     want_ticket, want_message = set(ticketed), set(notified)
     out = SinkOutcomes()
     opened: dict[str, TicketState] = {}  # the ticket map this replay builds
@@ -56,7 +57,7 @@ def sink_outcomes(engine: sa.Engine, ticketed: Iterable[str], notified: Iterable
         for row in rows:
             notice = _notice(s, row, cluster)
             if row.incident_id in want_ticket:
-                _ticket(notice, opened, out, settings, now)
+                _ticket(notice, opened, out, settings, _utc(row.first_seen))
             if row.incident_id in want_message:
                 d = notice.dossier
                 channel, why = route(d.category, d.attribution.namespace, notice.namespace_meta, settings.routing)
@@ -68,7 +69,7 @@ def sink_outcomes(engine: sa.Engine, ticketed: Iterable[str], notified: Iterable
 
 def _ticket(notice: IncidentNotice, opened: dict[str, TicketState], out: SinkOutcomes, settings: SinkSettings,
             now: datetime) -> None:
-    subject = notice.subject()
+    subject = replace(notice.subject(), status="open")  # as it was when the stream asked for its ticket
     state = opened.get(subject.incident_id)
     previous = opened.get(subject.previous_incident_id) if subject.previous_incident_id else None
     d = decide_ticket(subject, state, previous, now, settings.ticket_policy)
@@ -85,3 +86,7 @@ def _ticket(notice: IncidentNotice, opened: dict[str, TicketState], out: SinkOut
         return
     out.ticket_updates.append({"incident_id": subject.incident_id, "action": d.action, "key": d.key,
                                "reason": d.reason})
+
+
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
