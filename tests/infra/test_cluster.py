@@ -166,3 +166,11 @@ def test_nodes_without_the_kwok_annotation_and_their_pods_are_left_alone(
             cluster_core.delete_node(plain)
         except ApiException as exc:
             assert exc.status == 404
+
+
+def test_the_worker_has_the_charts_rights_on_the_cluster(cluster_worker_client: client.ApiClient, kwok_node) -> None:
+    name = kwok_node().metadata.name
+    worker = client.CoreV1Api(cluster_worker_client)
+    assert status_of(lambda: worker.patch_node(name, {"spec": {"unschedulable": True}})) == 200
+    assert worker.read_node(name).spec.unschedulable is True
+    assert status_of(lambda: worker.delete_node(name)) == 403
