@@ -59,7 +59,7 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
         ("rules: [{name: a, action: cordon_after, occurrences: 3}]", "rules.0",
          "cordon_after needs both occurrences and window_s"),
         ("rules: [{name: a, action: never, window_s: 60}]", "rules.0", "only apply to cordon_after"),
-        ("rules: [{name: a, action: cordon_later}]", "rules.0.action", "'cordon_now', 'cordon_after' or 'never'"),
+        ("rules: [{name: a, action: cordon_later}]", "rules.0.action", "'cordon_now', 'cordon_after', 'quarantine_gpu' or 'never'"),
         ("rules: [{name: a, action: never}, {name: b, action: cordon_now, match: {families: [gpu_gone]}}]",
          "rules.1.match", "unknown fault family ['gpu_gone']"),
         ("rules: [{name: a, action: cordon_now, match: {xids: [0]}}]", "rules.0.match", "between 1 and 1023"),
