@@ -214,6 +214,7 @@ class CordonDecision(_Frozen):
     effect: str | None = Field(default=None, description="gpu scope: the taint's effect (None in a dry run)")
     rule_name: str | None = Field(default=None, description="gpu scope: the GPU's DeviceTaintRule")
     fallback: str | None = Field(default=None, description="why a quarantine_gpu rule cordons the node instead")
+    resumes: bool = Field(default=False, description="gpu scope: the GPU's rule is this incident's, as written")
 
     @property
     def changes_node(self) -> bool:
@@ -413,9 +414,9 @@ def _decide_quarantine(req: CordonRequest, node: NodeView, fleet: FleetView, bre
     name = rule_name(gpu.uuid)
     o = CordonOutcome
 
-    def out(outcome: CordonOutcome, reason: str) -> CordonDecision:
+    def out(outcome: CordonOutcome, reason: str, resumes: bool = False) -> CordonDecision:
         return CordonDecision(outcome=outcome, reason=reason, rule=rule.name, dry_run=dry, scope="gpu", gpu=gpu.uuid,
-                              device=gpu.device, effect=effect, rule_name=name)
+                              device=gpu.device, effect=effect, rule_name=name, resumes=resumes)
 
     existing = gpu.rule
     if existing is not None:
@@ -428,7 +429,7 @@ def _decide_quarantine(req: CordonRequest, node: NodeView, fleet: FleetView, bre
                                               f"{existing.incident_id} (rule {name})")
         if existing.effect == effect:
             return out(o.ALREADY_QUARANTINED, f"GPU {gpu.uuid} is already quarantined by xidpipe for this incident "
-                                              f"(rule {name}, effect {effect})")
+                                              f"(rule {name}, effect {effect})", resumes=True)
         if existing.effective:  # one effective effect for another, or a dry run's None: nothing more held
             return out(o.QUARANTINE, f"{why}; rule {name}: effect {existing.effect} becomes {effect}")
     assert gpu.device is not None
