@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from history.quarantines import active_quarantines
 from history.tables import GpuCard, GpuLedgerEvent, GpuPlacement, Incident
 from models.vocabulary import HARDWARE_CATEGORIES
 
@@ -37,7 +38,8 @@ def _incident_match(serials: list[str], uuids: list[str]) -> Any:
 
 
 def list_gpus(s: Session, f: GpuFilter, *, limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """One page of cards ordered by node and PCI slot, with their incident counts; and how many match."""
+    """One page of cards ordered by node and PCI slot, with their incident counts and the DeviceTaintRule
+    that quarantines each now (`quarantine`, None when none does); and how many match."""
     conds: list[Any] = []
     if f.node:
         conds.append(GpuCard.node == f.node)
@@ -65,10 +67,12 @@ def list_gpus(s: Session, f: GpuFilter, *, limit: int = 50, offset: int = 0) -> 
             counts[card].add(incident_id)
             if category in HARDWARE_CATEGORIES:
                 hardware[card].add(incident_id)
+    held = active_quarantines(s, nodes={c.node for c in cards}) if cards else {}
     rows = [{
         "card": c.card, "serial": c.serial, "uuid": c.uuid, "model": c.model, "node": c.node,
         "pci_slot": c.pci_slot, "since": _iso(c.since), "state": c.state, "last_seen": _iso(c.last_seen),
         "claimed_by": c.claimed_by, "incidents": len(counts[c.card]), "hardware_incidents": len(hardware[c.card]),
+        "quarantine": held.get(c.uuid),
     } for c in cards]
     return rows, total
 

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.fleet_incidents import member_incidents
+from history.quarantines import active_quarantines, quarantine_text
 from history.tables import EvidenceRecord, FaultEvent, Incident, NodeState
 from models.catalog import load_catalog
 from models.dossier import (
@@ -100,8 +101,10 @@ def _gpu(s: Session, incident: Incident) -> tuple[DossierGpu, str | None]:
             ):
                 model, numa = g.get("name"), g.get("numa_node")
                 break
-    return DossierGpu(model=model, uuid=incident.gpu_uuid, serial=incident.serial, pci=incident.pci,
-                      numa_node=numa), driver
+    held = active_quarantines(s, nodes=[incident.node]).get(incident.gpu_uuid or "") if incident.gpu_uuid else None
+    return DossierGpu(model=model, uuid=incident.gpu_uuid, serial=incident.serial, pci=incident.pci, numa_node=numa,
+                      quarantine_rule=held["rule"] if held else None,
+                      quarantine=quarantine_text(held) if held else None), driver
 
 
 def _evidence(s: Session, events: Sequence[FaultEvent]) -> list[EvidenceItem]:

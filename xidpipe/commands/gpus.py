@@ -27,7 +27,8 @@ def register(sub: Any) -> None:
     gsub = gpus.add_subparsers(dest="gpus_command", metavar="COMMAND", required=True)
     ls: argparse.ArgumentParser = gsub.add_parser("list", help="cards by node and PCI slot",
                                                   description="List the cards the ledger knows, by node and PCI "
-                                                  "slot, with their incident counts.",
+                                                  "slot, with their incident counts and the DeviceTaintRule that "
+                                                  "quarantines a card now (QUARANTINE).",
                                                   parents=history_parents())
     ls.add_argument("--node", type=node_name)
     ls.add_argument("--model", help="a part of the model name, any case (h100)")
@@ -66,9 +67,10 @@ def run_list(args: argparse.Namespace) -> int:
         print("No GPUs match." + (" The ledger is empty but inventories are stored: run `xidpipe gpus rebuild`."
                                   if empty else ""))
         return EXIT_OK
-    header = ["NODE", "PCI SLOT", "SERIAL", "MODEL", "STATE", "SINCE", "INCIDENTS", "HARDWARE", "UUID"]
+    header = ["NODE", "PCI SLOT", "SERIAL", "MODEL", "STATE", "SINCE", "INCIDENTS", "HARDWARE", "QUARANTINE", "UUID"]
     output.table(header, [[r["node"], r["pci_slot"], r["serial"], r["model"] or "?", _state(r),
-                           format_time(r["since"]), r["incidents"], r["hardware_incidents"], r["uuid"]] for r in rows])
+                           format_time(r["since"]), r["incidents"], r["hardware_incidents"], _quarantine(r),
+                           r["uuid"]] for r in rows])
     print(f"\n{len(rows)} of {total} (offset {args.offset})")
     return EXIT_OK
 
@@ -76,6 +78,14 @@ def run_list(args: argparse.Namespace) -> int:
 def _state(card: dict[str, Any]) -> str:
     """A card's state, with the node that claims it when in conflict."""
     return f"{card['state']}: claimed by {card['claimed_by']}" if card.get("claimed_by") else str(card["state"])
+
+
+def _quarantine(card: dict[str, Any]) -> str:
+    """The DeviceTaintRule that quarantines the card now, with its effect; `-` when none does."""
+    q = card.get("quarantine")
+    if not q:
+        return "-"
+    return f"{q['rule']} ({'dry run' if q.get('dry_run') else q.get('effect')})"
 
 
 def _has_inventories(s: Any) -> bool:
