@@ -50,8 +50,8 @@ class RuleReleaser(Protocol):
 
 def release_quarantine(executor: CordonExecutor, *, by: str, reason: str, gpu: str | None = None,
                        incident_id: str | None = None, node: str | None = None) -> ActionResult | None:
-    """Release xidpipe's quarantines: of one GPU (`gpu`), else of an incident's GPUs (`incident_id`),
-    else of a node's GPUs (`node`; with `incident_id` too, only that incident's). None when the
+    """Release xidpipe's quarantines: of one GPU (`gpu`; on `node`, when given), else of an incident's
+    GPUs (`incident_id`), else of a node's GPUs (`node`; with `incident_id` too, only that incident's). None when the
     executor's adapter holds no rules (no cluster, or no DRA devices) or, for an incident or a node,
     none is found; one result for them all otherwise, each rule recorded on its own."""
     ports = executor.nodes
@@ -60,6 +60,10 @@ def release_quarantine(executor: CordonExecutor, *, by: str, reason: str, gpu: s
     try:
         if gpu:
             found = [(gpu, ports.read_rule(rule_name(gpu)))]
+            held = found[0][1]
+            if node and held is not None and held.node != node:
+                return ActionResult(action="unquarantine", outcome="refused", node=node, incident_id=incident_id,
+                                    reason=f"GPU {gpu} is quarantined on node {held.node}, not {node}")
         else:
             found = [(r.gpu_uuid, r) for r in ports.list_rules()
                      if (incident_id is None or r.incident_id == incident_id) and (node is None or r.node == node)]
@@ -157,7 +161,8 @@ def release_node(executor: CordonExecutor, node: str, *, by: str, reason: str, i
     """`xidpipe node release`: xidpipe's cordon of the node and its quarantines of the node's GPUs (of
     `incident_id` only, when given); with `gpu`, that GPU's quarantine alone."""
     if gpu:
-        return release_quarantine(executor, by=by, reason=reason, gpu=gpu) or ActionResult(
+        return release_quarantine(executor, by=by, reason=reason, gpu=gpu, node=node,
+                                  incident_id=incident_id) or ActionResult(
             action="unquarantine", outcome="refused", node=node, reason="no cluster configured: nothing released")
     cordon = executor.release(node, by=by, reason=reason, incident_id=incident_id)
     gpus = release_quarantine(executor, by=by, reason=reason, node=node, incident_id=incident_id)

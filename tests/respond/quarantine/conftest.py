@@ -100,3 +100,24 @@ def quarantine_executor(cluster_worker_client: client.ApiClient, action_log: Pat
     yield make
     for kube in made:
         kube.close()
+
+
+def history_db(path: Path, node: str, faulty: list[int]) -> str:
+    """A SQLite history the stream's store wrote: the node's inventory of 8 GPUs (UUIDs as
+    `tests.streams.records.uuid`) and an Xid 48 on each GPU index of `faulty`, one incident each;
+    the GPU ledger rebuilt from it. Returns its URL."""
+    from models.stream_policy import PipelinePolicy
+    from streams.store import Store
+    from tests.history.test_lifecycle_and_gpus import feed
+    from tests.streams.records import T0, Kmsg, inventory, s
+    from xidpipe.cli import main
+
+    url = f"sqlite:///{path}"
+    store = Store(url, PipelinePolicy())
+    store.create_schema()
+    kmsg = Kmsg(node)
+    feed(store, [inventory(node, T0, gpus=8),
+                 *(kmsg.xid(i, 48, T0 + s(10 + i), text="DBE (double bit error)") for i in faulty)])
+    store.dispose()
+    assert main(["gpus", "rebuild", "--database-url", url]) == 0
+    return url

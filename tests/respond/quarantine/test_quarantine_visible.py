@@ -20,18 +20,15 @@ from history.engine import make_engine
 from history.tables import Incident
 from models.dossier import render_markdown
 from models.quarantine import rule_name
-from models.stream_policy import PipelinePolicy
 from respond.cordon.action_log import SqlActionStore
 from respond.cordon.executor import CordonExecutor
 from respond.cordon.retry import Backoff
 from respond.dossier_builder import action_items, build_dossier
 from respond.quarantine.kube_cluster import KubeCluster
 from respond.quarantine.release import release_node
-from streams.store import Store
 from tests.cluster import publish_gpu_slice
-from tests.history.test_lifecycle_and_gpus import feed
-from tests.respond.quarantine.conftest import quarantine_policy
-from tests.streams.records import T0, Kmsg, inventory, s, uuid
+from tests.respond.quarantine.conftest import history_db, quarantine_policy
+from tests.streams.records import uuid
 from xidpipe.cli import main
 from xidpipe.web.data import incident_detail
 
@@ -49,12 +46,8 @@ def test_the_quarantine_shows_in_the_incident_its_ticket_its_page_and_gpus_list(
         capsys: pytest.CaptureFixture[str]) -> None:
     node = kwok_node(labels={"xidpipe.io/pool": "visible"}).metadata.name
     publish_gpu_slice(cluster_admin_client, node, uuids=[uuid(node, i) for i in range(8)])
-    url = f"sqlite:///{tmp_path / 'x.db'}"
-    store = Store(url, PipelinePolicy())
-    store.create_schema()
-    feed(store, [inventory(node, T0, gpus=8), Kmsg(node).xid(3, 48, T0 + s(10), text="DBE (double bit error)")])
-    store.dispose()
-    cli(capsys, "gpus", "rebuild", "--database-url", url)
+    url = history_db(tmp_path / "x.db", node, [3])
+    capsys.readouterr()
     engine = make_engine(url)
     policy = quarantine_policy()
     kube = KubeCluster(cluster_worker_client, reporting_instance="xidpipe-test", backoff=Backoff(deadline_s=10.0))
