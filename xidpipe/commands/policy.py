@@ -84,7 +84,6 @@ def register(sub: Any) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     from models.cordon_policy import PolicyError
-    from models.quarantine import DeviceRef, GpuView
     from respond.cordon.policy_file import load_policy
 
     try:
