@@ -36,7 +36,9 @@ def test_the_policy_in_docs_configuration_loads() -> None:
 
     assert policy.scope.pools == ("train-h200", "infer-h200")
     assert policy.drain.enabled and policy.breaker.max_pool_share == 0.05
-    assert [r.name for r in policy.rules][:2] == ["gpu-lost", "uncontained-ecc"]
+    assert [r.name for r in policy.rules][:3] == ["dbe-quarantine", "gpu-lost", "uncontained-ecc"]
+    assert (policy.rules[0].action, policy.rules[0].taint_effect) == ("quarantine_gpu", "NoSchedule")
+    assert policy.quarantine.driver == "gpu.nvidia.com" and policy.breaker.min_gpus == 1
 
 
 def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
