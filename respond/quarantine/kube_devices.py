@@ -131,14 +131,28 @@ class KubeDevices:
         else:
             log.warning("rule cache not fresh as of resourceVersion %s within %.1f s: listing the rules",
                         fresh_as_of, self.cache_wait_s)
-            held = {}
-            for r in self.list_rules():
-                if r.effective:
-                    held[r.node] = held.get(r.node, 0) + 1
+            held = self._listed_counts()
         slices.synced(self.cache_wait_s)
         gpus = slices.gpus_by_node()
         nodes = {n for n in members if held.get(n)}
         return sum(gpus.get(n, 0) for n in members), sum(held.get(n, 0) for n in members), nodes
+
+    def _listed_counts(self) -> dict[str, int]:
+        """Per node, xidpipe's effective rules, listed now. A cluster that does not serve the rules, or
+        does not let xidpipe read them (403, 404), holds none of xidpipe's: zero, with a warning (the
+        cordon's counts go on); a transient failure is raised (the decision is retried)."""
+        try:
+            rules = self.list_rules()
+        except PermanentError as exc:
+            if exc.status not in (403, 404):
+                raise
+            log.warning("DeviceTaintRules cannot be read (%s): counting no GPU quarantined", exc)
+            return {}
+        held: dict[str, int] = {}
+        for r in rules:
+            if r.effective:
+                held[r.node] = held.get(r.node, 0) + 1
+        return held
 
     def node_quarantine(self, node: str, q: Quarantine) -> NodeQuarantine:
         slices, rules = self.slices(q), self.rules()

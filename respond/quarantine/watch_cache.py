@@ -10,7 +10,7 @@ nodes: for the ResourceSlices (`slice_cache`) and xidpipe's DeviceTaintRules (`r
 - `observe`/`forget`: the adapter's own writes enter at once, ahead of their watch event.
 - `fresh(version, timeout)`: whether every write up to the resourceVersion `version` is reflected
   (the watch got there, or `version` is at most this adapter's own newest write made on fresh
-  counts), waiting at most `timeout`.
+  counts), waiting at most `timeout`; at once False while the first list keeps failing (`failure`).
 
 The client is synchronous; the watch runs in a daemon thread of its own.
 """
@@ -97,7 +97,9 @@ class WatchCache(Generic[T]):
             except Exception as exc:
                 if self._stopped.is_set():
                     return
-                self.failure = str(exc)[:300]
+                with self._changed_cv:
+                    self.failure = str(exc)[:300]
+                    self._changed_cv.notify_all()
                 log.warning("%s cache: %s; retrying in %.1f s", self.name, self.failure, self.retry_s)
                 self._stopped.wait(self.retry_s)
 
@@ -211,7 +213,7 @@ class WatchCache(Generic[T]):
         with self._changed_cv:
             while not (self._synced and (version <= self._watermark or version <= self._own)):
                 left = deadline - time.monotonic()
-                if left <= 0 or self._stopped.is_set():
+                if left <= 0 or self._stopped.is_set() or (self.failure is not None and not self._synced):
                     self._armed = False
                     return False
                 self._changed_cv.wait(left)

@@ -8,6 +8,7 @@ responder's identity with the chart's RBAC."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,13 @@ import pytest
 from kubernetes import client
 
 from models.quarantine import LABEL_INCIDENT, LABEL_MANAGED_BY, TAINT_KEY, incident_label, rule_name
+from respond.cordon.action_log import JsonlActionStore
 from respond.cordon.executor import CordonExecutor
+from respond.cordon.retry import Backoff
+from respond.quarantine.kube_cluster import KubeCluster
 from respond.quarantine.release import release_node, release_quarantine
 from tests.cluster import GPU_DRIVER, kwok_pod, pod_phase, wait_for
-from tests.kube import unique
+from tests.kube import make_configuration, unique
 from tests.respond.quarantine.conftest import GpuNode, quarantine_policy, xid48
 
 pytestmark = pytest.mark.k8s
@@ -213,4 +217,39 @@ def test_a_gpu_its_slice_does_not_list_is_cordoned(
     result = quarantine_executor().handle(xid48(node.name, "GPU-00000000-0000-4000-8000-000000000000"))
     assert (result.action, result.decision) == ("cordon", "cordon"), result.reason
     assert "no ResourceSlice device of driver gpu.nvidia.com on node" in result.reason
+    assert cluster_core.read_node(node.name).spec.unschedulable is True
+
+
+def test_without_rights_on_dra_objects_the_node_is_cordoned_at_once(
+        gpu_node: Callable[..., GpuNode], cluster: Any, cluster_admin_client: client.ApiClient,
+        cluster_core: client.CoreV1Api) -> None:
+    """A responder whose identity may not read ResourceSlices or DeviceTaintRules (a chart from before
+    quarantine) cordons the node as the fallback, without waiting out the caches."""
+    rbac = client.RbacAuthorizationV1Api(cluster_admin_client)
+    name = unique("nodes-only")
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]})
+    rbac.create_cluster_role_binding({"metadata": {"name": name}, "roleRef": {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "nobody"}]})
+    node = gpu_node()
+    try:
+        with client.ApiClient(make_configuration(cluster, "nobody")) as nobody:
+            kube = KubeCluster(nobody, reporting_instance="xidpipe-test", backoff=Backoff(deadline_s=5.0))
+            try:
+                log = JsonlActionStore(Path(cluster.workdir) / f"{name}.jsonl")
+                executor = CordonExecutor(quarantine_policy(), log, kube)
+                started = time.monotonic()
+                result = executor.handle(xid48(node.name, node.uuids[2]))
+                took = time.monotonic() - started
+            finally:
+                kube.close()
+    finally:
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)
+    assert (result.action, result.outcome) == ("cordon", "done"), result.reason
+    assert "the ResourceSlices of driver gpu.nvidia.com could not be read" in result.reason
+    assert took < 4.0, took  # the caches' wait is 5 s: their failure ends it
     assert cluster_core.read_node(node.name).spec.unschedulable is True
