@@ -139,6 +139,19 @@ def _tell_node(executor: CordonExecutor, ports: RuleReleaser, rule: RuleView, *,
     return [*changes, "event"]
 
 
+def _still_quarantined(executor: CordonExecutor, node: str) -> bool:
+    """After the node's cordon was lifted: its condition says what xidpipe still holds quarantined on
+    it (the release set it to healthy), when it holds any GPU; whether it did."""
+    ports = executor.nodes
+    if not isinstance(ports, RuleReleaser):
+        return False
+    held = ports.node_quarantine(node, executor.policy)
+    if not held.effective:
+        return False
+    status, why, message = quarantine_condition(held)
+    return ports.set_condition(node, status, why, message, executor.clock(), ports.read(node).condition)
+
+
 def _worst(results: list[ActionResult]) -> ActionOutcome:
     """The outcome of several: failed, else done, else a dry run, else refused."""
     outcomes = [r.outcome for r in results]
@@ -167,6 +180,8 @@ def release_node(executor: CordonExecutor, node: str, *, by: str, reason: str, i
     cordon = executor.release(node, by=by, reason=reason, incident_id=incident_id)
     gpus = release_quarantine(executor, by=by, reason=reason, node=node, incident_id=incident_id)
     if gpus is None:
+        if cordon.outcome == "done" and _still_quarantined(executor, node):
+            cordon = cordon.model_copy(update={"changes": [*cordon.changes, "condition"]})
         return cordon
     if cordon.outcome == "refused" and cordon.reason.endswith("carries no cordon by xidpipe"):
         return gpus

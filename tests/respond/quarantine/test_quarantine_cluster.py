@@ -253,3 +253,27 @@ def test_without_rights_on_dra_objects_the_node_is_cordoned_at_once(
     assert "the ResourceSlices of driver gpu.nvidia.com could not be read" in result.reason
     assert took < 4.0, took  # the caches' wait is 5 s: their failure ends it
     assert cluster_core.read_node(node.name).spec.unschedulable is True
+
+
+def test_a_node_with_a_quarantined_gpu_is_cordoned_within_the_breaker_and_released_to_its_quarantine(
+        gpu_node: Callable[..., GpuNode], quarantine_executor: Executors, resource: client.ResourceV1Api,
+        cluster_core: client.CoreV1Api) -> None:
+    """One node in its own pool (at most 1 node held, at least 1 GPU): the GPU's quarantine holds the
+    node, so the cordon of another GPU's Xid 79 adds no node to the pool's count and passes the breaker;
+    lifting that cordon leaves the node's condition saying what is still quarantined."""
+    node = gpu_node()
+    executor = quarantine_executor()
+    assert executor.handle(xid48(node.name, node.uuids[1])).outcome == "done"
+    lost = xid48(node.name, node.uuids[4], family="gpu_lost", xids=(79,), immediate_actions=("RESTART_BM",))
+
+    cordon = executor.handle(lost)
+
+    assert (cordon.action, cordon.outcome) == ("cordon", "done"), cordon.reason
+    assert gpu_condition(cluster_core, node.name).reason == "GPUFallenOffBus"  # the cordon's says more
+    released = release_node(executor, node.name, by="alice", reason="GPU 4 reseated", incident_id=lost.incident_id)
+    assert released.outcome == "done" and "condition" in released.changes, released
+    assert not cluster_core.read_node(node.name).spec.unschedulable
+    condition = gpu_condition(cluster_core, node.name)
+    assert (condition.status, condition.reason) == ("False", "GPUQuarantined")
+    assert condition.message.startswith(f"1 of 8 GPUs quarantined by xidpipe: gpu-1 ({node.uuids[1]})")
+    assert [r.metadata.name for r in our_rules(resource, node.name)] == [rule_name(node.uuids[1])]
