@@ -244,6 +244,8 @@ def test_without_rights_on_dra_objects_the_node_is_cordoned_at_once(
                 started = time.monotonic()
                 result = executor.handle(xid48(node.name, node.uuids[2]))
                 took = time.monotonic() - started
+                cordoned = cluster_core.read_node(node.name).spec.unschedulable
+                released = release_node(executor, node.name, by="alice", reason="fixed")
             finally:
                 kube.close()
     finally:
@@ -252,7 +254,10 @@ def test_without_rights_on_dra_objects_the_node_is_cordoned_at_once(
     assert (result.action, result.outcome) == ("cordon", "done"), result.reason
     assert "the ResourceSlices of driver gpu.nvidia.com could not be read" in result.reason
     assert took < 4.0, took  # the caches' wait is 5 s: their failure ends it
-    assert cluster_core.read_node(node.name).spec.unschedulable is True
+    assert cordoned is True
+    # The release lifts the cordon; rules it cannot read are none of xidpipe's.
+    assert (released.action, released.outcome) == ("release", "done"), released.reason
+    assert not cluster_core.read_node(node.name).spec.unschedulable
 
 
 def test_a_node_with_a_quarantined_gpu_is_cordoned_within_the_breaker_and_released_to_its_quarantine(
