@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from history.action_tables import actions_table
 from history.activity import has_table
 from history.incident_ids import short_ids
+from history.quarantines import active_quarantines
 from history.tables import EvidenceRecord, GpuCard, GpuLedgerEvent, GpuPlacement, Incident
 from models.gpu_status import CardIncident, card_status, node_cordon
 from models.smi_text import vbios_version
@@ -50,8 +51,8 @@ def _incident_match(serials: list[str], uuids: list[str]) -> Any:
 
 
 def list_gpus(s: Session, f: GpuFilter, *, limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """One page of cards ordered by node and PCI slot, with their incident counts, status and VBIOS;
-    and how many match."""
+    """One page of cards ordered by node and PCI slot, with their incident counts, status, VBIOS and the
+    DeviceTaintRule that quarantines each now (`quarantine`, None when none does); and how many match."""
     conds: list[Any] = []
     if f.node:
         conds.append(GpuCard.node == f.node)
@@ -65,17 +66,21 @@ def list_gpus(s: Session, f: GpuFilter, *, limit: int = 50, offset: int = 0) -> 
     incidents = _card_incidents(s, cards)
     cordons = node_cordons(s, {c.node for c in cards})
     vbios = _vbios(s, cards)
+    held = active_quarantines(s, nodes={c.node for c in cards}) if cards else {}
     rows = []
     for c in cards:
         mine = incidents[c.card]
         hardware = [i for i in mine if i[1] in HARDWARE_CATEGORIES]
-        status = card_status(c.state, [i[2] for i in hardware], cordons.get(c.node), c.node)
+        quarantine = held.get(c.uuid)
+        status = card_status(c.state, [i[2] for i in hardware], cordons.get(c.node), c.node,
+                             quarantined=quarantine is not None and not quarantine.get("dry_run"))
         version, source = vbios.get(c.card, (None, None))
         rows.append({
             "card": c.card, "serial": c.serial, "uuid": c.uuid, "model": c.model, "node": c.node,
             "pci_slot": c.pci_slot, "since": _iso(c.since), "state": c.state, "last_seen": _iso(c.last_seen),
             "claimed_by": c.claimed_by, "incidents": len(mine), "hardware_incidents": len(hardware),
             "status": status.status, "status_reason": status.reason, "vbios": version, "vbios_from": source,
+            "quarantine": quarantine,
         })
     return rows, total
 

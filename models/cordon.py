@@ -9,7 +9,7 @@ unschedulable by anyone else is never touched, and such a cordon is never lifted
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from models.catalog import Catalog, load_catalog
 from models.cordon_policy import CordonPolicy, Match, Rule
 from models.decisive_action import decisive_action
+from models.quarantine import DeviceRef, GpuView, rule_name
 from models.vocabulary import (
     FAMILIES,
     Category,
@@ -197,7 +198,17 @@ class FleetView(_Frozen):
     pool: str = ""
     pool_nodes: int = Field(default=1, ge=0)
     pool_cordoned_by_xidpipe: int = Field(default=0, ge=0)
-    cordons_last_hour: int = Field(default=0, ge=0)
+    cordons_last_hour: int = Field(default=0, ge=0, description="cordons and GPU quarantines, across the cluster")
+    pool_nodes_quarantined: int = Field(
+        default=0, ge=0, description="nodes of the pool with a GPU quarantined by xidpipe and no cordon of xidpipe")
+    node_held: bool = Field(default=False, description="the node is one of those already")
+    pool_gpus: int = Field(default=0, ge=0, description="GPU devices of the pool's nodes")
+    pool_gpus_quarantined: int = Field(default=0, ge=0, description="of them, quarantined by xidpipe")
+
+    @property
+    def nodes_held(self) -> int:
+        """The pool's nodes xidpipe holds: cordoned, or with a GPU quarantined."""
+        return self.pool_cordoned_by_xidpipe + self.pool_nodes_quarantined
 
 
 class BreakerState(_Frozen):
@@ -215,10 +226,22 @@ class CordonDecision(_Frozen):
     reason: str
     rule: str | None = None
     dry_run: bool = False
+    scope: Literal["node", "gpu"] = Field(default="node", description="what the decision acts on")
+    gpu: str = Field(default="", description="gpu scope: the GPU's UUID")
+    device: DeviceRef | None = Field(default=None, description="gpu scope: the GPU's device")
+    effect: str | None = Field(default=None, description="gpu scope: the taint's effect (None in a dry run)")
+    rule_name: str | None = Field(default=None, description="gpu scope: the GPU's DeviceTaintRule")
+    fallback: str | None = Field(default=None, description="why a quarantine_gpu rule cordons the node instead")
+    resumes: bool = Field(default=False, description="gpu scope: the GPU's rule is this incident's, as written")
 
     @property
     def changes_node(self) -> bool:
         return self.outcome in (CordonOutcome.CORDON, CordonOutcome.REPEAT)
+
+    @property
+    def acts(self) -> bool:
+        """It writes to the cluster: a cordon, a repeat or a GPU's quarantine."""
+        return self.changes_node or self.outcome == CordonOutcome.QUARANTINE
 
 
 # --- rules ---------------------------------------------------------------------------------------
@@ -288,6 +311,8 @@ def policy_verdict(policy: CordonPolicy, req: CordonRequest) -> tuple[bool, str,
         return False, f"rule {rule.name}: never cordon for {req.codes} ({req.category})", rule.name
     if rule.action == "cordon_now":
         return True, f"rule {rule.name}: cordon at once for {_decisive_codes(rule, req)}", rule.name
+    if rule.quarantines and rule.occurrences is None:
+        return True, f"rule {rule.name}: quarantine the GPU at once for {_decisive_codes(rule, req)}", rule.name
     assert rule.occurrences is not None and rule.window_s is not None
     n, how = occurrences_in_window(req, rule.window_s, rule.match)
     if n >= rule.occurrences:
@@ -337,15 +362,27 @@ def pool_allowance(policy: CordonPolicy, pool_nodes: int) -> int:
     return max(policy.breaker.min_nodes, share)
 
 
-def breaker_limit(policy: CordonPolicy, fleet: FleetView) -> str | None:
-    """Why one more cordon would pass the breaker's limits, or None."""
+def breaker_limit(policy: CordonPolicy, fleet: FleetView, *, gpus: bool = False) -> str | None:
+    """Why one more cordon (or, with `gpus`, one more GPU quarantine) would pass the breaker's limits,
+    or None. A pool's share is counted in the nodes xidpipe holds (cordoned, or with a GPU quarantined;
+    a node already held adds none) and, for a quarantine, in its quarantined GPUs too."""
     allowed = pool_allowance(policy, fleet.pool_nodes)
-    if fleet.pool_cordoned_by_xidpipe + 1 > allowed:
-        return (f"pool '{fleet.pool}' has {fleet.pool_cordoned_by_xidpipe} of {fleet.pool_nodes} nodes cordoned by "
-                f"xidpipe; one more would pass the limit of {allowed} "
-                f"({policy.breaker.max_pool_share:.0%}, at least {policy.breaker.min_nodes})")
+    held, more = fleet.nodes_held, 0 if fleet.node_held else 1
+    if held + more > allowed:
+        what = "cordoned by xidpipe" if not fleet.pool_nodes_quarantined else \
+            "held by xidpipe (cordoned, or with a GPU quarantined)"
+        return (f"pool '{fleet.pool}' has {held} of {fleet.pool_nodes} nodes {what}; one more would pass the "
+                f"limit of {allowed} ({policy.breaker.max_pool_share:.0%}, at least {policy.breaker.min_nodes})")
+    if gpus:
+        share = math.floor(policy.breaker.max_pool_share * fleet.pool_gpus + 1e-9)
+        allowed_gpus = max(policy.breaker.min_gpus, share)
+        if fleet.pool_gpus_quarantined + 1 > allowed_gpus:
+            return (f"pool '{fleet.pool}' has {fleet.pool_gpus_quarantined} of {fleet.pool_gpus} GPUs quarantined by "
+                    f"xidpipe; one more would pass the limit of {allowed_gpus} "
+                    f"({policy.breaker.max_pool_share:.0%}, at least {policy.breaker.min_gpus})")
     if fleet.cordons_last_hour + 1 > policy.breaker.max_per_hour:
-        return (f"{fleet.cordons_last_hour} cordons by xidpipe in the last hour; one more would pass the limit of "
+        kinds = "cordons and GPU quarantines" if gpus else "cordons"
+        return (f"{fleet.cordons_last_hour} {kinds} by xidpipe in the last hour; one more would pass the limit of "
                 f"{policy.breaker.max_per_hour} per hour")
     return None
 
@@ -361,16 +398,29 @@ def decide_cordon(
     policy: CordonPolicy,
     *,
     dry_run: bool = False,
+    gpu: GpuView | None = None,
 ) -> CordonDecision:
-    """Cordon or not, and why. Safe under redelivery: a request already carried out decides
-    `already_cordoned`, which changes nothing."""
+    """Cordon (or, for a `quarantine_gpu` rule, quarantine the GPU) or not, and why. Safe under
+    redelivery: a request already carried out decides `already_cordoned` (`already_quarantined`),
+    which changes nothing.
+
+    `gpu`: the incident's GPU as the DRA caches know it; a quarantine_gpu rule whose GPU is not a DRA
+    device (None: not looked up) cordons the node instead, and the decision says why (`fallback`)."""
     dry = dry_run or policy.dry_run
     wanted, why, rule = policy_verdict(policy, req)
+    matched = matching_rule(policy, req)
+    fallback: str | None = None
+    o = CordonOutcome
+    if wanted and node.exists and matched is not None and matched.quarantines:
+        view = gpu or GpuView(uuid=req.gpu)
+        if view.device is not None:
+            return _decide_quarantine(req, node, fleet, breaker, policy, view, matched, why, dry)
+        fallback = view.unresolved
+        why = f"{why}; {fallback}: the node is cordoned instead"
 
     def out(outcome: CordonOutcome, reason: str) -> CordonDecision:
-        return CordonDecision(outcome=outcome, reason=reason, rule=rule, dry_run=dry)
+        return CordonDecision(outcome=outcome, reason=reason, rule=rule, dry_run=dry, fallback=fallback)
 
-    o = CordonOutcome
     if not wanted:
         return out(o.NOT_NEEDED, why)
     if not node.exists:
@@ -386,17 +436,59 @@ def decide_cordon(
     if node.unschedulable:
         return out(o.FOREIGN_CORDON, f"node {node.name} was cordoned by someone else (no {ANN_CORDONED_AT} "
                                      "annotation): xidpipe leaves it alone")
+    return _guarded(out, o.CORDON, why, policy, node, fleet, breaker, gpus=False)
+
+
+Decide = Callable[[CordonOutcome, str], CordonDecision]
+
+
+def _guarded(out: Decide, outcome: CordonOutcome, why: str, policy: CordonPolicy, node: NodeView, fleet: FleetView,
+             breaker: BreakerState, *, gpus: bool) -> CordonDecision:
+    """`outcome` unless the scope, the tripped breaker or its limits refuse it."""
     refusal = scope_refusal(policy, node)
     if refusal is not None:
         return out(refusal[0], f"{refusal[1]}; {why}")
     if breaker.tripped:
-        return out(o.BREAKER_OPEN, f"cordon circuit breaker tripped at "
-                                   f"{breaker.tripped_at.isoformat() if breaker.tripped_at else '?'} "
-                                   f"({breaker.reason}); an operator must reset it; {why}")
-    limit = breaker_limit(policy, fleet)
+        return out(CordonOutcome.BREAKER_OPEN, f"cordon circuit breaker tripped at "
+                                               f"{breaker.tripped_at.isoformat() if breaker.tripped_at else '?'} "
+                                               f"({breaker.reason}); an operator must reset it; {why}")
+    limit = breaker_limit(policy, fleet, gpus=gpus)
     if limit is not None:
-        return out(o.TRIP_BREAKER, f"{limit}: breaker trips, no automatic cordon until reset; {why}")
-    return out(o.CORDON, why)
+        held = "quarantine" if gpus else "cordon"
+        return out(CordonOutcome.TRIP_BREAKER,
+                   f"{limit}: breaker trips, no automatic {held} until reset; {why}")
+    return out(outcome, why)
+
+
+def _decide_quarantine(req: CordonRequest, node: NodeView, fleet: FleetView, breaker: BreakerState,
+                       policy: CordonPolicy, gpu: GpuView, rule: Rule, why: str, dry: bool) -> CordonDecision:
+    """A quarantine_gpu rule whose GPU is a DRA device: one DeviceTaintRule on it (effect `None` in a
+    dry run), under the same scope and breaker as a cordon, counted in GPUs as well as nodes."""
+    effect = "None" if dry else rule.taint_effect
+    name = rule_name(gpu.uuid)
+    o = CordonOutcome
+
+    def out(outcome: CordonOutcome, reason: str, resumes: bool = False) -> CordonDecision:
+        return CordonDecision(outcome=outcome, reason=reason, rule=rule.name, dry_run=dry, scope="gpu", gpu=gpu.uuid,
+                              device=gpu.device, effect=effect, rule_name=name, resumes=resumes)
+
+    existing = gpu.rule
+    if existing is not None:
+        changed = existing.changed
+        if changed is not None:
+            return out(o.FOREIGN_QUARANTINE, f"the rule {name} of GPU {gpu.uuid} was changed by someone else "
+                                             f"({changed}): xidpipe leaves it alone")
+        if existing.incident_id != req.incident_id:
+            return out(o.ALREADY_QUARANTINED, f"GPU {gpu.uuid} is already quarantined by xidpipe for incident "
+                                              f"{existing.incident_id} (rule {name})")
+        if existing.effect == effect:
+            return out(o.ALREADY_QUARANTINED, f"GPU {gpu.uuid} is already quarantined by xidpipe for this incident "
+                                              f"(rule {name}, effect {effect})", resumes=True)
+        if existing.effective:  # one effective effect for another, or a dry run's None: nothing more held
+            return out(o.QUARANTINE, f"{why}; rule {name}: effect {existing.effect} becomes {effect}")
+    assert gpu.device is not None
+    where = f"{gpu.device.text}, rule {name}, effect {effect}"
+    return _guarded(out, o.QUARANTINE, f"{why}; GPU {gpu.uuid} is {where}", policy, node, fleet, breaker, gpus=True)
 
 
 class ReleaseDecision(_Frozen):

@@ -6,12 +6,14 @@ module stays pure). Every default below is the documented default; a policy file
 only needs the keys it changes. See `docs/configuration.md` and `deploy/policy.example.yaml`.
 
 - `rules`: ordered; the first rule whose `match` fits the incident decides (`cordon_now`,
-  `cordon_after` N occurrences within a window, or `never`). No rule matching means
-  `default_action`.
+  `cordon_after` N occurrences within a window, `quarantine_gpu`: the faulty GPU alone, with a DRA
+  DeviceTaintRule of the rule's `effect`, at once or after N occurrences within a window; or
+  `never`). No rule matching means `default_action`.
 - `scope`: which nodes automatic cordons may touch (node labels: pools, GPU models, a selector)
   and the per-node opt-out label.
 - `breaker`: the circuit breaker that stops a fleet-wide fault (a driver bug, a rack) from
-  cordoning the fleet.
+  cordoning the fleet, or quarantining its GPUs (a pool's share is counted in nodes and in GPUs).
+- `quarantine`: how a GPU is found among the DRA devices (`models.quarantine`).
 - `drain`: optional eviction of the pods that use the faulty GPU (off by default).
 - `dry_run`: decide and record, change nothing.
 """
@@ -24,7 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from models.vocabulary import FAMILIES, VERDICTS, Category, Family, ImmediateAction, values
 
-RuleAction = Literal["cordon_now", "cordon_after", "never"]
+RuleAction = Literal["cordon_now", "cordon_after", "quarantine_gpu", "never"]
+# A DeviceTaintRule's effect (resource.k8s.io/v1): NoSchedule keeps new claims off the GPU, NoExecute
+# also evicts the pods holding it, None disturbs nothing (its status reports what NoExecute would evict).
+TaintEffect = Literal["NoSchedule", "NoExecute", "None"]
+# The actions with a threshold (occurrences within a window): required for one, optional for the other.
+_THRESHOLD_REQUIRED = frozenset({"cordon_after"})
+_THRESHOLD_ALLOWED = frozenset({"cordon_after", "quarantine_gpu"})
 # What a rule's match may name, and how a name outside it is called in the error (the categories are
 # the classification's verdicts: a fleet incident is never cordoned).
 _MATCHABLE = (("families", FAMILIES, "fault family"), ("categories", VERDICTS, "category"),
@@ -80,18 +88,37 @@ class Rule(_Strict):
     match: Match = Field(default_factory=Match)
     action: RuleAction
     occurrences: int | None = Field(
-        default=None, ge=1, description="cordon_after: occurrences of the incident needed within `window_s`"
+        default=None, ge=1, description="cordon_after (and quarantine_gpu, optional): occurrences of the incident "
+        "needed within `window_s`",
     )
-    window_s: float | None = Field(default=None, gt=0, description="cordon_after: the window, in seconds")
+    window_s: float | None = Field(default=None, gt=0, description="the window of `occurrences`, in seconds")
+    effect: TaintEffect | None = Field(
+        default=None, description="quarantine_gpu: the DeviceTaintRule's effect (default NoSchedule; NoExecute "
+        "evicts the pods holding the GPU; None disturbs nothing)",
+    )
 
     @model_validator(mode="after")
-    def _threshold_only_for_cordon_after(self) -> Rule:
-        if self.action == "cordon_after":
-            if self.occurrences is None or self.window_s is None:
-                raise ValueError("action cordon_after needs both occurrences and window_s")
-        elif self.occurrences is not None or self.window_s is not None:
-            raise ValueError(f"occurrences and window_s only apply to cordon_after, not {self.action}")
+    def _threshold_only_where_it_applies(self) -> Rule:
+        given = (self.occurrences is not None, self.window_s is not None)
+        if self.action in _THRESHOLD_REQUIRED and not all(given):
+            raise ValueError(f"action {self.action} needs both occurrences and window_s")
+        if self.action not in _THRESHOLD_ALLOWED and any(given):
+            raise ValueError(f"occurrences and window_s only apply to cordon_after and quarantine_gpu, "
+                             f"not {self.action}")
+        if any(given) and not all(given):
+            raise ValueError(f"action {self.action}: give both occurrences and window_s, or neither (at once)")
+        if self.effect is not None and self.action != "quarantine_gpu":
+            raise ValueError(f"effect only applies to quarantine_gpu, not {self.action}")
         return self
+
+    @property
+    def quarantines(self) -> bool:
+        """The rule takes the faulty GPU out, not its node (the node is cordoned when it cannot)."""
+        return self.action == "quarantine_gpu"
+
+    @property
+    def taint_effect(self) -> TaintEffect:
+        return self.effect or "NoSchedule"
 
 
 def _default_rules() -> tuple[Rule, ...]:
@@ -135,14 +162,16 @@ class Scope(_Strict):
 
 
 class Breaker(_Strict):
-    """The circuit breaker. Past either limit no further automatic cordon happens, a fleet incident is
-    raised with the reason, and the breaker stays tripped until an operator resets it
-    (`xidpipe breaker reset`)."""
+    """The circuit breaker. Past either limit no further automatic cordon or GPU quarantine happens, a
+    fleet incident is raised with the reason, and the breaker stays tripped until an operator resets it
+    (`xidpipe breaker reset`). A pool's share is counted in nodes (cordoned, or with a GPU quarantined,
+    by xidpipe) and, for a quarantine, in GPUs too."""
 
     max_pool_share: float = Field(
         default=0.10, gt=0, le=1,
-        description="share of a pool's nodes that may be cordoned by xidpipe at the same time (10%: one bad "
-        "rack or driver rollout must not take out a pool)",
+        description="share of a pool's nodes that xidpipe may hold at the same time, cordoned or with a GPU "
+        "quarantined, and of its GPUs that it may hold quarantined (10%: one bad rack or driver rollout must "
+        "not take out a pool)",
     )
     min_nodes: int = Field(
         default=1, ge=0,
@@ -151,9 +180,23 @@ class Breaker(_Strict):
     )
     max_per_hour: int = Field(
         default=10, ge=0,
-        description="cordons xidpipe may execute across the cluster in any rolling hour (counted from the "
-        "action record)",
+        description="cordons and GPU quarantines xidpipe may execute across the cluster in any rolling hour "
+        "(counted from the action record)",
     )
+    min_gpus: int = Field(
+        default=1, ge=0,
+        description="GPUs per pool that may always be quarantined, whatever `max_pool_share` of the pool's GPUs "
+        "gives",
+    )
+
+
+class Quarantine(_Strict):
+    """How the faulty GPU is found among the cluster's DRA devices (quarantine_gpu rules)."""
+
+    driver: str = Field(default="gpu.nvidia.com", min_length=1, max_length=63,
+                        description="the DRA driver whose ResourceSlice devices are the GPUs (NVIDIA's)")
+    uuid_attribute: str = Field(default="uuid", min_length=1, max_length=63,
+                                description="the device attribute that holds the GPU's UUID")
 
 
 class Drain(_Strict):
@@ -183,6 +226,7 @@ class CordonPolicy(_Strict):
     scope: Scope = Field(default_factory=Scope)
     breaker: Breaker = Field(default_factory=Breaker)
     drain: Drain = Field(default_factory=Drain)
+    quarantine: Quarantine = Field(default_factory=Quarantine)
 
     def longest_window_s(self) -> float:
         """The longest `cordon_after` window: how far back an incident's occurrences can matter (0: none)."""

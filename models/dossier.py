@@ -74,6 +74,8 @@ class DossierGpu(BaseModel):
     serial: str | None = None
     pci: str | None = None
     numa_node: int | None = None
+    quarantine_rule: str | None = None  # the DeviceTaintRule that quarantines it now, if one does
+    quarantine: str | None = None  # what holds it: effect, device, since, incident
 
 
 class Attribution(BaseModel):
@@ -282,7 +284,7 @@ def _place(d: Dossier) -> list[tuple[str, str]]:
                   f"serial {g.serial}" if g.serial else None,
                   f"/dev/nvidia{g.minor_number}" if g.minor_number is not None else None)
     pci = _joined(g.pci, f"NUMA node {g.numa_node}" if g.numa_node is not None else None)
-    return [("Node", node), ("GPU", gpu), ("PCI address", pci)]
+    return [("Node", node), ("GPU", gpu), ("PCI address", pci), ("Quarantine", g.quarantine or "")]
 
 
 def _summary(d: Dossier) -> Table:

@@ -173,6 +173,9 @@ class CordonOutcome(StrEnum):
     OUT_OF_SCOPE = "out_of_scope"
     BREAKER_OPEN = "breaker_open"  # the breaker is tripped: no automatic cordon
     TRIP_BREAKER = "trip_breaker"  # this cordon would pass the breaker's limit: trip it, raise a fleet incident
+    QUARANTINE = "quarantine"  # a quarantine_gpu rule: one DeviceTaintRule on the faulty GPU, the node condition
+    ALREADY_QUARANTINED = "already_quarantined"  # the GPU's rule exists (redelivery, a repeat, another incident's)
+    FOREIGN_QUARANTINE = "foreign_quarantine"  # the GPU's rule was changed by someone else: never touched
 
 
 class ReleaseOutcome(StrEnum):

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.fleet_incidents import member_incidents
+from history.quarantines import active_quarantines, quarantine_text
 from history.tables import EvidenceRecord, FaultEvent, Incident, NodeState
 from models.account import ActionItem
 from models.catalog import load_catalog
@@ -101,9 +102,11 @@ def _gpu(s: Session, incident: Incident) -> tuple[DossierGpu, str | None]:
             ):
                 found = g
                 break
+    held = active_quarantines(s, nodes=[incident.node]).get(incident.gpu_uuid or "") if incident.gpu_uuid else None
     return DossierGpu(index=_int(found.get("index")), minor_number=_int(found.get("minor_number")),
                       model=found.get("name"), uuid=incident.gpu_uuid, serial=incident.serial, pci=incident.pci,
-                      numa_node=_int(found.get("numa_node"))), driver
+                      numa_node=_int(found.get("numa_node")), quarantine_rule=held["rule"] if held else None,
+                      quarantine=quarantine_text(held) if held else None), driver
 
 
 def _int(value: Any) -> int | None:

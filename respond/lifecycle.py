@@ -1,5 +1,5 @@
 """The incident lifecycle states the responder records: `mitigated` once it really cordoned a node
-for an incident, `ticketed` once the incident has a ticket (Jira or the file outbox).
+(or quarantined a GPU) for an incident, `ticketed` once the incident has a ticket (Jira or the file outbox).
 
 Each is recorded at most once per incident (`models.lifecycle`: the lifecycle only moves forward,
 and `incident_transitions` holds one row per state entered), so redelivered requests and repeated
@@ -25,8 +25,9 @@ ACTOR = "xidpipe-respond"
 
 
 def cordoned(result: ActionResult) -> bool:
-    """Did this cordon result change the cluster (not a dry run, a refusal or somebody else's cordon)?"""
-    return result.action == "cordon" and result.outcome == "done" and not result.dry_run
+    """Did this cordon result change the cluster (not a dry run, a refusal or somebody else's cordon)? A
+    GPU's quarantine mitigates its incident as a cordon does."""
+    return result.action in ("cordon", "quarantine") and result.outcome == "done" and not result.dry_run
 
 
 def record_lifecycle_step(engine: sa.Engine, incident_id: str, to: str, reason: str,

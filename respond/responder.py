@@ -35,6 +35,8 @@ from respond.cordon_lane import CordonLane, CordonOffer
 from respond.dossier_builder import action_items, build_dossier
 from respond.lifecycle import cordoned, record_lifecycle_step
 from respond.observe import ResponderEndpoint, observe_request
+from respond.quarantine.reconcile import QuarantineReconciler
+from respond.quarantine.release import RuleReleaser
 from respond.settings import RespondSettings
 from respond.sinks.build import Sinks
 from respond.sinks.model import IncidentNotice
@@ -90,10 +92,12 @@ class Responder:
     ticket_refresh: list[str] = field(default_factory=list)
     metrics: ResponderMetrics = field(default_factory=ResponderMetrics)
     cordons: CordonLane = field(init=False)
+    quarantines: QuarantineReconciler = field(init=False)
 
     def __post_init__(self) -> None:
         self.cordons = CordonLane(self.engine, self.executor, backoff=self.retry, after=self._after_cordon,
                                   metrics=self.metrics)
+        self.quarantines = QuarantineReconciler(self.engine, self.executor)
         if self.sinks is not None:
             self.sinks.use_metrics(self.metrics)
 
@@ -163,9 +167,13 @@ class Responder:
             self.metrics.breaker_trips.inc()
         self.completed.append({"schema_version": 1, "request": offer.request_key, **result.model_dump(mode="json")})
         if cordoned(result):
+            q = result.quarantine
+            what = (f"GPU {q.get('gpu')} of node {result.node} quarantined (rule {q.get('rule')})"
+                    if result.action == "quarantine" else f"node {result.node} cordoned")
             await asyncio.to_thread(record_lifecycle_step, self.engine, offer.incident_id, "mitigated",
-                                    f"node {result.node} cordoned: {result.reason}")
-        tried = result.action == "cordon" and result.outcome in ("done", "dry_run", "blocked", "failed")
+                                    f"{what}: {result.reason}")
+        tried = result.action in ("cordon", "quarantine") and result.outcome in ("done", "dry_run", "blocked",
+                                                                                 "failed")
         if tried and offer.incident_id not in self.ticket_refresh:
             self.ticket_refresh.append(offer.incident_id)
 
@@ -246,6 +254,8 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
           asyncio.create_task(sinks.chat.run(stop, sinks.chat_flush_interval_s)),
           asyncio.create_task(responder.cordons.run(stop, settings.cordon_pending_interval_s))]
     gpu_watch = _start_gpu_watch(settings, responder, producer, stop, bg)
+    if isinstance(responder.executor.nodes, RuleReleaser):  # a cluster whose DRA devices xidpipe quarantines
+        bg.append(asyncio.create_task(responder.quarantines.run(stop, settings.quarantine_reconcile_interval_s)))
 
     async def handle_one(tp: Any, msg: Any, body: dict[str, Any] | None, why: str) -> None:
         observe_request(responder.metrics, msg, body)

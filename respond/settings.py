@@ -53,6 +53,9 @@ class RespondSettings(KafkaClientSecurity, ServiceSettings):
         default=3.0, gt=0, description="on a stop (SIGTERM, or the Lease lost) the work in flight (ticket "
         "refreshes, tickets, messages, the retry loops) gets this long to finish; the rest is cancelled and its "
         "requests left uncommitted for the next leader; elected, shorter than lease_duration_s - renew_deadline_s")
+    quarantine_reconcile_interval_s: float = Field(
+        default=60.0, gt=0, description="how often xidpipe's DeviceTaintRules are reconciled with the incidents "
+        "(a closed incident's rule removed, a rule someone changed reported); a pass runs at start too")
     metrics_host: str = Field(default="127.0.0.1", description="address of /metrics, /healthz and /readyz "
                               "(the chart binds the pod's IP)")
     metrics_port: int | None = Field(default=9466, description="port of /metrics, /healthz and /readyz; None: off")

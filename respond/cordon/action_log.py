@@ -10,13 +10,15 @@ Two stores with one interface:
   laptop. The cordon times are read once and kept in memory (read again when another process
   appended), so keep the log to a few hundred thousand lines.
 
-The per-hour breaker limit counts records with `action="cordon"` and `outcome="done"`: one per
-cordon, however often its request is delivered (`cordon_recorded`). `exclusive()` is the lock the
+The per-hour breaker limit counts records with `action` `cordon` or `quarantine` (a GPU's
+DeviceTaintRule) and `outcome="done"`: one per cordon, however often its request is delivered
+(`cordon_recorded`). `exclusive()` is the lock the
 executor holds from reading the counts to recording the cordon, across processes too (PostgreSQL:
 an advisory lock; JSON Lines: `flock` on `<path>.lock`), so two responders acting at once (a
 leader and one that has not yet noticed that it was fenced) never pass the breaker's limits together.
 `last_cordon_version()` is the node resourceVersion the newest `done` cordon recorded
-(`details.resource_version`): the executor counts the pool fresh as of it.
+(`details.resource_version`): the executor counts the pool fresh as of it; `last_quarantine_version()`
+the rule resourceVersion of the newest quarantine written (done or a dry run's), for the GPU counts.
 
 A step with a record of its own (`respond.cordon.steps`) is recorded under its name, with its
 idempotency key and the cordon it follows in `details.key` and `details.cordoned_at`;
@@ -40,6 +42,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from history.action_tables import actions_table, breaker_table
 from models.cordon import BreakerState
 
+# The actions the breaker's per-hour limit counts (when done), and the quarantine's written outcomes.
+COUNTED_ACTIONS = ("cordon", "quarantine")
+WRITTEN = ("done", "dry_run")
 # The PostgreSQL advisory lock that serialises cordon decisions across responders ("xidpipe" in ASCII).
 CORDON_LOCK_KEY = 0x786964706970
 ActionOutcome = Literal["done", "noop", "dry_run", "skipped", "refused", "blocked", "failed", "fenced"]
@@ -81,6 +86,8 @@ class ActionStore(Protocol):
 
     def last_cordon_version(self) -> int: ...
 
+    def last_quarantine_version(self) -> int: ...
+
     def step_recorded(self, step: str, node: str, key: str, cordoned_at: str) -> bool: ...
 
     def exclusive(self) -> contextlib.AbstractContextManager[None]: ...
@@ -97,6 +104,7 @@ class JsonlActionStore:
         # Times of executed cordons, kept in memory; re-read when another process wrote to the log.
         self._cordons: list[datetime] = []
         self._last_version = 0
+        self._last_rule_version = 0
         self._known_size = -1
 
     def record(self, rec: ActionRecord) -> None:
@@ -109,9 +117,12 @@ class JsonlActionStore:
                 size = fh.tell()
             if self._known_size >= 0:
                 self._known_size = size
-                if rec.action == "cordon" and rec.outcome == "done":
+                if rec.action in COUNTED_ACTIONS and rec.outcome == "done":
                     self._cordons.append(rec.at)
+                if rec.action == "cordon" and rec.outcome == "done":
                     self._last_version = max(self._last_version, _version(rec))
+                if rec.action == "quarantine" and rec.outcome in WRITTEN:
+                    self._last_rule_version = max(self._last_rule_version, _version(rec))
 
     def _refresh(self) -> None:
         try:
@@ -119,9 +130,12 @@ class JsonlActionStore:
         except FileNotFoundError:
             size = 0
         if size != self._known_size:
-            done = [r for r in self._all() if r.action == "cordon" and r.outcome == "done"]
-            self._cordons = [r.at for r in done]
+            records = self._all()
+            done = [r for r in records if r.action == "cordon" and r.outcome == "done"]
+            self._cordons = [r.at for r in records if r.action in COUNTED_ACTIONS and r.outcome == "done"]
             self._last_version = max((_version(r) for r in done), default=0)
+            self._last_rule_version = max((_version(r) for r in records
+                                           if r.action == "quarantine" and r.outcome in WRITTEN), default=0)
             self._known_size = size
 
     def _all(self) -> list[ActionRecord]:
@@ -140,6 +154,11 @@ class JsonlActionStore:
         with self._lock:
             self._refresh()
             return self._last_version
+
+    def last_quarantine_version(self) -> int:
+        with self._lock:
+            self._refresh()
+            return self._last_rule_version
 
     def recent(self, limit: int = 50) -> list[ActionRecord]:
         return self._all()[-limit:]
@@ -238,6 +257,14 @@ class SqlActionStore:
             details = conn.execute(q).scalar_one_or_none()
         return _version_of(details)
 
+    def last_quarantine_version(self) -> int:
+        q = sa.select(actions_table.c.details).where(
+            actions_table.c.action == "quarantine", actions_table.c.outcome.in_(WRITTEN)).order_by(
+            actions_table.c.id.desc()).limit(1)
+        with self.engine.connect() as conn:
+            details = conn.execute(q).scalar_one_or_none()
+        return _version_of(details)
+
     def step_recorded(self, step: str, node: str, key: str, cordoned_at: str) -> bool:
         q = sa.select(actions_table.c.details).where(
             actions_table.c.action == step, actions_table.c.outcome == "done", actions_table.c.node == node)
@@ -255,7 +282,7 @@ class SqlActionStore:
 
     def cordons_since(self, since: datetime) -> int:
         q = sa.select(sa.func.count()).select_from(actions_table).where(
-            actions_table.c.action == "cordon", actions_table.c.outcome == "done",
+            actions_table.c.action.in_(COUNTED_ACTIONS), actions_table.c.outcome == "done",
             actions_table.c.at >= _naive_if_sqlite(self.engine, since),
         )
         with self.engine.connect() as conn:

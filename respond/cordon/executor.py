@@ -59,11 +59,13 @@ from models.cordon import (
     ReleaseDecision,
     decide_cordon,
     decide_release,
+    matching_rule,
     policy_verdict,
 )
 from models.cordon_policy import CordonPolicy
+from models.quarantine import GpuView
 from respond.cordon.action_log import ActionOutcome, ActionRecord, ActionStore
-from respond.cordon.port import Conflict, NodeRead, NodeReader, PoolCounter, ReleaseWriter
+from respond.cordon.port import Conflict, DeviceReader, NodeRead, NodeReader, PoolCounter, ReleaseWriter
 from respond.cordon.steps import STEPS, Step, StepContext, StepRecord, Trigger, plan, trigger_of
 from respond.cordon.steps.condition import ConditionWriter
 from respond.cordon.steps.event import EventWriter
@@ -102,7 +104,11 @@ class ActionResult(BaseModel):
     fleet_alert: FleetAlert | None = None
     steps: list[StepRecord] = Field(
         default_factory=list, description="the records of the steps with a record of their own (the drain's, ...)")
-    resource_version: str | None = Field(default=None, description="the node's, as the cordon left it")
+    resource_version: str | None = Field(default=None, description="the node's (the rule's), as the cordon (the "
+                                        "quarantine) left it")
+    quarantine: dict[str, str] = Field(
+        default_factory=dict, description="a decision about a GPU: its UUID, rule, effect and device; or why a "
+        "quarantine_gpu rule cordoned the node instead (`fallback`)")
 
     def step(self, name: str) -> StepRecord | None:
         """The record of the step `name`, when it ran and has a record of its own."""
@@ -142,9 +148,10 @@ class CordonExecutor:
         self.clock = clock
         self.on_fleet_alert = on_fleet_alert
         self._lock = threading.Lock()
+        self.quarantines = any(r.quarantines for r in policy.rules)
         if nodes is not None:
             for step in STEPS:
-                if not isinstance(nodes, step.port):
+                if step.applies(policy) and not isinstance(nodes, step.port):
                     raise TypeError(_unported(nodes, step))
 
     # --- cordon -----------------------------------------------------------------------------------
@@ -159,7 +166,7 @@ class CordonExecutor:
             with self.store.exclusive():
                 result, after = self._handle(req, current)
                 self._record(result, details={"changes": result.changes, "retryable": result.retryable,
-                                              "resource_version": result.resource_version})
+                                              "resource_version": result.resource_version, **result.quarantine})
         except ActionError as exc:
             after = None
             result = self._failed(req, exc)
@@ -195,6 +202,8 @@ class CordonExecutor:
             decision = self._decide(req, current)
             if decision.outcome == "trip_breaker":
                 return self._trip(req, decision, current.view), None
+            if decision.outcome == "quarantine":  # a dry run writes the rule too, with effect None
+                return self._write(req, decision, current, "quarantine")
             if decision.outcome != "cordon":
                 return self._after_decision(req, decision, current)
             if decision.dry_run:
@@ -224,10 +233,13 @@ class CordonExecutor:
         else:
             return self._result(req, decision, "failed", retryable=True,
                                 reason=f"node {req.node} kept changing: {self.conflict_retries} conflicts"), None
-        # The node is written (for a cordon: cordoned and claimed); the record follows before the lock is released.
-        result = self._result(req, decision, record.outcome, action=record.step, changes=record.changes,
-                              resource_version=record.details.get("resource_version"))
-        return result, _After(ctx, [s for s in planned if s.phase == "after"])
+        # The node is written (for a cordon: cordoned and claimed; for a quarantine: the GPU's rule); the
+        # record follows before the lock is released.
+        outcome: ActionOutcome = "dry_run" if decision.dry_run and record.outcome == "done" else record.outcome
+        result = self._result(req, decision, outcome, action=record.step, changes=record.changes,
+                              resource_version=record.details.get("resource_version"), details=record.details)
+        # A dry run's quarantine (effect None) is the rule alone: no condition or Event tells of it.
+        return result, _After(ctx, [] if decision.dry_run else [s for s in planned if s.phase == "after"])
 
     def _run_after(self, req: CordonRequest, result: ActionResult, after: _After) -> ActionResult:
         """The plan's steps after the lock, in order. What a step changed joins the decision's result, or
@@ -264,14 +276,27 @@ class CordonExecutor:
 
     def _decide(self, req: CordonRequest, current: NodeRead) -> CordonDecision:
         view = current.view
-        fleet = FleetView()
         wanted, _, _ = policy_verdict(self.policy, req)
-        if wanted and view.exists and not view.cordoned_by_xidpipe and not view.unschedulable:
+        rule = matching_rule(self.policy, req)
+        gpu = self._gpu(req) if wanted and view.exists and rule is not None and rule.quarantines else None
+        if gpu is not None and gpu.device is not None:
+            counts = gpu.rule is None or not gpu.rule.effective
+        else:
+            counts = not view.cordoned_by_xidpipe and not view.unschedulable
+        fleet = FleetView()
+        if wanted and view.exists and counts:
             assert self.nodes is not None
             since = self.clock() - timedelta(hours=1)
-            fleet = self.nodes.fleet_view(self.policy, view.labels, self.store.cordons_since(since),
-                                          self.store.last_cordon_version())
-        return decide_cordon(req, view, fleet, self.store.breaker(), self.policy, dry_run=self.dry_run)
+            fleet = self.nodes.fleet_view(
+                self.policy, view.labels, self.store.cordons_since(since), self.store.last_cordon_version(),
+                node=req.node, quarantines_as_of=self.store.last_quarantine_version() if self.quarantines else None)
+        return decide_cordon(req, view, fleet, self.store.breaker(), self.policy, dry_run=self.dry_run, gpu=gpu)
+
+    def _gpu(self, req: CordonRequest) -> GpuView:
+        """The incident's GPU among the DRA devices, when the adapter finds devices."""
+        if not isinstance(self.nodes, DeviceReader):
+            return GpuView(uuid=req.gpu, unresolved="the node adapter finds no DRA devices")
+        return self.nodes.gpu_view(req.node, req.gpu, self.policy)
 
     def _after_decision(self, req: CordonRequest, decision: CordonDecision,
                         current: NodeRead) -> tuple[ActionResult, _After | None]:
@@ -281,6 +306,11 @@ class CordonExecutor:
             if decision.dry_run:
                 return self._result(req, decision, "dry_run"), None
             return self._write(req, decision, current, "repeat")
+        if trigger_of(decision, current.view, req) == "quarantine_resume":
+            ctx = StepContext(req, decision, self.policy, current, self.clock(), "quarantine_resume")
+            planned = plan("quarantine_resume", self.policy)
+            steps = [] if decision.dry_run else [s for s in planned if s.phase == "after"]
+            return self._result(req, decision, "noop"), _After(ctx, steps)
         if trigger_of(decision, current.view, req) == "resume":
             if decision.dry_run:
                 return self._result(req, decision, "noop"), None
@@ -291,7 +321,7 @@ class CordonExecutor:
                 result = self._result(req, decision, "done", resource_version=current.resource_version)
             ctx = StepContext(req, decision, self.policy, current, self.clock(), "resume")
             return result, _After(ctx, [s for s in plan("resume", self.policy) if s.phase == "after"])
-        if decision.outcome == "already_cordoned":
+        if decision.outcome in ("already_cordoned", "already_quarantined"):
             return self._result(req, decision, "noop"), None
         if decision.outcome == "node_missing":
             return self._result(req, decision, "failed"), None
@@ -315,13 +345,19 @@ class CordonExecutor:
         return self._result(req, decision, "blocked", fleet_alert=alert)
 
     def _result(self, req: CordonRequest, decision: CordonDecision, outcome: ActionOutcome, *,
-                action: str = "cordon", changes: list[str] | None = None, retryable: bool = False,
+                action: str | None = None, changes: list[str] | None = None, retryable: bool = False,
                 reason: str | None = None, fleet_alert: FleetAlert | None = None,
-                resource_version: str | None = None) -> ActionResult:
-        return ActionResult(action=action, outcome=outcome, node=req.node, incident_id=req.incident_id,
-                            decision=decision.outcome, reason=reason or decision.reason, dry_run=decision.dry_run,
-                            changes=changes or [], retryable=retryable, fleet_alert=fleet_alert,
-                            resource_version=resource_version)
+                resource_version: str | None = None, details: dict[str, Any] | None = None) -> ActionResult:
+        """The result of a decision: its action kind is `quarantine` for a decision about a GPU."""
+        quarantine = {k: v for k, v in {"gpu": decision.gpu, "rule": decision.rule_name, "effect": decision.effect,
+                                        "device": decision.device.text if decision.device else None,
+                                        "fallback": decision.fallback}.items() if v}
+        return ActionResult(action=action or ("quarantine" if decision.scope == "gpu" else "cordon"), outcome=outcome,
+                            node=req.node, incident_id=req.incident_id, decision=decision.outcome,
+                            reason=reason or decision.reason, dry_run=decision.dry_run, changes=changes or [],
+                            retryable=retryable, fleet_alert=fleet_alert, resource_version=resource_version,
+                            quarantine={**quarantine, **{k: v for k, v in (details or {}).items()
+                                                         if k in ("rule", "effect", "device", "gpu")}})
 
     def _record(self, result: ActionResult, details: dict[str, Any], actor: str = "xidpipe") -> None:
         self.store.record(ActionRecord(

@@ -230,28 +230,43 @@ class KubeNodes:
         return NodeRead(view, meta.resource_version, taints, _gpu_condition(node))
 
     def fleet_view(self, policy: CordonPolicy, labels: dict[str, str], cordons_last_hour: int,
-                   fresh_as_of: int = 0) -> FleetView:
+                   fresh_as_of: int = 0, *, node: str = "", quarantines_as_of: int | None = None) -> FleetView:
         """The node's pool: its size and how many of its nodes xidpipe holds cordoned now, counting every
         node write up to the resourceVersion `fresh_as_of` (the newest cordon in the action record).
+        With `quarantines_as_of` (the newest quarantine's rule version), its GPUs and xidpipe's
+        quarantines among them too (`pool_gpus`, where an adapter knows GPUs; none here).
 
         From the node cache when it gets that fresh within `cache_wait_s`; else by listing the pool."""
         pool = pool_of(policy, labels)
         key = policy.scope.pool_label
         cache = self._cache_for(key)
         counts = cache.pool_counts(pool, fresh_as_of, self.cache_wait_s) if cache is not None else None
+        members: dict[str, bool] | None = None
+        if counts is not None and cache is not None and quarantines_as_of is not None:
+            members = cache.pool_members(pool)
         if counts is None:
             if cache is not None:
                 log.warning("node cache not fresh as of resourceVersion %s within %.1f s: listing pool '%s'",
                             fresh_as_of, self.cache_wait_s, pool)
-            counts = self._list_pool(key, pool, fresh_as_of)
-        return FleetView(pool=pool, pool_nodes=counts[0], pool_cordoned_by_xidpipe=counts[1],
-                         cordons_last_hour=cordons_last_hour)
+            members = self._list_pool(key, pool, fresh_as_of)
+            counts = len(members), sum(members.values())
+        fleet = FleetView(pool=pool, pool_nodes=counts[0], pool_cordoned_by_xidpipe=counts[1],
+                          cordons_last_hour=cordons_last_hour)
+        if quarantines_as_of is None or members is None:
+            return fleet
+        return self.pool_gpus(fleet, members, node, policy, quarantines_as_of)
 
-    def _list_pool(self, key: str, pool: str, fresh_as_of: int) -> tuple[int, int]:
-        """(nodes, cordoned by xidpipe) of the pool, listed (label selector, raw JSON: deserialising
-        every node into client models would cost more than the request itself). Served from the API
-        server's cache, but never older than `fresh_as_of` nor the newest node version this client
-        has read or written (`resourceVersionMatch=NotOlderThan`)."""
+    def pool_gpus(self, fleet: FleetView, members: dict[str, bool], node: str, policy: CordonPolicy,
+                  quarantines_as_of: int) -> FleetView:
+        """The fleet view with the pool's GPUs and quarantines: none known to a node adapter alone
+        (`respond.quarantine.kube_cluster.KubeCluster` counts them)."""
+        return fleet
+
+    def _list_pool(self, key: str, pool: str, fresh_as_of: int) -> dict[str, bool]:
+        """The pool's nodes, each with whether xidpipe holds its cordon, listed (label selector, raw
+        JSON: deserialising every node into client models would cost more than the request itself).
+        Served from the API server's cache, but never older than `fresh_as_of` nor the newest node
+        version this client has read or written (`resourceVersionMatch=NotOlderThan`)."""
         selector = f"{key}={pool}" if pool else f"!{key}"
         freshness: dict[str, str] = {}
         if max(self._seen_rv, fresh_as_of):
@@ -260,12 +275,12 @@ class KubeNodes:
         response = self._call("list nodes", self.core.list_node, label_selector=selector, _preload_content=False,
                               **freshness)
         items = json.loads(response.data).get("items") or []
-        cordoned = sum(
-            1 for n in items
-            if ANN_CORDONED_AT in ((n.get("metadata") or {}).get("annotations") or {})
-            and (n.get("spec") or {}).get("unschedulable")
-        )
-        return len(items), cordoned
+        return {
+            str((n.get("metadata") or {}).get("name")):
+                ANN_CORDONED_AT in ((n.get("metadata") or {}).get("annotations") or {})
+                and bool((n.get("spec") or {}).get("unschedulable"))
+            for n in items
+        }
 
     # --- cordon -----------------------------------------------------------------------------------
 

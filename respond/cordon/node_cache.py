@@ -233,6 +233,13 @@ class NodeCache:
             self._armed = True
             return self._sizes[key], self._held[key]
 
+    def pool_members(self, pool: str) -> dict[str, bool]:
+        """The nodes of `pool` ("": the nodes without the pool label), each with whether xidpipe holds its
+        cordon (the quarantine's counts join them with the GPUs of each node)."""
+        key = pool or None
+        with self._changed:
+            return {name: e.ours for name, e in self._nodes.items() if e.pool == key}
+
     def _fresh(self, version: int) -> bool:
         return self._synced and (version <= self._watermark or version <= self._own_cordons)
 

@@ -1,10 +1,13 @@
 """The cluster as the cordon executor and its steps see it: plain values, and the executor's own ports.
 
-The ports are narrow, one per user: the executor reads nodes (`NodeReader`) and counts a node's pool
-(`PoolCounter`); a release lifts a cordon (`ReleaseWriter`, with the condition and Event ports of
-the steps); each step after the decision declares the port it needs in its own module
-(`respond.cordon.steps`: `CordonWriter`, `RepeatWriter`, `ConditionWriter`, `EventWriter`,
-`PodPort`). `kube_nodes.KubeNodes` implements all of them on the Kubernetes API. Every method raises
+The ports are narrow, one per user: the executor reads nodes (`NodeReader`), counts a node's pool
+(`PoolCounter`) and finds the incident's GPU among the DRA devices (`DeviceReader`); a release lifts
+a cordon (`ReleaseWriter`, with the condition and Event ports of the steps); each step after the
+decision declares the port it needs in its own module (`respond.cordon.steps`: `CordonWriter`,
+`RepeatWriter`, `ConditionWriter`, `EventWriter`, `PodPort`, `QuarantineWriter`,
+`QuarantineConditionWriter`). `kube_nodes.KubeNodes` implements the node's on the Kubernetes API,
+`respond.quarantine.kube_cluster.KubeCluster` all of them (the GPU's DRA device and its
+DeviceTaintRule too). Every method raises
 `respond.errors.PermanentError` or `TemporaryError` (transient failures already retried within the
 adapter's deadline), the guarded writes `Conflict` when the node changed since it was read, and every
 write `respond.errors.Fenced` when the adapter's `WriteFence` refused it (nothing was sent).
@@ -19,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 from models.cordon import FleetView, NodeView
 from models.cordon_policy import CordonPolicy
 from models.leader_election import WriteVerdict
+from models.quarantine import GpuView
 
 
 class Conflict(Exception):
@@ -55,9 +59,19 @@ class NodeReader(Protocol):
 @runtime_checkable
 class PoolCounter(Protocol):
     def fleet_view(self, policy: CordonPolicy, labels: dict[str, str], cordons_last_hour: int,
-                   fresh_as_of: int = 0) -> FleetView:
+                   fresh_as_of: int = 0, *, node: str = "", quarantines_as_of: int | None = None) -> FleetView:
         """The node's pool: its size and how many of its nodes xidpipe holds cordoned now, counting
-        every node write up to the resourceVersion `fresh_as_of` (the newest cordon in the action record)."""
+        every node write up to the resourceVersion `fresh_as_of` (the newest cordon in the action record);
+        with `quarantines_as_of` (the newest quarantine's rule version), the pool's GPUs and xidpipe's
+        quarantines among them, and whether `node` is held already."""
+        ...
+
+
+@runtime_checkable
+class DeviceReader(Protocol):
+    def gpu_view(self, node: str, uuid: str, policy: CordonPolicy) -> GpuView:
+        """The incident's GPU as a DRA device of its node, with xidpipe's rule of it; unresolved (with
+        the reason) when it is none."""
         ...
 
 

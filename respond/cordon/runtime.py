@@ -9,11 +9,12 @@ from history.migrate import upgrade
 from models.cordon_policy import CordonPolicy
 from respond.cordon.action_log import ActionStore, JsonlActionStore, SqlActionStore
 from respond.cordon.executor import CordonExecutor
-from respond.cordon.kube_nodes import KubeNodes, api_client
+from respond.cordon.kube_nodes import api_client
 from respond.cordon.policy_file import load_policy
 from respond.cordon.port import WriteFence
 from respond.cordon.retry import Backoff
 from respond.cordon.settings import ActionSettings
+from respond.quarantine.kube_cluster import KubeCluster
 
 __all__ = ["api_client", "build_executor", "store_from"]
 
@@ -40,8 +41,8 @@ def build_executor(settings: ActionSettings, policy: CordonPolicy | None = None,
     api = api or api_client(settings)
     nodes = None
     if api is not None:
-        nodes = KubeNodes(api, reporting_instance=settings.reporting_instance,
-                          backoff=Backoff(deadline_s=settings.api_deadline_s), fence=fence,
-                          write_timeout_s=settings.api_write_timeout_s)
+        nodes = KubeCluster(api, reporting_instance=settings.reporting_instance,
+                            backoff=Backoff(deadline_s=settings.api_deadline_s), fence=fence,
+                            write_timeout_s=settings.api_write_timeout_s)
     return CordonExecutor(policy, store_from(settings, database_url), nodes, dry_run=settings.dry_run,
                           conflict_retries=settings.conflict_retries)

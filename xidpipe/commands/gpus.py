@@ -32,7 +32,8 @@ def register(sub: Any) -> None:
     gsub = gpus.add_subparsers(dest="gpus_command", metavar="COMMAND", required=True)
     ls: argparse.ArgumentParser = gsub.add_parser("list", help="cards by node and PCI slot",
                                                   description="List the cards the ledger knows, by node and PCI "
-                                                  "slot, with their incident counts.",
+                                                  "slot, with their incident counts and the DeviceTaintRule that "
+                                                  "quarantines a card now (QUARANTINE).",
                                                   parents=history_parents())
     ls.add_argument("--node", type=node_name)
     ls.add_argument("--model", help="a part of the model name, any case (h100)")
@@ -62,7 +63,7 @@ LIST_COLUMNS = (
     Column("NODE"), Column("PCI SLOT"), Column("SERIAL"), Column("MODEL", free=True, min_width=10, drop=2),
     Column("STATUS"), Column("INCIDENTS", drop=1), Column("HARDWARE", drop=3), Column("AGE"),
     Column("STATE", wide=True), Column("VBIOS", wide=True), Column("SINCE (UTC)", wide=True),
-    Column("UUID", wide=True), Column("WHY", free=True, wide=True),
+    Column("UUID", wide=True), Column("QUARANTINE", wide=True), Column("WHY", free=True, wide=True),
 )
 
 
@@ -83,7 +84,7 @@ def run_list(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     print_table(LIST_COLUMNS, [[r["node"], r["pci_slot"], r["serial"], r["model"] or "?", r["status"], r["incidents"],
                                 r["hardware_incidents"], format_age(r["since"], now), _state(r),
-                                _vbios(r["vbios"], r["vbios_from"]), format_time(r["since"]), r["uuid"],
+                                _vbios(r["vbios"], r["vbios_from"]), format_time(r["since"]), r["uuid"], _quarantine(r),
                                 r["status_reason"]] for r in rows], wide=fmt == "wide")
     print(f"\n{len(rows)} of {total} (offset {args.offset})")
     return EXIT_OK
@@ -99,6 +100,14 @@ def _vbios(version: str | None, source: str | None) -> str:
     if not version:
         return "?"
     return f"{version} (evidence)" if source == "evidence" else version
+
+
+def _quarantine(card: dict[str, Any]) -> str:
+    """The DeviceTaintRule that quarantines the card now, with its effect; `-` when none does."""
+    q = card.get("quarantine")
+    if not q:
+        return "-"
+    return f"{q['rule']} ({'dry run' if q.get('dry_run') else q.get('effect')})"
 
 
 def _has_inventories(s: Any) -> bool:

@@ -1,7 +1,8 @@
-"""`xidpipe node release NODE`: lift xidpipe's cordon, taint and GPUHealthy condition, recording who and why.
+"""`xidpipe node release NODE`: lift xidpipe's cordon, taint and GPUHealthy condition, and delete its
+DeviceTaintRules of the node's GPUs (`--gpu UUID`: that GPU's alone), recording who and why.
 
-xidpipe releases only cordons it set (the node carries `xidpipe.io/cordoned-at`); any other cordon
-is refused with the reason. With no cluster configured the command is refused (exit 2), unless
+xidpipe releases only cordons it set (the node carries `xidpipe.io/cordoned-at`) and rules it made as
+it made them; any other is refused with the reason. With no cluster configured the command is refused (exit 2), unless
 `--dry-run` asks for a recorded dry run. Exit status: 0 released (or a dry run), 2 no cluster or a
 bad policy, 3 the cluster failed the change, 4 refused.
 """
@@ -22,13 +23,16 @@ def register(sub: Any) -> None:
                                                 description="Node actions.", parents=[cluster_parent()])
     nsub = p.add_subparsers(dest="node_command", metavar="SUBCOMMAND", required=True)
     rel = nsub.add_parser(
-        "release", help="lift xidpipe's cordon of a node", parents=[cluster_parent()],
-        description="Lift xidpipe's cordon, taint and GPUHealthy=False condition of NODE, and record who "
-        "released it and why (node annotations, an Event, the action record). Refuses when the cordon was "
-        "not set by xidpipe, or was set for another incident than --incident. Exit status: 0 released, "
-        "2 no cluster configured (give --kubeconfig, --in-cluster or --dry-run), 3 failed, 4 refused.")
+        "release", help="lift xidpipe's cordon of a node and its GPUs' quarantines", parents=[cluster_parent()],
+        description="Lift xidpipe's cordon, taint and GPUHealthy=False condition of NODE, delete xidpipe's "
+        "DeviceTaintRules of its GPUs, and record who released them and why (node annotations, an Event, the "
+        "action record). With --gpu, only that GPU's quarantine. Refuses when the cordon was not set by xidpipe, "
+        "a rule was changed by someone else, or either is another incident's than --incident. Exit status: "
+        "0 released, 2 no cluster configured (give --kubeconfig, --in-cluster or --dry-run), 3 failed, 4 refused.")
     rel.add_argument("node", metavar="NODE", type=node_name)
-    rel.add_argument("--incident", help="release only if xidpipe cordoned the node for this incident")
+    rel.add_argument("--incident", help="release only what xidpipe did to the node for this incident")
+    rel.add_argument("--gpu", metavar="UUID", help="release only the quarantine of this GPU of the node "
+                     "(its DeviceTaintRule), not the node's cordon")
     rel.add_argument("--reason", required=True, help="why the node is returned to service")
     rel.add_argument("--by", default=None, help="who releases it (default: $USER, the login name)")
     rel.set_defaults(func=run_release)
@@ -54,8 +58,16 @@ def run_release(args: argparse.Namespace) -> int:
         if type(exc).__name__ != "ConfigException" and not isinstance(exc, OSError):
             raise
         raise UsageError(f"cannot load the cluster configuration: {exc}") from None
+    from respond.quarantine.release import release_node
+
     by = args.by or getpass.getuser()
-    result = executor.release(args.node, by=by, reason=args.reason, incident_id=args.incident)
+    try:
+        result = release_node(executor, args.node, by=by, reason=args.reason, incident_id=args.incident,
+                              gpu=args.gpu)
+    finally:
+        close = getattr(executor.nodes, "close", None)
+        if close is not None:
+            close()
     if result.outcome == "refused":
         raise Refused(f"refused: {result.reason}")
     if result.outcome == "failed":

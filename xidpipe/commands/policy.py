@@ -69,11 +69,16 @@ def register(sub: Any) -> None:
     node.add_argument("--unschedulable", action="store_true", help="the node is already cordoned (by someone)")
     node.add_argument("--cordoned-by-xidpipe", metavar="INCIDENT",
                       help="the node is cordoned by xidpipe for this incident")
+    node.add_argument("--gpu", default="", metavar="UUID", help="the faulty GPU's UUID (quarantine_gpu rules)")
+    node.add_argument("--device", metavar="NAME", help="the GPU is this device of the node's ResourceSlice "
+                      "(gpu-3); without it a quarantine_gpu rule finds no DRA device and cordons the node")
     fleet = test.add_argument_group("the fleet")
     fleet.add_argument("--pool-nodes", type=int, default=100, help="nodes in the node's pool (default 100)")
     fleet.add_argument("--pool-cordoned", type=int, default=0, help="of which cordoned by xidpipe (default 0)")
     fleet.add_argument("--cordons-last-hour", type=int, default=0, help="cordons by xidpipe in the last hour")
     fleet.add_argument("--breaker-tripped", action="store_true", help="the circuit breaker is tripped")
+    fleet.add_argument("--pool-gpus", type=int, default=800, help="GPUs of the pool's nodes (default 800)")
+    fleet.add_argument("--pool-gpus-quarantined", type=int, default=0, help="of which quarantined by xidpipe")
     test.set_defaults(func=run_test)
 
 
@@ -158,6 +163,7 @@ def run_test(args: argparse.Namespace) -> int:
         pool_of,
     )
     from models.cordon_policy import PolicyError
+    from models.quarantine import DeviceRef, GpuView
     from respond.cordon.policy_file import load_policy
 
     try:
@@ -174,7 +180,7 @@ def run_test(args: argparse.Namespace) -> int:
         node=args.node, incident_id=args.incident, family=Family(args.family) if args.family else family,
         xids=tuple(args.xid), category=Category(args.category) if args.category else category,
         immediate_actions=tuple(ImmediateAction(a) for a in args.actions) or tuple(actions),
-        count=len(times) or args.count, first_seen=first, last_seen=last, occurrences=times,
+        count=len(times) or args.count, first_seen=first, last_seen=last, occurrences=times, gpu=args.gpu,
     )
     labels = _parse_labels(args.labels)
     annotations = {}
@@ -184,11 +190,17 @@ def run_test(args: argparse.Namespace) -> int:
     node = NodeView(name=args.node, labels=labels, annotations=annotations,
                     unschedulable=args.unschedulable or bool(args.cordoned_by_xidpipe))
     fleet = FleetView(pool=pool_of(policy, labels), pool_nodes=args.pool_nodes,
-                      pool_cordoned_by_xidpipe=args.pool_cordoned, cordons_last_hour=args.cordons_last_hour)
+                      pool_cordoned_by_xidpipe=args.pool_cordoned, cordons_last_hour=args.cordons_last_hour,
+                      pool_gpus=args.pool_gpus, pool_gpus_quarantined=args.pool_gpus_quarantined)
+    gpu = GpuView(uuid=args.gpu, unresolved="no --device given: the GPU is no DRA device here")
+    if args.device:
+        gpu = GpuView(uuid=args.gpu, device=DeviceRef(driver=policy.quarantine.driver, pool=args.node,
+                                                       device=args.device))
     breaker = BreakerState(tripped=True, reason="stated on the command line") if args.breaker_tripped \
         else BreakerState()
-    decision = decide_cordon(req, node, fleet, breaker, policy)
-    out = {"cordon": decision.changes_node, **decision.model_dump(),
+    decision = decide_cordon(req, node, fleet, breaker, policy, gpu=gpu)
+    out = {"cordon": decision.changes_node, "quarantine": decision.outcome == "quarantine",
+           **decision.model_dump(mode="json"),
            "request": req.model_dump(mode="json", include={"node", "family", "xids", "category",
                                                            "immediate_actions", "count", "occurrences"})}
     print(json.dumps(out, indent=2))

@@ -7,7 +7,10 @@ trigger and that the policy turns on:
 - `cordon`: a fresh cordon of the node for the incident;
 - `repeat`: the incident repeated on the node it holds cordoned (its count grew);
 - `resume`: a redelivery finds the node cordoned for this incident: the plan completes what a crash
-  (or a failed step) left undone.
+  (or a failed step) left undone;
+- `quarantine`: a fresh quarantine of the incident's GPU (a `quarantine_gpu` rule: a DeviceTaintRule
+  on its DRA device instead of the node's cordon);
+- `quarantine_resume`: a redelivery or a repeat finds the GPU quarantined for this incident.
 
 A step is:
 
@@ -46,11 +49,13 @@ from models.cordon import ANN_CORDONED_AT, CordonDecision, CordonRequest, NodeVi
 from models.cordon_policy import CordonPolicy
 from respond.cordon.port import NodeRead
 
-Trigger = Literal["cordon", "repeat", "resume"]
+Trigger = Literal["cordon", "repeat", "resume", "quarantine", "quarantine_resume"]
+RESUMES: frozenset[str] = frozenset({"resume", "quarantine_resume"})  # no decision to write
 Phase = Literal["decision", "after"]
 StepOutcome = Literal["done", "noop", "skipped", "blocked", "failed"]
 NAME_MAX = 32  # the action record's `action` column
-RESERVED = frozenset({"release", "breaker_trip", "breaker_reset"})  # the executor's own action kinds
+# The executor's own action kinds.
+RESERVED = frozenset({"release", "breaker_trip", "breaker_reset", "unquarantine", "quarantine_changed"})
 
 
 class StepRecord(BaseModel):
@@ -107,4 +112,8 @@ def trigger_of(decision: CordonDecision, node: NodeView, req: CordonRequest) -> 
         return "repeat"
     if decision.outcome == "already_cordoned" and node.xidpipe_incident == req.incident_id:
         return "resume"
+    if decision.outcome == "quarantine":
+        return "quarantine"
+    if decision.outcome == "already_quarantined" and decision.resumes:
+        return "quarantine_resume"
     return None

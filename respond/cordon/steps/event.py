@@ -1,6 +1,7 @@
 """The cordon's Event on the node (events.k8s.io/v1, type Warning, the condition's reason), named after
 the node and the incident, so a redelivery finds it instead of adding one; what it changed joins the
-cordon's record (`event`).
+cordon's record (`event`). A GPU's quarantine has one too (kind `quarantine`, action `Quarantine`,
+naming the GPU, its device and its rule).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class EventStep:
     name = "event"
     port = EventWriter
     phase: Phase = "after"
-    triggers: frozenset[Trigger] = frozenset({"cordon", "resume"})
+    triggers: frozenset[Trigger] = frozenset({"cordon", "resume", "quarantine", "quarantine_resume"})
     own_record = False
 
     def idempotency_key(self, req: CordonRequest) -> str:
@@ -36,10 +37,15 @@ class EventStep:
         return True
 
     def run(self, port: EventWriter, ctx: StepContext) -> StepRecord:
-        req = ctx.req
-        made = port.emit_event(req.node, key=self.idempotency_key(req), kind="cordon", action="Cordon",
-                               reason=condition_reason(req.family),
-                               note=f"Cordoned by xidpipe: {ctx.decision.reason}", at=ctx.at)
+        req, d = ctx.req, ctx.decision
+        if d.scope == "gpu":
+            made = port.emit_event(req.node, key=self.idempotency_key(req), kind="quarantine", action="Quarantine",
+                                   reason="GPUQuarantined", note=f"GPU {d.gpu} quarantined by xidpipe (rule "
+                                   f"{d.rule_name}, {d.effect}): {d.reason}", at=ctx.at)
+        else:
+            made = port.emit_event(req.node, key=self.idempotency_key(req), kind="cordon", action="Cordon",
+                                   reason=condition_reason(req.family),
+                                   note=f"Cordoned by xidpipe: {d.reason}", at=ctx.at)
         created = made == "created"
         return StepRecord(step=self.name, outcome="done" if created else "noop", key=self.idempotency_key(req),
                           changes=["event"] if created else [])

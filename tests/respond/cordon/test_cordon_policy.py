@@ -36,7 +36,9 @@ def test_the_policy_in_docs_configuration_loads() -> None:
 
     assert policy.scope.pools == ("train-h200", "infer-h200")
     assert policy.drain.enabled and policy.breaker.max_pool_share == 0.05
-    assert [r.name for r in policy.rules][:3] == ["gpu-lost", "double-bit-error", "uncontained-ecc"]
+    assert [r.name for r in policy.rules][:3] == ["dbe-quarantine", "gpu-lost", "double-bit-error"]
+    assert (policy.rules[0].action, policy.rules[0].taint_effect) == ("quarantine_gpu", "NoSchedule")
+    assert policy.quarantine.driver == "gpu.nvidia.com" and policy.breaker.min_gpus == 1
 
 
 def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
@@ -59,7 +61,8 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
         ("rules: [{name: a, action: cordon_after, occurrences: 3}]", "rules.0",
          "cordon_after needs both occurrences and window_s"),
         ("rules: [{name: a, action: never, window_s: 60}]", "rules.0", "only apply to cordon_after"),
-        ("rules: [{name: a, action: cordon_later}]", "rules.0.action", "'cordon_now', 'cordon_after' or 'never'"),
+        ("rules: [{name: a, action: cordon_later}]", "rules.0.action",
+         "'cordon_now', 'cordon_after', 'quarantine_gpu' or 'never'"),
         ("rules: [{name: a, action: never}, {name: b, action: cordon_now, match: {families: [gpu_gone]}}]",
          "rules.1.match", "unknown fault family ['gpu_gone']"),
         ("rules: [{name: a, action: cordon_now, match: {xids: [0]}}]", "rules.0.match", "between 1 and 1023"),
