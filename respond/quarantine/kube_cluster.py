@@ -17,7 +17,9 @@ from respond.quarantine.kube_devices import KubeDevices
 class KubeCluster(KubeNodes):
     def __init__(self, api_client: Any, *, devices: KubeDevices | None = None, **kwargs: Any) -> None:
         super().__init__(api_client, **kwargs)
-        self.devices = devices or KubeDevices(api_client, backoff=self.backoff, cache_wait_s=self.cache_wait_s)
+        # The rules' writes go through the node adapter's one write path: the fence, the request timeout.
+        self.devices = devices or KubeDevices(api_client, backoff=self.backoff, cache_wait_s=self.cache_wait_s,
+                                              write=self._write)
 
     def close(self) -> None:
         super().close()

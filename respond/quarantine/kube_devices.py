@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -51,9 +52,13 @@ log = logging.getLogger(__name__)
 
 class KubeDevices:
     def __init__(self, api_client: client.ApiClient, *, backoff: Backoff | None = None, cache_wait_s: float = 5.0,
-                 watch: bool = True) -> None:
+                 watch: bool = True, write: Callable[..., Any] | None = None) -> None:
+        """`write(what, fn, *args, **kwargs)` sends each write (a rule created, patched or deleted): the node
+        adapter's `KubeNodes._write` in the responder, so the leader's fence is checked right before each
+        one as before every node write; by default the same retries without a fence."""
         self.resource = client.ResourceV1Api(api_client)
         self.backoff = backoff or Backoff()
+        self._write = write or self._call
         self.cache_wait_s = cache_wait_s
         self.watch = watch
         self._lock = threading.Lock()
@@ -178,7 +183,7 @@ class KubeDevices:
                      "taint": {"key": TAINT_KEY, "value": str(req.family), "effect": effect}},
         }
         try:
-            raw = json.loads(self._call(f"create devicetaintrule {name}", self.resource.create_device_taint_rule,
+            raw = json.loads(self._write(f"create devicetaintrule {name}", self.resource.create_device_taint_rule,
                                         body, _preload_content=False).data)
             return ["device_taint_rule"], self._observe(raw, own_write=True)
         except PermanentError as exc:
@@ -196,7 +201,7 @@ class KubeDevices:
                {"op": "replace", "path": "/spec/taint/effect", "value": effect},
                {"op": "replace", "path": "/metadata/annotations/xidpipe.io~1effect", "value": effect}]
         try:
-            raw = json.loads(self._call(f"patch devicetaintrule {rule.name}", self.resource.patch_device_taint_rule,
+            raw = json.loads(self._write(f"patch devicetaintrule {rule.name}", self.resource.patch_device_taint_rule,
                                         rule.name, ops, _content_type="application/json-patch+json",
                                         _preload_content=False).data)
         except PermanentError as exc:
@@ -210,7 +215,7 @@ class KubeDevices:
         `Conflict` when it changed since."""
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(resource_version=rule.resource_version))
         try:
-            self._call(f"delete devicetaintrule {rule.name}", self.resource.delete_device_taint_rule, rule.name,
+            self._write(f"delete devicetaintrule {rule.name}", self.resource.delete_device_taint_rule, rule.name,
                        body=options)
         except PermanentError as exc:
             if exc.status == 404:

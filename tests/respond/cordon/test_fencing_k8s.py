@@ -23,6 +23,7 @@ from kubernetes import client
 from models.cordon import ANN_INCIDENT, CordonDecision, PodRef
 from models.cordon_policy import CordonPolicy, Drain
 from models.leader_election import LeaseTimings, claimed
+from models.quarantine import DeviceRef
 from models.vocabulary import CordonOutcome
 from respond.cordon.kube_nodes import KubeNodes, event_name
 from respond.cordon.port import NodeRead, ReleaseWriter
@@ -32,6 +33,7 @@ from respond.cordon.steps.drain import PodInfo
 from respond.errors import Fenced
 from respond.leader import LeaderElector
 from respond.lease_kube import KubeLease
+from respond.quarantine.kube_cluster import KubeCluster
 from tests.kube import PodFactory, unique
 from tests.respond.cordon.conftest import ExecutorFactory, NodeFactory, xid79
 
@@ -64,9 +66,10 @@ def take_over(elector: LeaderElector, holder: str = "responder-b") -> int:
     return int(taken.resource_version)
 
 
-def fenced_nodes(worker_client: client.ApiClient, elector: LeaderElector) -> KubeNodes:
-    return KubeNodes(worker_client, reporting_instance="responder-a", backoff=Backoff(deadline_s=5.0),
-                     fence=elector, write_timeout_s=4.0)
+def fenced_nodes(worker_client: client.ApiClient, elector: LeaderElector) -> KubeCluster:
+    """The responder's adapter of every port (the nodes' and the GPUs' DeviceTaintRules), fenced by `elector`."""
+    return KubeCluster(worker_client, reporting_instance="responder-a", backoff=Backoff(deadline_s=5.0),
+                       fence=elector, write_timeout_s=4.0)
 
 
 def records(action_log: Path) -> list[dict[str, Any]]:
@@ -172,17 +175,23 @@ def test_every_write_of_the_node_adapter_is_fenced(
         "event_series": lambda: nodes.event_series(node, req, at, "again"),
         "apply_release": lambda: nodes.apply_release(before, by="alice", reason="r", at=at),
         "evict": lambda: nodes.evict(info, 0),
+        "apply_quarantine": lambda: nodes.apply_quarantine(req, CordonDecision(
+            outcome=CordonOutcome.QUARANTINE, reason="test", scope="gpu", gpu="GPU-fenced",
+            device=DeviceRef(driver="gpu.nvidia.com", pool=node, device="gpu-0"), effect="NoSchedule",
+            rule_name=unique("xidpipe-gpu-fenced")), at),
     }
     # Every method of the steps' ports and of the release's is tried here, but the pod reads: a step
     # that adds a write to a port adds it to this table.
     ports = {step.port for step in STEPS} | {ReleaseWriter}
     methods = {m for port in ports for m in vars(port) if not m.startswith("_") and callable(getattr(port, m))}
-    assert methods - {"read_pod", "node_pods"} == set(writes)
+    assert methods - {"read_pod", "node_pods", "node_quarantine"} == set(writes)
     for what, write in writes.items():
         with pytest.raises(Fenced, match="held by responder-b"):
             write()
         assert nodes.read(node).resource_version == before.resource_version, f"{what} changed the node"
     assert [e.metadata.name for e in events_about(admin_client, node)] == [event_name(node, "inc-held")]
+    assert not [r for r in client.ResourceV1Api(admin_client).list_device_taint_rule().items
+                if r.metadata.name.startswith("xidpipe-gpu-fenced")]  # no rule was created
     assert admin_core.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace).metadata.deletion_timestamp \
         is None
 
