@@ -31,7 +31,9 @@ lint: install
 # Everything the tests need that is not a Python package: the Kafka jars from Maven Central,
 # Debian packages (PostgreSQL server; systemd-journal-remote and journalctl for real journal files;
 # gcc to build the fake libnvidia-ml.so.1; chromium, headless, for the web page tests; podman, runc
-# and mmdebstrap for the container image), the kube-apiserver and etcd built from Go modules.
+# and mmdebstrap for the container image), and the test components built from Go modules in
+# parallel (kube-apiserver, kube-scheduler, kube-controller-manager, etcd, KWOK, Alertmanager,
+# promtool, helm: deploy/testcluster/build.sh, docs/testcluster.md).
 services: install system-packages kafka-jars testcluster
 
 system-packages:

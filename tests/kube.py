@@ -6,6 +6,10 @@ binaries ``make testcluster`` builds. Clients are offered for three identities: 
 RBAC, ``deploy/helm/xidpipe``, rendered as release ``xidpipe`` in namespace ``xidpipe``) and ``nobody``
 (no rights).
 
+No scheduler, controller or kubelet runs here: tests bind pods and write the status controllers
+would write. ``tests.cluster`` offers a second control plane that has them (kube-scheduler,
+kube-controller-manager and KWOK's fake kubelets).
+
 Under ``CI=true`` a missing binary or a control plane that does not start fails the tests;
 elsewhere the tests are skipped with the reason.
 

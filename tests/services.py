@@ -23,8 +23,9 @@ Fixtures
     CREATEDB privilege on an external server).
 
 A test that uses a Kafka fixture gets the ``kafka`` marker, one that uses a PostgreSQL fixture the
-``postgres`` marker, one that uses the kube-apiserver of ``tests.kube`` the ``k8s`` marker, so
-``-m "not kafka"`` deselects them.
+``postgres`` marker, one that uses the kube-apiserver of ``tests.kube`` or the cluster of
+``tests.cluster`` the ``k8s`` marker, one that uses the Alertmanager of ``tests.alerting`` the
+``alertmanager`` marker, so ``-m "not kafka"`` deselects them.
 
 When a service cannot be started (no java, no jars, no initdb, a broker that does not come up),
 its tests are skipped with the reason, except under ``CI=true``, where they fail: CI must never
@@ -54,7 +55,8 @@ KAFKA_ENV = "XIDPIPE_TEST_KAFKA"
 DATABASE_ENV = "XIDPIPE_TEST_DATABASE_URL"
 KAFKA_FIXTURES = frozenset({"kafka_bootstrap", "kafka_topic_factory", "secured_kafka"})
 POSTGRES_FIXTURES = frozenset({"postgres_url", "postgres_database"})
-KUBE_FIXTURES = frozenset({"control_plane"})  # every fixture of tests.kube depends on it
+KUBE_FIXTURES = frozenset({"control_plane", "cluster"})  # every fixture of tests.kube / tests.cluster needs one
+ALERTMANAGER_FIXTURES = frozenset({"alertmanager"})
 
 # Start-up times of this session's services, printed in the terminal summary.
 _timings: dict[str, str] = {}
@@ -80,6 +82,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgres)
         if names & KUBE_FIXTURES:
             item.add_marker(pytest.mark.k8s)
+        if names & ALERTMANAGER_FIXTURES:
+            item.add_marker(pytest.mark.alertmanager)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -2,7 +2,8 @@
 
 No kubelet, scheduler or controller-manager runs: the API server enforces authentication
 (a static token file), RBAC and admission, and stores objects in a private etcd. That is what
-the RBAC and Kubernetes-adapter tests need.
+the RBAC and Kubernetes-adapter tests need. ``cluster.py`` beside this file adds kube-scheduler,
+kube-controller-manager and KWOK's fake kubelets to such a control plane.
 
 As a script:
 
@@ -12,7 +13,7 @@ As a script:
 
 Imported (see tests/kube.py): ``plane = start(); ...; plane.stop()``.
 
-Binaries come from ``build.sh --print-bin-dir`` (``make testcluster`` builds them), or from
+Binaries come from ``build.sh --print-bin`` (``make testcluster`` builds them), or from
 ``KUBE_APISERVER_BIN`` and ``ETCD_BIN`` when both are set. The identities in the token file:
 
 - ``admin``: group ``system:masters``;
@@ -99,14 +100,17 @@ class ControlPlane:
         return self.identities[identity].token
 
     def stop(self) -> None:
-        """Stop kube-apiserver, then etcd, by PID; remove the work directory."""
-        for name in ("kube-apiserver", "etcd"):
-            pid = self.pids.get(name)
-            if pid is not None:
-                _terminate(pid, self._processes.get(name))
+        """Stop every process by PID, the last started first (so kube-apiserver before etcd);
+        remove the work directory."""
+        for name, pid in reversed(self.pids.items()):
+            _terminate(pid, self._processes.get(name))
         self.pids.clear()
         if not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def save_state(self) -> None:
+        """Write what ``stop_workdir`` needs (PIDs, identities) to the work directory."""
+        (self.workdir / STATE_FILE).write_text(json.dumps(self.to_state(), indent=2))
 
     def alive(self) -> dict[str, bool]:
         return {name: _pid_alive(pid, self._processes.get(name)) for name, pid in self.pids.items()}
@@ -141,27 +145,33 @@ class ControlPlane:
         )
 
 
+def built_binaries(*names: str) -> list[Path]:
+    """Where ``build.sh`` builds each named binary (``--print-bin``), or raise BinariesMissing
+    saying which are not built and what to do about it."""
+    try:
+        out = subprocess.run(
+            [str(BUILD_SCRIPT), "--print-bin", *names], check=True, capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BinariesMissing(f"cannot locate {', '.join(names)} ({BUILD_SCRIPT}): {exc}") from exc
+    paths = [Path(line) for line in out.stdout.split()]
+    missing = [str(p) for p in paths if not (p.is_file() and os.access(p, os.X_OK))]
+    if len(paths) != len(names) or missing:
+        raise BinariesMissing(f"test binaries missing: {', '.join(missing) or names}; run `make testcluster`")
+    return paths
+
+
 def find_binaries() -> tuple[Path, Path]:
     """Return (kube-apiserver, etcd), or raise BinariesMissing with what to do about it."""
     env_apiserver, env_etcd = os.environ.get("KUBE_APISERVER_BIN"), os.environ.get("ETCD_BIN")
-    if env_apiserver and env_etcd:
-        candidates = (Path(env_apiserver), Path(env_etcd))
-        origin = "KUBE_APISERVER_BIN / ETCD_BIN"
-    else:
-        try:
-            out = subprocess.run(
-                [str(BUILD_SCRIPT), "--print-bin-dir"], check=True, capture_output=True, text=True, timeout=60
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise BinariesMissing(f"cannot locate the binaries ({BUILD_SCRIPT}): {exc}") from exc
-        bin_dir = Path(out.stdout.strip())
-        candidates = (bin_dir / "kube-apiserver", bin_dir / "etcd")
-        origin = f"{bin_dir} (from build.sh --print-bin-dir)"
+    if not (env_apiserver and env_etcd):
+        apiserver, etcd = built_binaries("kube-apiserver", "etcd")
+        return apiserver, etcd
+    candidates = (Path(env_apiserver), Path(env_etcd))
     missing = [str(p) for p in candidates if not (p.is_file() and os.access(p, os.X_OK))]
     if missing:
-        raise BinariesMissing(
-            f"test control plane binaries missing: {', '.join(missing)} [{origin}]; run `make testcluster`"
-        )
+        raise BinariesMissing(f"test control plane binaries missing: {', '.join(missing)} "
+                              "[KUBE_APISERVER_BIN / ETCD_BIN]")
     return candidates
 
 
@@ -178,8 +188,11 @@ def start(
     timeout_s: float = DEFAULT_START_TIMEOUT_S,
     die_with_parent: bool = True,
     keep_workdir: bool = False,
+    extra_identities: tuple[tuple[str, str, tuple[str, ...]], ...] = (),
 ) -> ControlPlane:
     """Start etcd and kube-apiserver on free loopback ports and wait until both are ready.
+
+    ``extra_identities`` adds token identities (name, user, groups) beside admin, worker and nobody.
 
     ``die_with_parent`` asks the kernel to SIGKILL both processes if the calling process dies
     without stopping them (a killed test run leaves nothing behind). On failure everything
@@ -193,7 +206,7 @@ def start(
     pki = workdir / "pki"
     pki.mkdir(exist_ok=True)
     _generate_pki(pki)
-    identities = _write_token_file(workdir / "tokens.csv")
+    identities = _write_token_file(workdir / "tokens.csv", extra_identities)
     plane = ControlPlane(
         workdir=workdir,
         server="",
@@ -206,23 +219,23 @@ def start(
     deadline = time.monotonic() + timeout_s
     try:
         etcd_url = _start_etcd(plane, etcd_bin, die_with_parent)
-        _wait_ready(plane, "etcd", f"{etcd_url}/health", deadline, context=None, token=None,
+        wait_ready(plane, "etcd", f"{etcd_url}/health", deadline, context=None, token=None,
                     accept=lambda body: '"health":"true"' in body.replace(" ", ""))
         port = free_port()
         plane.server = f"https://{LOOPBACK}:{port}"
         _start_apiserver(plane, apiserver_bin, etcd_url, port, die_with_parent)
         tls = ssl.create_default_context(cafile=str(plane.ca_file))
         admin = plane.token("admin")
-        _wait_ready(plane, "kube-apiserver", f"{plane.server}/readyz", deadline, context=tls, token=admin,
+        wait_ready(plane, "kube-apiserver", f"{plane.server}/readyz", deadline, context=tls, token=admin,
                     accept=lambda body: body.strip() == "ok")
         # The system namespaces ("default", "kube-system") are created just after start-up.
-        _wait_ready(plane, "kube-apiserver", f"{plane.server}/api/v1/namespaces/default", deadline,
+        wait_ready(plane, "kube-apiserver", f"{plane.server}/api/v1/namespaces/default", deadline,
                     context=tls, token=admin, accept=lambda body: '"name":"default"' in body)
     except BaseException:
         plane.stop()
         raise
     _write_kubeconfig(plane)
-    (workdir / STATE_FILE).write_text(json.dumps(plane.to_state(), indent=2))
+    plane.save_state()
     return plane
 
 
@@ -258,12 +271,14 @@ def _generate_pki(pki: Path) -> None:
         (pki / key).chmod(0o600)
 
 
-def _write_token_file(path: Path) -> dict[str, Identity]:
+def _write_token_file(path: Path, extra: tuple[tuple[str, str, tuple[str, ...]], ...] = ()) -> dict[str, Identity]:
     identities = {
         "admin": Identity("admin", "admin", ("system:masters",), secrets.token_hex(16)),
         "worker": Identity("worker", WORKER_USER, WORKER_GROUPS, secrets.token_hex(16)),
         "nobody": Identity("nobody", "nobody", (), secrets.token_hex(16)),
     }
+    for name, user, groups in extra:
+        identities[name] = Identity(name, user, groups, secrets.token_hex(16))
     # token,user,uid[,"group1,group2"]; no fourth column for no groups (it would mean group "").
     lines = [
         f"{i.token},{i.user},uid-{i.name}" + (f',"{",".join(i.groups)}"' if i.groups else "")
@@ -286,7 +301,9 @@ def _parent_death_signal() -> Callable[[], None]:
     return set_signal
 
 
-def _spawn(plane: ControlPlane, name: str, argv: list[str], die_with_parent: bool) -> None:
+def spawn(plane: ControlPlane, name: str, argv: list[str], die_with_parent: bool) -> None:
+    """Start ``argv`` as process ``name`` of the plane: its own session, output to WORKDIR/NAME.log,
+    SIGKILLed by the kernel if the caller dies (``die_with_parent``)."""
     log_path = plane.workdir / f"{name}.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -306,7 +323,7 @@ def _spawn(plane: ControlPlane, name: str, argv: list[str], die_with_parent: boo
 def _start_etcd(plane: ControlPlane, etcd_bin: Path, die_with_parent: bool) -> str:
     client_port, peer_port = free_port(), free_port()
     client_url, peer_url = f"http://{LOOPBACK}:{client_port}", f"http://{LOOPBACK}:{peer_port}"
-    _spawn(plane, "etcd", [
+    spawn(plane, "etcd", [
         str(etcd_bin),
         "--name=xidpipe-test",
         f"--data-dir={plane.workdir / 'etcd'}",
@@ -325,7 +342,7 @@ def _start_etcd(plane: ControlPlane, etcd_bin: Path, die_with_parent: bool) -> s
 def _start_apiserver(plane: ControlPlane, apiserver_bin: Path, etcd_url: str, port: int,
                      die_with_parent: bool) -> None:
     pki = plane.workdir / "pki"
-    _spawn(plane, "kube-apiserver", [
+    spawn(plane, "kube-apiserver", [
         str(apiserver_bin),
         f"--etcd-servers={etcd_url}",
         f"--bind-address={LOOPBACK}",
@@ -349,14 +366,16 @@ def _start_apiserver(plane: ControlPlane, apiserver_bin: Path, etcd_url: str, po
     ], die_with_parent)
 
 
-def _wait_ready(plane: ControlPlane, name: str, url: str, deadline: float, *, context: ssl.SSLContext | None,
-                token: str | None, accept: Callable[[str], bool]) -> None:
+def wait_ready(plane: ControlPlane, name: str, url: str, deadline: float, *, context: ssl.SSLContext | None,
+               token: str | None, accept: Callable[[str], bool]) -> None:
+    """Poll ``url`` until ``accept(body)``; fail with the log's tail if a process of the plane exits
+    or the deadline passes."""
     last = "no answer yet"
     delay = 0.05
     while True:
         for proc_name, alive in plane.alive().items():
             if not alive:
-                log = _tail(plane.logs[proc_name])
+                log = tail(plane.logs[proc_name])
                 raise ControlPlaneError(f"{proc_name} exited during start-up:\n{log}")
         request = urllib.request.Request(url)
         if token:
@@ -372,13 +391,14 @@ def _wait_ready(plane: ControlPlane, name: str, url: str, deadline: float, *, co
         except (OSError, ssl.SSLError) as exc:
             last = str(exc)
         if time.monotonic() >= deadline:
-            log = _tail(plane.logs[name])
+            log = tail(plane.logs[name])
             raise ControlPlaneError(f"{name} not ready at {url} in time; last: {last}\n{log}")
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
 
 
-def _tail(path: Path, lines: int = 25) -> str:
+def tail(path: Path, lines: int = 25) -> str:
+    """The last lines of a log file (what a start-up error shows)."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -418,18 +438,22 @@ def _terminate(pid: int, proc: subprocess.Popen[bytes] | None) -> None:
 
 def _write_kubeconfig(plane: ControlPlane) -> None:
     """A kubeconfig (JSON is valid YAML) with one context per identity; current: admin."""
+    write_kubeconfig(plane, plane.kubeconfig, tuple(plane.identities), current="admin")
+
+
+def write_kubeconfig(plane: ControlPlane, path: Path, identities: tuple[str, ...], current: str) -> None:
+    """A kubeconfig at ``path`` with a context per identity (named after it); ``current`` is used."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "xidpipe-test",
                       "cluster": {"server": plane.server, "certificate-authority": str(plane.ca_file)}}],
-        "users": [{"name": name, "user": {"token": ident.token}} for name, ident in plane.identities.items()],
-        "contexts": [{"name": name, "context": {"cluster": "xidpipe-test", "user": name}}
-                     for name in plane.identities],
-        "current-context": "admin",
+        "users": [{"name": name, "user": {"token": plane.token(name)}} for name in identities],
+        "contexts": [{"name": name, "context": {"cluster": "xidpipe-test", "user": name}} for name in identities],
+        "current-context": current,
     }
-    plane.kubeconfig.write_text(json.dumps(config, indent=2))
-    plane.kubeconfig.chmod(0o600)
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)
 
 
 def stop_workdir(workdir: Path, keep: bool = False) -> None:

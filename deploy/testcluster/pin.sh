@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Regenerate the two wrapper modules from the versions in versions.env:
-#   kube-apiserver/go.mod  requires k8s.io/kubernetes v$K8S_VERSION and replaces every staging
-#                          module (k8s.io/api, k8s.io/client-go, ...) with its published
-#                          v0.<minor>.<patch>; the list is read from that release's own go.mod.
-#   etcd/go.mod            requires go.etcd.io/etcd/server/v3 v$ETCD_VERSION (its go.mod already
-#                          requires the sibling etcd modules at the same version).
+#   kubernetes/go.mod  requires k8s.io/kubernetes v$K8S_VERSION and replaces every staging
+#                      module (k8s.io/api, k8s.io/client-go, ...) with its published
+#                      v0.<minor>.<patch>; the list is read from that release's own go.mod. Its
+#                      tools: kube-apiserver, kube-scheduler, kube-controller-manager.
+#   etcd/go.mod        requires go.etcd.io/etcd/server/v3 v$ETCD_VERSION (its go.mod already
+#                      requires the sibling etcd modules at the same version).
+# KWOK, Alertmanager, promtool and helm need no wrapper: their release modules have no relative
+# replace lines, so build.sh installs them with `go install PKG@VERSION` (checked against the
+# checksum database) and versions.env is all there is to change.
 # Needs the Go module proxy and jq. Commit the resulting go.mod and go.sum files.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -13,10 +17,10 @@ here="$(cd "$(dirname "$0")" && pwd)"
 export PATH="/usr/local/go/bin:$PATH" GOFLAGS="${GOFLAGS:--p=2}" GOTOOLCHAIN=local
 staging_minor="0.${K8S_VERSION#1.}"
 
-pin_kube_apiserver() {
-  local dir="$here/kube-apiserver" k8s_gomod
+pin_kubernetes() {
+  local dir="$here/kubernetes" k8s_gomod
   rm -f "$dir/go.mod" "$dir/go.sum"
-  (cd "$dir" && go mod init xidpipe.local/testcluster/kube-apiserver >/dev/null 2>&1)
+  (cd "$dir" && go mod init xidpipe.local/testcluster/kubernetes >/dev/null 2>&1)
   k8s_gomod="$(cd "$dir" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | jq -r .GoMod)"
   # Every `replace k8s.io/X => ./staging/src/k8s.io/X` in the release's go.mod becomes
   # `replace k8s.io/X => k8s.io/X v0.<minor>.<patch>` here.
@@ -27,8 +31,9 @@ pin_kube_apiserver() {
         (cd "$dir" && go mod edit -replace="$mod=$mod@v$staging_minor")
       done
   (cd "$dir" && go mod edit -go=1.26.0 -require="k8s.io/kubernetes@v$K8S_VERSION" \
-     -tool=k8s.io/kubernetes/cmd/kube-apiserver && go mod tidy)
-  echo "kube-apiserver: k8s.io/kubernetes v$K8S_VERSION, $(grep -c '=> k8s.io/' "$dir/go.mod") staging replaces at v$staging_minor"
+     -tool=k8s.io/kubernetes/cmd/kube-apiserver -tool=k8s.io/kubernetes/cmd/kube-scheduler \
+     -tool=k8s.io/kubernetes/cmd/kube-controller-manager && go mod tidy)
+  echo "kubernetes: k8s.io/kubernetes v$K8S_VERSION, $(grep -c '=> k8s.io/' "$dir/go.mod") staging replaces at v$staging_minor"
 }
 
 pin_etcd() {
@@ -41,6 +46,6 @@ pin_etcd() {
   echo "etcd: go.etcd.io/etcd/server/v3 v$ETCD_VERSION"
 }
 
-mkdir -p "$here/kube-apiserver" "$here/etcd"
-pin_kube_apiserver
+mkdir -p "$here/kubernetes" "$here/etcd"
+pin_kubernetes
 pin_etcd
