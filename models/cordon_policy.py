@@ -13,6 +13,8 @@ only needs the keys it changes. See `docs/configuration.md` and `deploy/policy.e
 - `breaker`: the circuit breaker that stops a fleet-wide fault (a driver bug, a rack) from
   cordoning the fleet.
 - `drain`: optional eviction of the pods that use the faulty GPU (off by default).
+- `remediation`: what follows the cordon: the remediation ladder, budgets, validation
+  (`models.remediation_policy`; off by default, and a dry run when turned on).
 - `dry_run`: decide and record, change nothing.
 """
 
@@ -22,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from models.remediation_policy import RemediationPolicy
 from models.vocabulary import FAMILIES, VERDICTS, Category, Family, ImmediateAction, values
 
 RuleAction = Literal["cordon_now", "cordon_after", "never"]
@@ -180,6 +183,7 @@ class CordonPolicy(_Strict):
     scope: Scope = Field(default_factory=Scope)
     breaker: Breaker = Field(default_factory=Breaker)
     drain: Drain = Field(default_factory=Drain)
+    remediation: RemediationPolicy = Field(default_factory=RemediationPolicy)
 
     def longest_window_s(self) -> float:
         """The longest `cordon_after` window: how far back an incident's occurrences can matter (0: none)."""
