@@ -7,6 +7,7 @@
 | `condition` | cordon, resume | after | joins the decision's | `ConditionWriter.set_condition` |
 | `event` | cordon, resume | after | joins the decision's | `EventWriter.emit_event` |
 | `evict` (the drain, when `drain.enabled`) | cordon | after | its own | `PodPort.read_pod`, `node_pods`, `evict` |
+| `remediate` (when `remediation.enabled`) | cordon, resume | after | its own | `RemediationIntake.open_remediation` |
 
 A new step is one module here (its port and its class) and one line in `STEPS`; the executor
 (`respond.cordon.executor`) runs `plan(trigger, policy)`, and `xidpipe replay` lists it for each
@@ -16,13 +17,13 @@ decision, without naming any step.
 from __future__ import annotations
 
 from models.cordon_policy import CordonPolicy
-from respond.cordon.steps import condition, cordon, drain, event, repeat
+from respond.cordon.steps import condition, cordon, drain, event, remediate, repeat
 from respond.cordon.steps.base import NAME_MAX, RESERVED, Step, StepContext, StepRecord, Trigger, trigger_of
 
 __all__ = ["STEPS", "Step", "StepContext", "StepRecord", "Trigger", "plan", "register", "trigger_of",
            "unregister"]
 
-STEPS: list[Step] = [cordon.STEP, repeat.STEP, condition.STEP, event.STEP, drain.STEP]
+STEPS: list[Step] = [cordon.STEP, repeat.STEP, condition.STEP, event.STEP, drain.STEP, remediate.STEP]
 
 
 def plan(trigger: Trigger, policy: CordonPolicy) -> list[Step]:
