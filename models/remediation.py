@@ -23,6 +23,7 @@ The ladder, in order (docs/remediation.md):
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from models.catalog import RECOVERY_ACTIONS
-from models.cordon import CordonRequest, pool_allowance
+from models.cordon import CordonRequest
 from models.cordon_policy import CordonPolicy
 from models.remediation_policy import Ladder, RemediationPolicy, Remedy, Trigger
 from models.vocabulary import Family, ImmediateAction, RecoveryAction, RemediationAction
@@ -255,12 +256,14 @@ def decide_remediation(s: RemediationSubject, history: Sequence[Attempt], policy
 def admission(in_flight: int, in_flight_pool: int, pool: str, pool_nodes: int,
               policy: CordonPolicy) -> tuple[bool, str]:
     """May one more loop leave the queue? Remediations in flight are capped across the cluster
-    (`budgets.max_in_flight`) and per pool by the breaker's share of its nodes."""
+    (`budgets.max_in_flight`) and per pool by a share of its nodes (the breaker's, unless
+    `budgets.max_pool_share` sets one of its own; at least the breaker's `min_nodes`)."""
     cap = policy.remediation.budgets.max_in_flight
     if in_flight >= cap:
         return False, f"{in_flight} remediations in flight: the cap is {cap}"
-    allowed = pool_allowance(policy, pool_nodes)
+    share = policy.remediation.budgets.max_pool_share or policy.breaker.max_pool_share
+    allowed = max(policy.breaker.min_nodes, math.floor(share * pool_nodes + 1e-9))
     if in_flight_pool >= allowed:
-        return False, (f"pool '{pool}' has {in_flight_pool} of {pool_nodes} nodes in remediation: the breaker's share "
-                       f"allows {allowed}")
+        return False, (f"pool '{pool}' has {in_flight_pool} of {pool_nodes} nodes in remediation: its share "
+                       f"({share:.0%}) allows {allowed}")
     return True, f"slot {in_flight_pool + 1} of {allowed} in pool '{pool}', {in_flight + 1} of {cap} in the cluster"

@@ -93,8 +93,10 @@ class Budgets(_Strict):
     per_card: Window = Field(default_factory=lambda: Window(attempts=2, window_s=7 * 86400.0),
                              description="per card (serial, else UUID): 2 a week")
     max_in_flight: int = Field(
-        default=20, ge=1, description="remediations past the queue at once across the cluster; per pool the "
-        "breaker's share (`breaker.max_pool_share`, at least `breaker.min_nodes`) applies too")
+        default=20, ge=1, description="remediations past the queue at once across the cluster")
+    max_pool_share: float | None = Field(
+        default=None, gt=0, le=1, description="remediations past the queue at once per pool, as a share of its "
+        "nodes (at least `breaker.min_nodes`); None: the breaker's share (`breaker.max_pool_share`)")
 
 
 class RemediationDrain(_Strict):

@@ -33,6 +33,9 @@ from respond.cordon_lane import CordonLane, CordonOffer
 from respond.dossier_builder import action_items, build_dossier
 from respond.lifecycle import cordoned, record_lifecycle_step
 from respond.observe import ResponderEndpoint, observe_request
+from respond.remediation.loop import Remediator
+from respond.remediation.notify import TransitionNotifier
+from respond.remediation.runtime import build_remediator
 from respond.settings import RespondSettings
 from respond.sinks.build import Sinks
 from respond.sinks.model import IncidentNotice
@@ -87,6 +90,9 @@ class Responder:
     # Incidents whose ticket should show a cordon action: refreshed in the ticket lane, never the cordon's.
     ticket_refresh: list[str] = field(default_factory=list)
     metrics: ResponderMetrics = field(default_factory=ResponderMetrics)
+    # The remediation loops after the cordon (`respond.remediation`), when the policy turns them on.
+    remediator: Remediator | None = None
+    notifier: TransitionNotifier | None = None
     cordons: CordonLane = field(init=False)
 
     def __post_init__(self) -> None:
@@ -227,6 +233,10 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     bg = [asyncio.create_task(responder.drain_tickets(stop, sinks.ticket_drain_interval_s)),
           asyncio.create_task(sinks.chat.run(stop, sinks.chat_flush_interval_s)),
           asyncio.create_task(responder.cordons.run(stop, settings.cordon_pending_interval_s))]
+    if responder.remediator is not None:
+        bg.append(asyncio.create_task(run_remediation(responder.remediator, stop, settings.remediation_interval_s)))
+    if responder.notifier is not None:
+        bg.append(asyncio.create_task(responder.notifier.run(stop, settings.remediation_interval_s)))
 
     async def handle_one(tp: Any, msg: Any, body: dict[str, Any] | None, why: str) -> None:
         observe_request(responder.metrics, msg, body)
@@ -287,6 +297,17 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
             await consumer.stop()
             await producer.stop()
             endpoint.stop()
+
+
+async def run_remediation(remediator: Remediator, stop: asyncio.Event, interval_s: float) -> None:
+    """The remediator's passes (`Remediator.tick`, in a thread: it calls the cluster) until `stop` is set."""
+    while not stop.is_set():
+        try:
+            await asyncio.to_thread(remediator.tick)
+        except Exception:
+            log.exception("remediation pass failed; retrying in %.1f s", interval_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval_s)
 
 
 async def _start_clients(settings: RespondSettings) -> tuple[Any, Any]:
@@ -357,5 +378,11 @@ def build_responder(settings: RespondSettings, executor: CordonExecutor, sinks: 
     if sinks.store.engine.url != engine.url:
         upgrade(sinks.store.engine)
     sinks.adopt()
-    return Responder(engine, executor, sinks, cluster=settings.cluster, cluster_api=cluster_api,
-                     retry=RetryBackoff(initial_s=settings.cordon_retry_initial_s, max_s=settings.cordon_retry_max_s))
+    responder = Responder(engine, executor, sinks, cluster=settings.cluster, cluster_api=cluster_api,
+                          retry=RetryBackoff(initial_s=settings.cordon_retry_initial_s,
+                                             max_s=settings.cordon_retry_max_s))
+    responder.remediator = build_remediator(executor, service_account=settings.actions.remediation_service_account,
+                                            metrics=responder.metrics)
+    if responder.remediator is not None:
+        responder.notifier = TransitionNotifier(responder.remediator.store, sinks)
+    return responder

@@ -49,6 +49,9 @@ class RespondSettings(KafkaClientSecurity, ServiceSettings):
     cordon_pending_interval_s: float = Field(
         default=1.0, gt=0, description="how often due cordon retries are run and the breaker is checked for a "
         "reset (held cordons are offered again within this long of `xidpipe breaker reset`)")
+    remediation_interval_s: float = Field(
+        default=2.0, gt=0, description="how often the remediation loops are advanced (each pass reads each open "
+        "loop's node and Jobs once) and their transitions told")
     metrics_host: str = Field(default="127.0.0.1", description="address of /metrics, /healthz and /readyz "
                               "(the chart binds the pod's IP)")
     metrics_port: int | None = Field(default=9466, description="port of /metrics, /healthz and /readyz; None: off")

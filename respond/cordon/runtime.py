@@ -33,12 +33,28 @@ def build_executor(settings: ActionSettings, policy: CordonPolicy | None = None,
     policy file is loaded and validated here (PolicyError if bad).
 
     `api`: the Kubernetes API client to act through; `api_client(settings)` when not given (None:
-    no cluster, every decision is recorded as a dry run)."""
+    no cluster, every decision is recorded as a dry run). With the policy's remediation on, the node
+    adapter is the remediation loop's too (`respond.remediation.kube_jobs`) and the executor opens loops
+    through its `remediate` step (`respond.remediation.intake`; it needs the database)."""
     policy = policy or load_policy(settings.policy_file)
     api = api or api_client(settings)
-    nodes = None
-    if api is not None:
+    remediating = policy.remediation.enabled
+    nodes: KubeNodes | None = None
+    if api is not None and remediating:
+        from respond.remediation.kube_jobs import KubeRemediation
+
+        nodes = KubeRemediation(api, namespace=settings.remediation_namespace,
+                                reporting_instance=settings.reporting_instance,
+                                backoff=Backoff(deadline_s=settings.api_deadline_s))
+    elif api is not None:
         nodes = KubeNodes(api, reporting_instance=settings.reporting_instance,
                           backoff=Backoff(deadline_s=settings.api_deadline_s))
-    return CordonExecutor(policy, store_from(settings, database_url), nodes, dry_run=settings.dry_run,
-                          conflict_retries=settings.conflict_retries)
+    store = store_from(settings, database_url)
+    ports: list[object] = []
+    if remediating and isinstance(store, SqlActionStore):  # the loops live in the database beside the record
+        from history.remediation_store import RemediationStore
+        from respond.remediation.intake import Intake
+
+        ports.append(Intake(RemediationStore(store.engine), policy))
+    return CordonExecutor(policy, store, nodes, dry_run=settings.dry_run, conflict_retries=settings.conflict_retries,
+                          ports=ports)

@@ -208,6 +208,14 @@ def test_admission_caps_remediations_in_flight(in_flight: int, in_pool: int, poo
     assert ok is admitted and words in why
 
 
+def test_a_pool_share_of_its_own_caps_remediations_below_the_breakers() -> None:
+    policy = CordonPolicy(breaker=Breaker(max_pool_share=1.0, max_per_hour=1000),
+                          remediation=RemediationPolicy(budgets=Budgets(max_pool_share=0.02)))
+    assert admission(9, 9, "cap", 500, policy)[0]
+    ok, why = admission(10, 10, "cap", 500, policy)
+    assert not ok and "(2%) allows 10" in why
+
+
 def test_the_ladder_validates_like_the_rest_of_the_policy() -> None:
     with pytest.raises(ValueError, match="immediate_actions"):
         CordonPolicy.model_validate({"remediation": {"ladder": {"reset_gpu": {"immediate_actions": ["REBOOT_PLS"]}}}})
