@@ -17,6 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from history.remediation_tables import (
     gpu_rma_table,
@@ -354,6 +355,46 @@ class RemediationStore:
             q = q.where(gpu_rma_table.c.card == card)
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
+
+
+def _iso(value: datetime | None) -> str | None:
+    at = _utc(value)
+    return at.isoformat() if at is not None else None
+
+
+def loop_dict(loop: LoopRow, attempts: Sequence[AttemptRow] = (), transitions: Sequence[TransitionRow] = (),
+              now: datetime | None = None) -> dict[str, Any]:
+    """A loop as the CLI, the API and the pages show it: its state, its attempts, its transitions."""
+    now = now or _now()
+    details = {k: v for k, v in loop.details.items() if k != "cluster_evidence"}
+    return {
+        "loop_id": loop.loop_id, "incident_id": loop.incident_id, "node": loop.node, "gpu": loop.gpu,
+        "card": loop.card, "pool": loop.pool, "family": loop.family, "stage": loop.stage, "remedy": loop.remedy,
+        "via": loop.via, "reason": loop.reason, "dry_run": loop.dry_run, "paused": loop.paused,
+        "paused_by": loop.paused_by, "cancel_requested": loop.cancel_requested, "final": loop.final,
+        "stuck": not loop.final and now > (_utc(loop.deadline_at) or now), "opened_at": _iso(loop.opened_at),
+        "stage_since": _iso(loop.stage_since), "deadline_at": _iso(loop.deadline_at),
+        "closed_at": _iso(loop.closed_at), "details": details,
+        "attempts": [{"kind": a.kind, "seq": a.seq, "via": a.via, "job": a.job_name, "outcome": a.outcome,
+                      "validated": a.validated, "reason": a.reason, "reserved_at": _iso(a.reserved_at),
+                      "finished_at": _iso(a.finished_at)} for a in attempts],
+        "transitions": [{"from": t.from_stage, "to": t.to_stage, "at": _iso(t.at), "actor": t.actor,
+                         "reason": t.reason} for t in transitions],
+    }
+
+
+def describe(store: RemediationStore, loop: LoopRow) -> dict[str, Any]:
+    return loop_dict(loop, store.attempts(loop.loop_id), store.transitions(loop.loop_id))
+
+
+def incident_remediation(s: Session, incident_id: str) -> list[dict[str, Any]]:
+    """The remediation loops of an incident, described (nothing when the tables are not there yet)."""
+    bind = s.get_bind()
+    engine = bind if isinstance(bind, sa.Engine) else bind.engine
+    if not sa.inspect(s.connection()).has_table("remediation_loops"):
+        return []
+    store = RemediationStore(engine)
+    return [describe(store, loop) for loop in reversed(store.loops(incident_id=incident_id))]
 
 
 def stuck(loops: Sequence[LoopRow], now: datetime) -> list[LoopRow]:

@@ -1,5 +1,8 @@
 """`xidpipe node release NODE`: lift xidpipe's cordon, taint and GPUHealthy condition, recording who and why.
 
+It returns the node to service as the remediation loop does (`respond.remediation.returns`): the hooks
+of what else held the node run after the release, and a remediation loop of the node is cancelled.
+
 xidpipe releases only cordons it set (the node carries `xidpipe.io/cordoned-at`); any other cordon
 is refused with the reason. With no cluster configured the command is refused (exit 2), unless
 `--dry-run` asks for a recorded dry run. Exit status: 0 released (or a dry run), 2 no cluster or a
@@ -37,6 +40,7 @@ def register(sub: Any) -> None:
 def run_release(args: argparse.Namespace) -> int:
     from models.cordon_policy import PolicyError
     from respond.cordon.runtime import api_client, build_executor
+    from respond.remediation.returns import return_to_service
     from service.config import ServiceSettings
     from xidpipe.commands.startup import load, start_logging, wait_for_kube
 
@@ -55,7 +59,9 @@ def run_release(args: argparse.Namespace) -> int:
             raise
         raise UsageError(f"cannot load the cluster configuration: {exc}") from None
     by = args.by or getpass.getuser()
-    result = executor.release(args.node, by=by, reason=args.reason, incident_id=args.incident)
+    # The same return to service as the remediation loop's: the release, then what else held the node
+    # (GPU quarantine's rules); a remediation loop of the node sees the release and stops.
+    result = return_to_service(executor, args.node, by=by, reason=args.reason, incident_id=args.incident)
     if result.outcome == "refused":
         raise Refused(f"refused: {result.reason}")
     if result.outcome == "failed":
