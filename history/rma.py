@@ -41,11 +41,18 @@ def close_replaced(s: Session, events: Iterable[LedgerEvent]) -> int:
 
 def record_ledger_event(engine: sa.Engine, loop: Any, kind: str, reason: str, at: datetime) -> bool:
     """The ledger's record of what a remediation loop did to its card: `repaired` (returned to service after
-    validation) or `rma`; nothing for a loop without a card (no GPU UUID known)."""
+    validation) or `rma`, once per loop; nothing for a loop without a card (no GPU UUID known). True when
+    recorded now."""
     if not loop.card:
         return False
+    mark = f"remediation loop {loop.loop_id})"
     with Session(engine) as s, s.begin():
+        done = s.scalar(sa.select(GpuLedgerEvent.id).where(
+            GpuLedgerEvent.card == loop.card, GpuLedgerEvent.kind == kind,
+            GpuLedgerEvent.reason.endswith(mark, autoescape=True)).limit(1))
+        if done is not None:  # recorded before a crash: once per loop and kind
+            return False
         s.add(GpuLedgerEvent(kind=kind, at=at, card=loop.card, node=loop.node,
                              pci_slot=str(loop.details.get("pci") or ""),
-                             reason=f"{reason} (incident {loop.incident_id}, remediation loop {loop.loop_id})"))
+                             reason=f"{reason} (incident {loop.incident_id}, {mark}"))
     return True

@@ -230,10 +230,11 @@ class Execution:
             if result.outcome != "done":
                 raise TemporaryError(f"release of {loop.node}: {result.outcome}: {result.reason}")
         run_return_hooks(Returned(node=loop.node, incident_id=loop.incident_id, gpu=loop.gpu, by=by, reason=why))
+        # Before the final stage, each once (a pass after a crash here does them again and changes nothing).
+        record_lifecycle_step(self.store.engine, loop.incident_id, "repaired", why, at=now)
+        record_ledger_event(self.store.engine, loop, "repaired", why, now)
         moved = self._move(loop, Stage.RETURNED, why, now)
         if moved is not None:
-            record_lifecycle_step(self.store.engine, loop.incident_id, "repaired", why, at=now)
-            record_ledger_event(self.store.engine, loop, "repaired", why, now)
             self._repair_time(loop, now)
         return moved
 
@@ -241,13 +242,12 @@ class Execution:
                 inputs: LoopInputs | None = None) -> LoopRow | None:
         """A final stage other than the return: RMA (the card marked in the ledger) or people; the node stays
         cordoned."""
-        moved = self._move(loop, stage, reason, now)
-        if moved is not None and stage == Stage.RMA:
+        if stage == Stage.RMA:  # before the final stage, each once (see _returning)
             pci = (inputs.pci if inputs else "") or str(loop.details.get("pci") or "")
-            self.store.open_rma(moved, pci, reason, now)
+            self.store.open_rma(loop, pci, reason, now)
             record_lifecycle_step(self.store.engine, loop.incident_id, "rma", reason, at=now)
-            record_ledger_event(self.store.engine, moved, "rma", reason, now)
-        return moved
+            record_ledger_event(self.store.engine, loop, "rma", reason, now)
+        return self._move(loop, stage, reason, now)
 
     def _repair_time(self, loop: LoopRow, now: datetime) -> None:
         metrics = getattr(self, "metrics", None)

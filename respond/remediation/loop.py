@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -138,16 +139,21 @@ class Remediator(Execution):
         return decide_remediation(inputs.subject, history, rp, now, loop_id=loop.loop_id)
 
     def _move(self, loop: LoopRow, stage: Stage, reason: str, now: datetime, **updates: Any) -> LoopRow | None:
-        """Write the loop's new stage (None when another writer moved it first), then show it on the node."""
+        """Write the loop's new stage (None when another writer moved it first) and show it on the node: a
+        final stage is shown first (no pass comes after it to show it again after a crash), another after."""
+        final = stage in FINAL_STAGES
+        if final:
+            self._show(replace(loop, stage=str(stage), reason=reason), now)
         changed = self.store.change(loop, stage=str(stage), reason=reason, at=now, **updates)
         if changed is None:
             return None
         log.info("remediation loop %s: %s → %s: %s", loop.loop_id, loop.stage, stage, reason, extra=self._ctx(changed))
         if self.metrics is not None:
             self.metrics.remediation_transitions.labels(str(stage)).inc()
-            if stage in FINAL_STAGES:
+            if final:
                 self.metrics.remediation_outcomes.labels(str(stage)).inc()
-        self._show(changed, now)
+        if not final:
+            self._show(changed, now)
         return changed
 
     def _note(self, loop: LoopRow, reason: str, now: datetime,
