@@ -10,6 +10,7 @@ adapter already has (nodes, nodes/status patch, pods and evictions).
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from models.cordon import ANN_RELEASED_BY, PodRef
+from models.cordon import ANN_CORDONED_AT, ANN_INCIDENT, ANN_RELEASED_BY, PodRef
 from models.remediation_jobs import ANN_HANDOFF_RESULT, MESSAGE_MAX
 from models.remediation_loop import JobPhase, JobState, NodeState
 from respond.cluster_evidence import describe_node, describe_pod
@@ -64,6 +65,23 @@ class KubeRemediation(KubeNodes):
         for c in status.conditions or []:
             self._conditions[(name, c.type)] = (c.status, c.reason or "", c.message or "")
         return state, read
+
+    def node_states(self) -> dict[str, NodeState]:
+        """Every node as the loop looks at it, from one list (raw JSON: a pass over many loops reads the
+        cluster once instead of once per loop)."""
+        response = self._call("list nodes", self.core.list_node, _preload_content=False)
+        out: dict[str, NodeState] = {}
+        for n in json.loads(response.data).get("items") or []:
+            meta, spec, status = n.get("metadata") or {}, n.get("spec") or {}, n.get("status") or {}
+            annotations = meta.get("annotations") or {}
+            mine = ANN_CORDONED_AT in annotations and bool(spec.get("unschedulable"))
+            conditions = status.get("conditions") or []
+            out[str(meta.get("name"))] = NodeState(
+                exists=True, cordoned_for=annotations.get(ANN_INCIDENT) if mine else None,
+                released_by=annotations.get(ANN_RELEASED_BY), boot_id=(status.get("nodeInfo") or {}).get("bootID", ""),
+                ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+                handoff_result=annotations.get(ANN_HANDOFF_RESULT))
+        return out
 
     def set_node_condition(self, name: str, kind: str, status: str, reason: str, message: str, at: datetime) -> bool:
         """Set the node condition `kind` unless it says the same already; whether it was written."""

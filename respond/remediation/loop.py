@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 Stage = RemediationStage
 ACTOR = "xidpipe-remediation"
 STEPS_PER_PASS = 8  # stages one loop may pass through in one pass (each re-reads the node)
+SNAPSHOT_FROM = 20  # from this many loops on, a pass lists the nodes once instead of reading each
 REASONS: dict[str, str] = {
     "queued": "Queued", "evidence": "CollectingEvidence", "draining": "Draining", "executing": "Remediating",
     "validating": "Validating", "returning": "Returning", "returned": "ReturnedToService", "rma": "RMA",
@@ -74,6 +75,7 @@ class Remediator(Execution):
         self.metrics = metrics
         self.webhook = webhook
         self._pools: dict[str, int] = {}  # pool sizes, listed once per pass
+        self._full: set[str] = set()  # pools without a slot this pass ('' : the cluster's cap is reached)
 
     @property
     def policy(self) -> CordonPolicy:
@@ -84,10 +86,12 @@ class Remediator(Execution):
     def tick(self) -> int:
         """One pass over every loop that is neither final nor paused; how many transitions it made."""
         made = 0
-        self._pools = {}
-        for loop in self.store.due():
+        self._pools, self._full = {}, set()
+        due = self.store.due()
+        snapshot = self.cluster.node_states() if len(due) >= SNAPSHOT_FROM else {}
+        for loop in due:
             try:
-                made += self.advance(loop)
+                made += self.advance(loop, snapshot.get(loop.node) if snapshot else None)
             except ActionError as exc:  # the cluster refused or is unreachable: the next pass tries again
                 log.warning("remediation loop %s: %s", loop.loop_id, exc, extra=self._ctx(loop))
             except Exception:
@@ -95,12 +99,13 @@ class Remediator(Execution):
         self.gauges()
         return made
 
-    def advance(self, loop: LoopRow) -> int:
-        """Take `loop` as far as it goes now; how many changes were written."""
+    def advance(self, loop: LoopRow, node: NodeState | None = None) -> int:
+        """Take `loop` as far as it goes now (`node`: its node as a pass read it, for the first step); how
+        many changes were written."""
         made = 0
         current = loop
         while not current.final and not current.paused and made < STEPS_PER_PASS:
-            nxt = self._step(current)
+            nxt = self._step(current, node if made == 0 else None)
             if nxt is None:
                 break
             made += 1
@@ -109,9 +114,10 @@ class Remediator(Execution):
             current = nxt
         return made
 
-    def _step(self, loop: LoopRow) -> LoopRow | None:
+    def _step(self, loop: LoopRow, node: NodeState | None = None) -> LoopRow | None:
         now = self.clock()
-        node, _ = self.cluster.node_state(loop.node)
+        if node is None:
+            node, _ = self.cluster.node_state(loop.node)
         if loop.stage != Stage.RETURNING:
             why = cancelled(node, loop.incident_id, loop.cancel_requested)
             if why is not None:
@@ -200,6 +206,9 @@ class Remediator(Execution):
     # --- the stages before the remedy -------------------------------------------------------------
 
     def _queued(self, loop: LoopRow, node: NodeState, now: datetime) -> LoopRow | None:
+        planned = str((loop.details.get("decision") or {}).get("action") or "")
+        if planned not in ("rma", "none") and ("" in self._full or loop.pool in self._full):
+            return None  # no slot this pass: asked again at the next
         inputs = self._inputs(loop)
         decision = self._decide(loop, inputs, now)
         final = final_stage(decision)
@@ -212,6 +221,8 @@ class Remediator(Execution):
             ok, why = admission(self.store.in_flight(), self.store.in_flight(loop.pool), loop.pool, pool_nodes,
                                 self.policy)
             if not ok:
+                self._full.add("" if self.store.in_flight() >= self.policy.remediation.budgets.max_in_flight
+                               else loop.pool)
                 return self._note(loop, f"queued: {why}", now)
             return self._move(loop, Stage.EVIDENCE, f"{why}; next: {decision.action}: {decision.reason}", now,
                               remedy=decision.remedy, via=str(decision.action), attempt=1,

@@ -21,6 +21,10 @@ class LoopCluster(Protocol):
         """The node as the loop looks at it (boot ID, Ready, whose cordon), and as the cordon reads it."""
         ...
 
+    def node_states(self) -> dict[str, NodeState]:
+        """Every node, read at once (a pass over many loops)."""
+        ...
+
     def annotate(self, name: str, annotations: dict[str, str]) -> None:
         """Set xidpipe.io/ annotations of the node (the hand-off request, the loop's stage)."""
         ...

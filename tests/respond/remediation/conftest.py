@@ -179,7 +179,7 @@ class Loops:
 def make_loops(remediation_cluster: client.ApiClient, engine: sa.Engine) -> Iterator[Callable[..., Loops]]:
     made: list[KubeRemediation] = []
 
-    def factory(pol: CordonPolicy, **kw: Any) -> Loops:
+    def factory(pol: CordonPolicy, engine: sa.Engine = engine, **kw: Any) -> Loops:
         nodes = KubeRemediation(remediation_cluster, namespace=NS, reporting_instance="xidpipe-test")
         made.append(nodes)
         store = RemediationStore(engine)
