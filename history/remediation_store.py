@@ -25,6 +25,8 @@ from history.remediation_tables import (
     remediation_loops_table,
     remediation_transitions_table,
 )
+from history.tables import Incident
+from models.ledger import card_key
 from models.remediation import Attempt
 from models.vocabulary import FINAL_STAGES, RemediationStage
 
@@ -332,6 +334,32 @@ class RemediationStore:
         if ids:
             with self.engine.begin() as conn:
                 conn.execute(transitions_t.update().where(transitions_t.c.id.in_(ids)).values(told_at=at or _now()))
+
+    # --- reliability ------------------------------------------------------------------------------
+
+    def repairs(self, since: datetime) -> list[tuple[str, str, datetime, datetime]]:
+        """(node, card, the incident's first fault, returned) of the loops that returned a node since `since`."""
+        q = (sa.select(loops_t.c.node, loops_t.c.card, Incident.first_seen, loops_t.c.closed_at)
+             .join(Incident, Incident.incident_id == loops_t.c.incident_id)
+             .where(loops_t.c.stage == str(RemediationStage.RETURNED), loops_t.c.closed_at >= since))
+        with self.engine.connect() as conn:
+            return [(str(n), str(c), _utc(f) or since, _utc(r) or since) for n, c, f, r in conn.execute(q)]
+
+    def incident_starts(self, since: datetime) -> tuple[dict[str, list[datetime]], dict[str, list[datetime]]]:
+        """When each node's and each card's incidents began since `since` (hardware ones: not applications or
+        fleets), for the mean time between incidents."""
+        q = (sa.select(Incident.node, Incident.serial, Incident.gpu_uuid, Incident.first_seen)
+             .where(Incident.first_seen >= since, Incident.component.in_(("gpu", "nvswitch", "node")),
+                    Incident.category != "application"))
+        nodes: dict[str, list[datetime]] = {}
+        cards: dict[str, list[datetime]] = {}
+        with self.engine.connect() as conn:
+            for node, serial, gpu_uuid, first in conn.execute(q):
+                at = _utc(first) or since
+                nodes.setdefault(str(node), []).append(at)
+                if gpu_uuid:
+                    cards.setdefault(card_key(serial, gpu_uuid), []).append(at)
+        return nodes, cards
 
     # --- RMA --------------------------------------------------------------------------------------
 

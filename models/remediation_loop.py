@@ -177,7 +177,8 @@ def validation_outcome(job: JobState, new_fault: str | None, started_at: datetim
         if job.phase == "failed" and diag.passed:
             return Outcome("failed", f"the validation Job failed ({job.reason or 'exit status'}) although its output "
                                      "reads as a pass"), diag
-        return Outcome("failed", f"dcgmi diag -r {policy.validation.level} failed: {diag.summary}"), diag
+        found = f" ({'; '.join(diag.findings[:3])})" if diag.findings else ""
+        return Outcome("failed", f"dcgmi diag -r {policy.validation.level} failed: {diag.summary}{found}"), diag
     if _age(started_at, now) > policy.validation.deadline_s:
         return Outcome("failed", f"validation did not finish within {policy.validation.deadline_s:.0f} s"), None
     if new_fault:

@@ -24,7 +24,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 from history.remediation_inputs import LoopInputs, loop_inputs, node_capture_stored
 from history.remediation_store import LoopRow, RemediationStore, Reservation
 from models.cordon_policy import CordonPolicy
+from models.reliability import mean_time_between, mean_time_to_repair
 from models.remediation import RemediationDecision, admission, decide_remediation
 from models.remediation_jobs import ANN_STAGE, CONDITION_TYPE, JobParams, job_manifest, job_name
 from models.remediation_loop import NodeState, cancelled, drain_outcome, evidence_outcome, final_stage
@@ -50,6 +51,8 @@ Stage = RemediationStage
 ACTOR = "xidpipe-remediation"
 STEPS_PER_PASS = 8  # stages one loop may pass through in one pass (each re-reads the node)
 SNAPSHOT_FROM = 20  # from this many loops on, a pass lists the nodes once instead of reading each
+RELIABILITY_EVERY_S = 300.0  # MTTR and MTBI per node and card are read from the history this often
+RELIABILITY_DAYS = 90
 REASONS: dict[str, str] = {
     "queued": "Queued", "evidence": "CollectingEvidence", "draining": "Draining", "executing": "Remediating",
     "validating": "Validating", "returning": "Returning", "returned": "ReturnedToService", "rma": "RMA",
@@ -76,6 +79,7 @@ class Remediator(Execution):
         self.webhook = webhook
         self._pools: dict[str, int] = {}  # pool sizes, listed once per pass
         self._full: set[str] = set()  # pools without a slot this pass ('' : the cluster's cap is reached)
+        self._reliability_at: datetime | None = None
 
     @property
     def policy(self) -> CordonPolicy:
@@ -333,3 +337,22 @@ class Remediator(Execution):
         now = self.clock()
         overdue = sum(1 for lp in self.store.loops(active=True, limit=10_000) if now > lp.deadline_at)
         self.metrics.remediation_overdue.set(overdue)
+        if self._reliability_at is None or (now - self._reliability_at).total_seconds() >= RELIABILITY_EVERY_S:
+            self._reliability_at = now
+            self.reliability(now)
+
+    def reliability(self, now: datetime) -> None:
+        """MTTR and MTBI per node and per card over the last `RELIABILITY_DAYS` (gauges, replaced whole)."""
+        assert self.metrics is not None
+        since = now - timedelta(days=RELIABILITY_DAYS)
+        repairs = self.store.repairs(since)
+        node_starts, card_starts = self.store.incident_starts(since)
+        m = self.metrics
+        for gauge, values, label in (
+                (m.node_mttr, mean_time_to_repair((n, f, r) for n, _, f, r in repairs), "node"),
+                (m.card_mttr, mean_time_to_repair((c, f, r) for _, c, f, r in repairs), "card"),
+                (m.node_mtbi, mean_time_between(node_starts), "node"), (m.card_mtbi, mean_time_between(card_starts),
+                                                                        "card")):
+            gauge.clear()
+            for key, seconds in values.items():
+                gauge.labels(**{label: key}).set(seconds)
