@@ -16,6 +16,7 @@ from history.tables import FaultEvent, GpuLedgerEvent, Incident
 from models.cordon import ANN_CORDONED_AT
 from models.ledger import GpuSighting
 from models.remediation_jobs import CONDITION_TYPE
+from respond.remediation.returns import Returned, on_return, remove_return_hook
 from tests.cluster import kwok_pod, wait_for
 from tests.kube import unique
 from tests.respond.remediation.conftest import (
@@ -37,7 +38,7 @@ def condition(core: client.CoreV1Api, node: str, kind: str) -> client.V1NodeCond
 
 def test_xid_79_is_drained_rebooted_once_validated_and_returned_then_rma_on_the_third_fault(
         make_loops, kwok_node, hosts: Hosts, cluster_core: client.CoreV1Api, cluster_admin_client: client.ApiClient,
-        cluster_namespace: str) -> None:
+        cluster_namespace: str, request: pytest.FixtureRequest) -> None:
     loops = make_loops(policy())
     node = kwok_node().metadata.name
     boot = cluster_core.read_node(node).status.node_info.boot_id
@@ -49,6 +50,10 @@ def test_xid_79_is_drained_rebooted_once_validated_and_returned_then_rma_on_the_
     with Session(loops.engine) as s:  # the ledger knows the card in its slot
         apply_inventory(s, node, datetime(2026, 1, 1, tzinfo=UTC), [GpuSighting(uuid, pci, serial)])
         s.commit()
+
+    returned: list[Returned] = []  # what GPU quarantine's hook would be told
+    on_return(returned.append)
+    request.addfinalizer(lambda: remove_return_hook(returned.append))
 
     first = seed_incident(loops.engine, node, gpu_uuid=uuid, serial=serial,
                           pods=[f"{cluster_namespace}/{trainer.metadata.name}/main"])
@@ -75,6 +80,7 @@ def test_xid_79_is_drained_rebooted_once_validated_and_returned_then_rma_on_the_
     assert validation["passed"] and validation["version"] == "3.1.0"
     with Session(loops.engine) as s:
         assert s.get(Incident, first).lifecycle == "repaired"
+    assert [(r.node, r.incident_id, r.gpu) for r in returned] == [(node, first, uuid)]
 
     second = seed_incident(loops.engine, node, gpu_uuid=uuid, serial=serial, previous=first)
     loop2 = loops.offer(second)
