@@ -206,3 +206,39 @@ def test_dry_run_decides_and_records_every_step_and_changes_nothing(
     assert condition(cluster_core, node, CONDITION_TYPE) is None
     recorded = [r for r in loops.executor.store.recent(10) if r.action == "remediate"]
     assert recorded and recorded[-1].reason.startswith("dry run: reboot_node")
+
+
+@pytest.mark.parametrize("past_deadline", ["hold", "proceed"])
+def test_the_drain_honours_a_disruption_budget_and_past_its_deadline_holds_or_proceeds(
+        past_deadline: str, make_loops, kwok_node, hosts: Hosts, cluster_core: client.CoreV1Api,
+        cluster_admin_client: client.ApiClient, cluster_namespace: str) -> None:
+    loops = make_loops(policy(drain={"deadline_s": 3, "past_deadline": past_deadline}))
+    node = kwok_node().metadata.name
+    app = {"app": unique("trainer")}
+    pod = cluster_core.create_namespaced_pod(cluster_namespace, kwok_pod(unique("trainer"), node_name=node,
+                                                                         labels=app))
+    client.PolicyV1Api(cluster_admin_client).create_namespaced_pod_disruption_budget(
+        cluster_namespace, client.V1PodDisruptionBudget(
+            metadata=client.V1ObjectMeta(name=unique("pdb")),
+            spec=client.V1PodDisruptionBudgetSpec(min_available=1,
+                                                  selector=client.V1LabelSelector(match_labels=app))))
+    wait_for(lambda: cluster_core.read_namespaced_pod(pod.metadata.name, cluster_namespace).status.phase
+             == "Running", "the trainer to run")
+    loop = loops.offer(seed_incident(loops.engine, node))
+    key = f"{cluster_namespace}/{pod.metadata.name}"
+
+    if past_deadline == "hold":
+        held = loops.drive(loop.loop_id, lambda lp: lp.stage == "draining" and "never bypassed" in lp.reason,
+                           "the drain to hold past its deadline")
+        assert key in held.details["drain"]["blocked"]  # the budget's 429, kept in the report
+        for _ in range(3):
+            loops.remediator.tick()
+        assert loops.store.get(loop.loop_id).stage == "draining"  # type: ignore[union-attr]
+        assert loops.store.attempts(loop.loop_id) == []  # nothing rebooted
+        assert cluster_core.read_namespaced_pod(pod.metadata.name, cluster_namespace).metadata.deletion_timestamp \
+            is None  # the budget was never bypassed
+    else:
+        done = loops.drive(loop.loop_id, lambda lp: lp.final, "the loop to end")
+        assert done.stage == "returned"
+        drained = next(t for t in loops.store.transitions(loop.loop_id) if t.to_stage == "executing")
+        assert "proceeding as the policy says" in drained.reason and key in drained.reason
