@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.action_tables import actions_table
+from history.remediation_store import incident_remediation
 from history.sink_tables import ChatAlertRow, NotificationLogRow, TicketRow
 
 ACTIONS_LIMIT = 200
@@ -51,8 +52,10 @@ def actions(s: Session, incident_id: str, limit: int = ACTIONS_LIMIT) -> list[An
 
 
 def incident_activity(s: Session, incident_id: str) -> dict[str, list[dict[str, Any]]]:
-    """{actions, tickets, notifications} of one incident, each a list of plain dicts with ISO times."""
-    out: dict[str, list[dict[str, Any]]] = {"actions": [], "tickets": [], "notifications": []}
+    """{actions, tickets, notifications, remediation} of one incident, each a list of plain dicts with ISO
+    times (`remediation`: its remediation loops, `history.remediation_store.loop_dict`)."""
+    out: dict[str, list[dict[str, Any]]] = {"actions": [], "tickets": [], "notifications": [], "remediation": []}
+    out["remediation"] = incident_remediation(s, incident_id)
     for r in actions(s, incident_id):
         out["actions"].append({"at": _iso(r.at), "action": r.action, "outcome": r.outcome, "node": r.node,
                                "decision": r.decision, "reason": r.reason, "dry_run": bool(r.dry_run),

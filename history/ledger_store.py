@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from history.rma import close_replaced
 from history.tables import GpuCard, GpuLedgerEvent, GpuLedgerNode, GpuPlacement, NodeState
 from models.ledger import GpuLedger, GpuSighting, LedgerEvent, Placement, sighting, sightings
 
@@ -92,6 +93,7 @@ def _apply_loaded(s: Session, node: str, at: datetime, seen: list[GpuSighting], 
                              previous_card=e.previous_card))
         log.info("GPU ledger: %s", e.reason, extra={"node": e.node, "card": e.card, "ledger_event": e.kind})
     _write_cards(s, loaded, events, at)
+    close_replaced(s, events)  # a card marked for RMA whose slot holds a new card: its RMA is over
     return events
 
 

@@ -59,8 +59,9 @@ def apply_transition(s: Session, row: Incident, to: str, *, actor: str, reason: 
 
 def record_responder_step(s: Session, incident_id: str, to: str, *, reason: str, actor: str = "xidpipe-respond",
                           at: datetime | None = None) -> dict[str, Any] | None:
-    """The responder's `mitigated` or `ticketed`: recorded once; None when the incident is unknown or
-    at (or past) that step already, so a redelivered request changes nothing."""
+    """A responder's step (`mitigated`, `ticketed`, and the remediation loop's `repaired` and `rma`):
+    recorded once; None when the incident is unknown or at (or past) that step already, so a
+    redelivered request changes nothing."""
     row = s.get(Incident, incident_id, with_for_update=s.get_bind().dialect.name == "postgresql")
     if row is None:
         return None

@@ -15,6 +15,8 @@ only needs the keys it changes. See `docs/configuration.md` and `deploy/policy.e
   cordoning the fleet, or quarantining its GPUs (a pool's share is counted in nodes and in GPUs).
 - `quarantine`: how a GPU is found among the DRA devices (`models.quarantine`).
 - `drain`: optional eviction of the pods that use the faulty GPU (off by default).
+- `remediation`: what follows the cordon: the remediation ladder, budgets, validation
+  (`models.remediation_policy`; off by default, and a dry run when turned on).
 - `dry_run`: decide and record, change nothing.
 """
 
@@ -24,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from models.remediation_policy import RemediationPolicy
 from models.vocabulary import FAMILIES, VERDICTS, Category, Family, ImmediateAction, values
 
 RuleAction = Literal["cordon_now", "cordon_after", "quarantine_gpu", "never"]
@@ -227,6 +230,7 @@ class CordonPolicy(_Strict):
     breaker: Breaker = Field(default_factory=Breaker)
     drain: Drain = Field(default_factory=Drain)
     quarantine: Quarantine = Field(default_factory=Quarantine)
+    remediation: RemediationPolicy = Field(default_factory=RemediationPolicy)
 
     def longest_window_s(self) -> float:
         """The longest `cordon_after` window: how far back an incident's occurrences can matter (0: none)."""

@@ -24,7 +24,8 @@ from typing import Any, Literal
 
 from models.pci import normalize_pci
 
-EventKind = Literal["placed", "moved", "replaced", "returned", "changed", "missing", "conflict", "resolved"]
+EventKind = Literal["placed", "moved", "replaced", "returned", "changed", "missing", "conflict", "resolved",
+                    "repaired", "rma"]  # the last two: what a remediation loop did to the card (history.rma)
 
 # A node whose inventories have not listed its card for this long no longer reports it: 12 of the agent's
 # inventories (`inventory_interval_s`, 5 minutes) missed, which a live node never does, while a node that

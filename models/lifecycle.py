@@ -7,9 +7,11 @@ never cordoned, a card may go to RMA without a repair attempt, any incident may 
 state is entered at most once, so a step recorded twice (a redelivered request) is recognisable.
 
 `mitigated` and `ticketed` are recorded by the responder when it really cordoned the node or a
-ticket exists; `repaired`, `rma`, `returned` and `closed` are taken by people. A person's step also
-ends the incident for the stream (its `status` becomes `resolved`): a later fault of the same GPU
-and family opens a new incident linked to this one.
+ticket exists; `repaired`, `rma`, `returned` and `closed` are taken by people, and the responder's
+remediation loop records `repaired` when it returned the node to service after validation and `rma`
+when its ladder marked the card for replacement. Those four also end the incident for the stream
+(its `status` becomes `resolved`): a later fault of the same GPU and family opens a new incident
+linked to this one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ State = Literal["open", "mitigated", "ticketed", "repaired", "rma", "returned", 
 Actor = Literal["person", "responder"]
 
 STATES: tuple[State, ...] = ("open", "mitigated", "ticketed", "repaired", "rma", "returned", "closed")
-BY_RESPONDER: frozenset[str] = frozenset({"mitigated", "ticketed"})
+BY_RESPONDER: frozenset[str] = frozenset({"mitigated", "ticketed", "repaired", "rma"})
 BY_PEOPLE: tuple[State, ...] = ("repaired", "rma", "returned", "closed")
 # After these the stream treats the incident as resolved.
 ENDS_STREAM_INCIDENT: frozenset[str] = frozenset(BY_PEOPLE)

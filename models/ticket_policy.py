@@ -96,6 +96,8 @@ class TicketPolicy(BaseModel):
         default="reopen", description="a recurrence after resolution reopens the old ticket, or opens a new one "
         "linked to it")
     reopen_transition: str = Field(default="Reopen", description="name of the workflow transition that reopens")
+    resolve_transition: str = Field(default="Done", description="name of the workflow transition that resolves: "
+                                    "taken when a remediation loop returned the node to service after validation")
     link_type: str = Field(default="Relates", description="issue link type between a recurrence and its predecessor")
 
     @model_validator(mode="before")

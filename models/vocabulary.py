@@ -15,6 +15,9 @@ Where a set is printed through `repr` (argparse's choices, "did you mean"), pass
 - `ComponentKind`: what an incident is about (`models.identity`).
 - `CordonOutcome`, `ReleaseOutcome`: what the cordon and release decisions decide (`models.cordon`);
   `ActionOutcome`: what the action log records an executed or decided action came to.
+- `RecoveryAction`: NVIDIA's GPU recovery action (Xid 154, NVML's recovery-action field).
+- `RemediationAction`, `RemediationStage`: the remediation ladder's next step and the stages of a
+  remediation loop after the cordon (`models.remediation`, `models.remediation_loop`).
 - `FaultCode`: a numbered code (an Xid or an SXid and its number). Decisions take the number;
   `code_text` is its one display string, what fault events and incidents store and every output
   shows; `stored_code` reads a stored one back, at the storage boundary only.
@@ -197,6 +200,52 @@ class ActionOutcome(StrEnum):
     BLOCKED = "blocked"  # held back: by the breaker it tripped, or evictions a disruption budget blocked
     FAILED = "failed"
     FENCED = "fenced"  # a write not sent: the replica no longer held the Lease it last renewed (retried by the leader)
+
+
+class RecoveryAction(StrEnum):
+    """The GPU recovery action the driver asks for (NVML's `nvmlDeviceGpuRecoveryAction_t`, reported by
+    Xid 154 and NVML's recovery-action field; `models.catalog.RECOVERY_ACTIONS` numbers them)."""
+
+    NONE = "NONE"
+    GPU_RESET = "GPU_RESET"
+    NODE_REBOOT = "NODE_REBOOT"
+    DRAIN_P2P = "DRAIN_P2P"
+    DRAIN_AND_RESET = "DRAIN_AND_RESET"
+    RECOVER_IMEX_DOMAIN = "RECOVER_IMEX_DOMAIN"
+    BUS_RESET = "BUS_RESET"
+    SYSTEM_REBOOT = "SYSTEM_REBOOT"
+
+
+class RemediationAction(StrEnum):
+    """The remediation ladder's next step for a cordoned node's fault (`models.remediation`)."""
+
+    NONE = "none"  # nothing xidpipe may do: the node stays cordoned for people (the reason says why)
+    RESET_GPU = "reset_gpu"
+    REBOOT_NODE = "reboot_node"
+    HAND_OFF = "hand_off"  # the site's own tooling carries out the reset or reboot (BMC, cloud API)
+    RMA = "rma"  # replace the card: the node stays cordoned, the ledger marks the card
+
+
+class RemediationStage(StrEnum):
+    """Where a remediation loop stands (`models.remediation_loop`); the last five are final."""
+
+    QUEUED = "queued"  # waiting for a slot: remediations in flight are capped per pool
+    EVIDENCE = "evidence"  # waiting for the incident's evidence to be stored (and the bug report)
+    DRAINING = "draining"  # evicting the pods (Eviction API, disruption budgets honoured)
+    EXECUTING = "executing"  # the reset or reboot Job (or the hand-off), until it is confirmed
+    VALIDATING = "validating"  # the DCGM diagnostics Job
+    RETURNING = "returning"  # lifting xidpipe's cordon
+    RETURNED = "returned"  # back in service after validation passed
+    RMA = "rma"  # the card is to be replaced; the node stays cordoned
+    MANUAL = "manual"  # handed to people (the reason says why); the node stays cordoned
+    CANCELLED = "cancelled"  # an operator uncordoned or released the node, or cancelled the loop
+    DRY_RUN = "dry_run"  # decided and recorded, nothing done
+
+
+FINAL_STAGES: frozenset[RemediationStage] = frozenset({
+    RemediationStage.RETURNED, RemediationStage.RMA, RemediationStage.MANUAL, RemediationStage.CANCELLED,
+    RemediationStage.DRY_RUN,
+})
 
 
 # --- fault codes ---------------------------------------------------------------------------------

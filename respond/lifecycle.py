@@ -1,5 +1,7 @@
 """The incident lifecycle states the responder records: `mitigated` once it really cordoned a node
-(or quarantined a GPU) for an incident, `ticketed` once the incident has a ticket (Jira or the file outbox).
+(or quarantined a GPU) for an incident, `ticketed` once the incident has a ticket (Jira or the file outbox), and,
+from the remediation loop (`respond.remediation`), `repaired` once it returned the node after validation
+and `rma` once its ladder marked the card.
 
 Each is recorded at most once per incident (`models.lifecycle`: the lifecycle only moves forward,
 and `incident_transitions` holds one row per state entered), so redelivered requests and repeated

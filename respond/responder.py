@@ -37,6 +37,9 @@ from respond.lifecycle import cordoned, record_lifecycle_step
 from respond.observe import ResponderEndpoint, observe_request
 from respond.quarantine.reconcile import QuarantineReconciler
 from respond.quarantine.release import RuleReleaser
+from respond.remediation.loop import Remediator
+from respond.remediation.notify import TransitionNotifier
+from respond.remediation.runtime import build_remediator
 from respond.settings import RespondSettings
 from respond.sinks.build import Sinks
 from respond.sinks.model import IncidentNotice
@@ -91,6 +94,9 @@ class Responder:
     # Incidents whose ticket should show a cordon action: refreshed in the ticket lane, never the cordon's.
     ticket_refresh: list[str] = field(default_factory=list)
     metrics: ResponderMetrics = field(default_factory=ResponderMetrics)
+    # The remediation loops after the cordon (`respond.remediation`), when the policy turns them on.
+    remediator: Remediator | None = None
+    notifier: TransitionNotifier | None = None
     cordons: CordonLane = field(init=False)
     quarantines: QuarantineReconciler = field(init=False)
 
@@ -256,6 +262,10 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     gpu_watch = _start_gpu_watch(settings, responder, producer, stop, bg)
     if isinstance(responder.executor.nodes, RuleReleaser):  # a cluster whose DRA devices xidpipe quarantines
         bg.append(asyncio.create_task(responder.quarantines.run(stop, settings.quarantine_reconcile_interval_s)))
+    if responder.remediator is not None:
+        bg.append(asyncio.create_task(run_remediation(responder.remediator, stop, settings.remediation_interval_s)))
+    if responder.notifier is not None:
+        bg.append(asyncio.create_task(responder.notifier.run(stop, settings.remediation_interval_s)))
 
     async def handle_one(tp: Any, msg: Any, body: dict[str, Any] | None, why: str) -> None:
         observe_request(responder.metrics, msg, body)
@@ -401,6 +411,17 @@ def _start_gpu_watch(settings: RespondSettings, responder: Responder, producer: 
     return watch
 
 
+async def run_remediation(remediator: Remediator, stop: asyncio.Event, interval_s: float) -> None:
+    """The remediator's passes (`Remediator.tick`, in a thread: it calls the cluster) until `stop` is set."""
+    while not stop.is_set():
+        try:
+            await asyncio.to_thread(remediator.tick)
+        except Exception:
+            log.exception("remediation pass failed; retrying in %.1f s", interval_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval_s)
+
+
 async def _start_clients(settings: RespondSettings) -> tuple[Any, Any]:
     """The actions topic's consumer (manual commits) and the producer of dead letters and completions."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -469,5 +490,11 @@ def build_responder(settings: RespondSettings, executor: CordonExecutor, sinks: 
     if sinks.store.engine.url != engine.url:
         upgrade(sinks.store.engine)
     sinks.adopt()
-    return Responder(engine, executor, sinks, cluster=settings.cluster, cluster_api=cluster_api,
-                     retry=RetryBackoff(initial_s=settings.cordon_retry_initial_s, max_s=settings.cordon_retry_max_s))
+    responder = Responder(engine, executor, sinks, cluster=settings.cluster, cluster_api=cluster_api,
+                          retry=RetryBackoff(initial_s=settings.cordon_retry_initial_s,
+                                             max_s=settings.cordon_retry_max_s))
+    responder.remediator = build_remediator(executor, service_account=settings.actions.remediation_service_account,
+                                            metrics=responder.metrics)
+    if responder.remediator is not None:
+        responder.notifier = TransitionNotifier(responder.remediator.store, sinks)
+    return responder

@@ -56,6 +56,9 @@ class RespondSettings(KafkaClientSecurity, ServiceSettings):
     quarantine_reconcile_interval_s: float = Field(
         default=60.0, gt=0, description="how often xidpipe's DeviceTaintRules are reconciled with the incidents "
         "(a closed incident's rule removed, a rule someone changed reported); a pass runs at start too")
+    remediation_interval_s: float = Field(
+        default=2.0, gt=0, description="how often the remediation loops are advanced (each pass reads each open "
+        "loop's node and Jobs once) and their transitions told")
     metrics_host: str = Field(default="127.0.0.1", description="address of /metrics, /healthz and /readyz "
                               "(the chart binds the pod's IP)")
     metrics_port: int | None = Field(default=9466, description="port of /metrics, /healthz and /readyz; None: off")

@@ -19,6 +19,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Seconds from a kernel's fault line to its incident's commit: sub-second when the pipeline keeps up,
 # minutes when a node spooled through a Kafka outage, hours for a backfill of old logs.
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 86400.0)
+# Repairs take minutes to days: 5 min, 15 min, 30 min, 1 h, 2 h, 4 h, 8 h, 1 d, 2 d, 7 d.
+REPAIR_BUCKETS = (300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, 172800.0, 604800.0)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SIZE_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
 
@@ -100,6 +102,28 @@ class ResponderMetrics(ServiceMetrics):
         self.chat = self.counter(
             "chat_deliveries", "Chat messages posted or failed, by sink (web, webhook, outbox, ...) and action "
             "(send, update, failed).", ("sink", "action"))
+        self.remediation_loops = self.gauge(
+            "remediation_loops", "Remediation loops not finished, by stage (queued, evidence, draining, executing, "
+            "validating, returning).", ("stage",))
+        self.remediation_transitions = self.counter(
+            "remediation_transitions", "Remediation loop transitions this responder wrote, by the stage entered.",
+            ("stage",))
+        self.remediation_outcomes = self.counter(
+            "remediation_outcomes", "Remediation loops finished, by outcome (returned, rma, manual, cancelled, "
+            "dry_run).", ("outcome",))
+        self.remediation_overdue = self.gauge(
+            "remediation_overdue", "Remediation loops not finished past their deadline (stuck).")
+        self.remediation_mttr = self.histogram(
+            "remediation_mttr_seconds", "Time to repair: from an incident's first fault to its node's return to "
+            "service after validation.", buckets=REPAIR_BUCKETS)
+        self.node_mttr = self.gauge("node_mttr_seconds", "Mean time to repair per node (returned loops, 90 days).",
+                                    ("node",))
+        self.card_mttr = self.gauge("card_mttr_seconds", "Mean time to repair per GPU card (ledger key, 90 days).",
+                                    ("card",))
+        self.node_mtbi = self.gauge("node_mtbi_seconds", "Mean time between incidents per node (90 days).",
+                                    ("node",))
+        self.card_mtbi = self.gauge("card_mtbi_seconds", "Mean time between incidents per GPU card (90 days).",
+                                    ("card",))
 
 
 class WebMetrics(ServiceMetrics):

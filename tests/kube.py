@@ -169,15 +169,19 @@ def helm_binary() -> str:
 def chart_rbac(*sets: str) -> list[dict[str, Any]]:
     """The chart's identities, RBAC and node-patch policy as release ``xidpipe`` in namespace
     ``xidpipe`` (the names the control plane's ``worker`` identity is bound to), after that
-    Namespace; ``sets`` are extra ``--set`` values (e.g. ``respond.podLogsNamespaces={team}``)."""
+    Namespace and every other namespace they name (the remediation Jobs', by default the agent's);
+    ``sets`` are extra ``--set`` values (e.g. ``respond.podLogsNamespaces={team}``)."""
     cmd = [helm_binary(), "template", "xidpipe", str(CHART), "--namespace", "xidpipe",
            "--show-only", "templates/rbac.yaml", "--show-only", "templates/node-policy.yaml"]
     for value in sets:
         cmd += ["--set", value]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, f"helm template failed: {proc.stderr}"
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "xidpipe"}}
-    return [namespace, *(d for d in yaml.safe_load_all(proc.stdout) if d)]
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    # The release namespace first, then any other the objects live in (the remediation Jobs' namespace).
+    names = dict.fromkeys(["xidpipe", *(str(d["metadata"]["namespace"]) for d in docs
+                                        if d.get("metadata", {}).get("namespace"))])
+    return [*({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in names), *docs]
 
 
 def apply_rbac(admin: client.ApiClient, docs: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ import pytest
 from models.cordon import pool_allowance
 from models.cordon_policy import CordonPolicy, Drain
 from models.node_records import DeviceAssignment, GpuInfo, GpuInventory, KernelLine, PodAssignments
+from models.remediation_policy import RemediationPolicy
 from tests import store_reads
 from xidpipe.cli import main
 from xidpipe.replay import ReplayInputError, run_replay
@@ -132,6 +133,25 @@ def test_each_cordon_lists_the_steps_the_responder_would_run(cluster: Path) -> N
         assert cordons and {c.steps for c in cordons} == {("cordon", "condition", "event", *drain)}
         others = [v for v in result.cluster.verdicts if v.outcome not in ("cordon", "repeat")]
         assert others and all(v.steps == () for v in others)  # nothing acts on the node: no step
+
+
+def test_each_cordon_says_what_its_remediation_loop_would_do(cluster: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_replay(cluster)
+    lost = [c for c in result.cluster.cordons() if c.node == "gpu-node-03"]
+    assert lost and lost[0].remediation is not None
+    r = lost[0].remediation
+    assert (r["enabled"], r["action"], r["remedy"]) == (False, "reboot_node", "reboot_node")  # Xid 79: RESTART_BM
+    assert any(step.startswith("would create Job xidpipe-reboot-") for step in r["plan"])
+    assert r["plan"][-1] == "would lift xidpipe's cordon once validation passed"
+    on = run_replay(cluster, policy=CordonPolicy(remediation=RemediationPolicy(enabled=True)))
+    cordons = on.cluster.cordons()
+    assert all(c.remediation is not None and c.remediation["enabled"] for c in cordons)
+    assert {c.steps for c in cordons} == {("cordon", "condition", "event", "remediate")}
+    assert main(["replay", str(cluster)]) == 1
+    out = capsys.readouterr().out
+    assert "remediation (remediation is off in this policy): reboot_node:" in out
+    assert "would drain: node" in out
 
 
 def test_the_breaker_holds_cordons_past_the_pool_limit(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xidpipe.commands.worker",
     "xidpipe.commands.policy",
     "xidpipe.commands.node",
+    "xidpipe.commands.remediation",
     "xidpipe.commands.breaker",
     "xidpipe.commands.silence",
     "xidpipe.commands.respond",

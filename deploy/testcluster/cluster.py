@@ -43,10 +43,12 @@ KWOK_STAGES = HERE / "kwok-stages.yaml"
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 # Setting this node annotation to a new value reboots a KWOK node (kwok-stages.yaml, node-reboot).
 BOOT_ID_ANNOTATION = "testcluster.xidpipe.io/boot-id"
-# Pod annotations read by kwok-stages.yaml: how a pod's run ends, its exit code, how long it runs.
+# Pod annotations read by kwok-stages.yaml: how a pod's run ends, its exit code, how long it runs, and
+# the termination message its container ends with.
 OUTCOME_ANNOTATION = "testcluster.xidpipe.io/outcome"
 EXIT_CODE_ANNOTATION = "testcluster.xidpipe.io/exit-code"
 RUNTIME_ANNOTATION = "testcluster.xidpipe.io/runtime"
+TERMINATION_MESSAGE_ANNOTATION = "testcluster.xidpipe.io/termination-message"
 # kube-controller-manager's controllers: what Jobs, drains, budgets, node and device taints and
 # DRA claims need, and the namespace and service-account housekeeping that tests rely on.
 CONTROLLERS = (

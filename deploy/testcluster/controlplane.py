@@ -361,6 +361,9 @@ def _start_apiserver(plane: ControlPlane, apiserver_bin: Path, etcd_url: str, po
         f"--service-account-key-file={pki / 'sa.pub'}",
         f"--service-account-signing-key-file={pki / 'sa.key'}",
         "--service-cluster-ip-range=10.0.0.0/24",
+        # As kubeadm and managed clusters run it: privileged containers (the remediation Jobs) are
+        # admitted by the API server, and Pod Security admission decides per namespace.
+        "--allow-privileged=true",
         "--profiling=false",
         "--v=1",
     ], die_with_parent)

@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -139,10 +139,12 @@ class CordonExecutor:
         conflict_retries: int = 8,
         clock: Callable[[], datetime] = utcnow,
         on_fleet_alert: Callable[[FleetAlert], None] | None = None,
+        ports: Sequence[object] = (),
     ) -> None:
         self.policy = policy
         self.store = store
         self.nodes = nodes
+        self.ports = list(ports)  # adapters of step ports beside the node adapter (the remediation intake)
         self.dry_run = dry_run or policy.dry_run or nodes is None
         self.conflict_retries = conflict_retries
         self.clock = clock
@@ -151,8 +153,12 @@ class CordonExecutor:
         self.quarantines = any(r.quarantines for r in policy.rules)
         if nodes is not None:
             for step in STEPS:
-                if step.applies(policy) and not isinstance(nodes, step.port):
+                if step.applies(policy) and self._adapter(step) is None:
                     raise TypeError(_unported(nodes, step))
+
+    def _adapter(self, step: Step) -> Any:
+        """The adapter that implements the step's port: the node adapter, else one of `ports`."""
+        return next((a for a in (self.nodes, *self.ports) if a is not None and isinstance(a, step.port)), None)
 
     # --- cordon -----------------------------------------------------------------------------------
 
@@ -270,9 +276,10 @@ class CordonExecutor:
         return result.model_copy(update={"changes": changes, "steps": records})
 
     def _port(self, step: Step) -> Any:
-        if not isinstance(self.nodes, step.port):
+        adapter = self._adapter(step)
+        if adapter is None:
             raise PermanentError(_unported(self.nodes, step))
-        return self.nodes
+        return adapter
 
     def _decide(self, req: CordonRequest, current: NodeRead) -> CordonDecision:
         view = current.view
@@ -374,9 +381,13 @@ class CordonExecutor:
 
     # --- release ----------------------------------------------------------------------------------
 
-    def release(self, node: str, *, by: str, reason: str, incident_id: str | None = None) -> ActionResult:
+    def release(self, node: str, *, by: str, reason: str, incident_id: str | None = None,
+                condition_reason: str = "ReleasedByOperator") -> ActionResult:
+        """Lift xidpipe's cordon of `node` (only its own; for `incident_id` when given), recorded with who
+        and why; the GPUHealthy condition turns True with `condition_reason`."""
         try:
-            result = self._release(node, by=by, reason=reason, incident_id=incident_id)
+            result = self._release(node, by=by, reason=reason, incident_id=incident_id,
+                                   condition_reason=condition_reason)
         except ActionError as exc:
             result = ActionResult(action="release", outcome=_failure(exc), node=node, incident_id=incident_id,
                                   reason=str(exc), retryable=exc.retryable)
@@ -384,7 +395,8 @@ class CordonExecutor:
         self._record(result, details={"changes": result.changes, "operator_reason": reason}, actor=by)
         return result
 
-    def _release(self, node: str, *, by: str, reason: str, incident_id: str | None) -> ActionResult:
+    def _release(self, node: str, *, by: str, reason: str, incident_id: str | None,
+                 condition_reason: str) -> ActionResult:
         if self.nodes is None:
             return ActionResult(action="release", outcome="dry_run", node=node, incident_id=incident_id,
                                 reason="no cluster configured: nothing released", dry_run=True)
@@ -407,11 +419,11 @@ class CordonExecutor:
             return ActionResult(action="release", outcome="failed", node=node, incident_id=incident_id,
                                 reason=f"node {node} kept changing: {self.conflict_retries} conflicts", retryable=True)
         after = nodes.read(node)
-        if nodes.set_condition(node, "True", "ReleasedByOperator", f"xidpipe cordon for incident {released} "
+        if nodes.set_condition(node, "True", condition_reason, f"xidpipe cordon for incident {released} "
                                f"released by {by}: {reason}"[:1024], at, after.condition):
             changes.append("condition")
         nodes.emit_event(node, key=f"{released}\x1f{at.isoformat()}", kind="release", action="Uncordon",
-                         reason="ReleasedByOperator", note=f"xidpipe cordon for incident {released} released by "
+                         reason=condition_reason, note=f"xidpipe cordon for incident {released} released by "
                          f"{by}: {reason}", at=at, event_type="Normal")
         changes.append("event")
         return ActionResult(action="release", outcome="done", node=node, incident_id=released,

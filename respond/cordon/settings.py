@@ -8,6 +8,7 @@ Lines log `action_log` (`respond.cordon.runtime.store_from`)."""
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import Literal
@@ -49,6 +50,12 @@ class ActionSettings(XidpipeSettings):
     conflict_retries: int = Field(
         default=8, ge=1, description="re-reads of a node whose resourceVersion moved during a cordon or release"
     )
+    remediation_namespace: str = Field(
+        default_factory=lambda: os.environ.get("POD_NAMESPACE") or "xidpipe",
+        description="where the remediation loop's Jobs run (default: the responder's namespace, POD_NAMESPACE)")
+    remediation_service_account: str = Field(
+        default="xidpipe-remediation", description="the ServiceAccount of the remediation Jobs (no API rights, "
+        "no token mounted)")
 
     @field_validator("kube_config")
     @classmethod

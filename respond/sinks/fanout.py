@@ -104,6 +104,12 @@ class TicketSinks(_Fanout[TicketSink]):
         done = await self._each_async("ticket drain", lambda s: asyncio.to_thread(s.drain, limit))
         return [o for outcomes in done for o in outcomes]
 
+    def remediation_update(self, incident_id: str, marker: str, text: str, files: dict[str, bytes] | None = None,
+                           resolve: bool = False) -> bool:
+        """Every tracker's ticket of the incident told (`TicketSink.remediation_update`); whether any had one."""
+        return any(self._each("ticket remediation update",
+                              lambda s: s.remediation_update(incident_id, marker, text, files, resolve)))
+
     def ticket(self, incident_id: str) -> TicketRow | None:
         """The incident's ticket in the first tracker that holds one (in registration order)."""
         return next((row for s in self.sinks if (row := s.store.ticket(incident_id)) is not None), None)
@@ -124,6 +130,10 @@ class ChatSinks(_Fanout[ChatNotifier]):
 
     async def submit_async(self, notice: IncidentNotice) -> list[ChatOutcome]:
         return await self._each_async("chat", lambda s: s.submit_async(notice))
+
+    def tell(self, incident_id: str, key: str, text: str) -> bool:
+        """One message about the incident in every chat sink (`ChatNotifier.tell`); whether any had its group."""
+        return any(self._each("chat tell", lambda s: s.tell(incident_id, key, text)))
 
     def flush(self) -> list[ChatOutcome]:
         """Every sink's groups decided again (`ChatNotifier.flush`)."""

@@ -122,6 +122,30 @@ class ChatNotifier:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval_s)
 
+    def tell(self, incident_id: str, key: str, text: str) -> bool:
+        """One message about an incident outside the grouping cycle (a remediation loop's transition), once
+        per `key`: a reply in its group's thread (a message of its own where the transport has no threads
+        or the group none yet). False when this sink never had the incident (no group to tell)."""
+        with self._lock:
+            alert = self.store.alert(incident_id)
+            if alert is None:
+                return False
+            gk = alert.group_key
+            log_key = f"{_slug(gk)}#{key}"[:512]
+            if self.store.sent(log_key) is not None:
+                return True
+            entry = self.store.sent(gk)
+            notices = [IncidentNotice.model_validate(r.payload) for r in self.store.alerts(gk)
+                       if r.incident_id == incident_id]
+            reply = group_reply(text, group_message(notices, self.ticket_url, self.incident_url_base, gk))
+            thread = entry.thread_ts if entry is not None and self.transport.threads else None
+            channel = entry.channel if entry is not None else alert.channel
+            posted = self._post(channel, reply, f"xidpipe-{_slug(log_key)}", thread, False, channel)
+            self.store.log_sent(group_key=log_key, channel=posted.channel, thread_ts=thread, last_ts=posted.ts,
+                                content_hash=_slug(text), sent_at=self.clock(), transport=self.transport.name)
+        log.info("told %s in %s: %s", incident_id, posted.channel, text[:200], extra={"incident": incident_id})
+        return True
+
     # --- one group ---------------------------------------------------------------------------------
     def flush_group(self, gk: str) -> ChatOutcome:
         with self._lock:

@@ -85,6 +85,10 @@ class TicketTracker(Protocol):
     def reopen(self, key: str, transition: str) -> None:
         ...
 
+    def resolve(self, key: str, transition: str) -> None:
+        """Take the workflow transition `transition` to a done status, unless the ticket is resolved already."""
+        ...
+
     def link(self, key: str, other_key: str, link_type: str) -> None:
         ...
 

@@ -185,6 +185,12 @@ class SinkStore:
                 row.group_key, row.channel, row.labels, row.status = group_key, channel, labels, status
                 row.payload, row.updated_at = payload, now
 
+    def alert(self, incident_id: str) -> ChatAlertRow | None:
+        """The sink's alert of an incident (its group and channel), or None when it never had it."""
+        with self.session() as s:
+            return s.scalars(sa.select(ChatAlertRow).where(ChatAlertRow.sink == self.sink,
+                                                           ChatAlertRow.incident_id == incident_id).limit(1)).first()
+
     def alerts(self, group_key: str) -> list[ChatAlertRow]:
         with self.session() as s:
             return list(s.scalars(sa.select(ChatAlertRow).where(ChatAlertRow.sink == self.sink,

@@ -126,6 +126,25 @@ class TicketSink:
         row = self.store.ticket(incident_id)
         return self.tracker.url(row.ticket_key) if row else None
 
+    def remediation_update(self, incident_id: str, marker: str, text: str, files: dict[str, bytes] | None = None,
+                           resolve: bool = False) -> bool:
+        """Tell the incident's ticket what its remediation loop did: a comment once per `marker`, `files`
+        attached (names it carries already are skipped), and, once the node returned to service after
+        validation, the ticket resolved. False when the incident has no ticket in this tracker."""
+        with self._lock:
+            row = self.store.ticket(incident_id)
+            if row is None:
+                return False
+            key = row.ticket_key
+            self.tracker.comment(key, redact(text), marker)
+            if files:
+                self.tracker.attach(key, files)
+                self.store.add_attached(incident_id, list(files), self.clock())
+            if resolve:
+                self.tracker.resolve(key, self.policy.resolve_transition)
+        log.info("ticket %s told of remediation: %s", key, text[:200], extra={"incident": incident_id, "ticket": key})
+        return True
+
     # --- handling ----------------------------------------------------------------------------------
     def process(self, incident_id: str) -> TicketOutcome:
         with self._lock:

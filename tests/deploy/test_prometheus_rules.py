@@ -80,3 +80,41 @@ def test_promtool_unit_test_of_the_agent_down_alert(promtool: str, tmp_path: Pat
     failed = promtool_run(promtool, "test", "rules", "early_test.yml", cwd=tmp_path)
     assert failed.returncode != 0
     assert "XidpipeAgentDown" in failed.stdout + failed.stderr
+
+
+REMEDIATION_STUCK_TEST = {
+    "rule_files": ["rules.yml"],
+    "evaluation_interval": "1m",
+    "tests": [{
+        "interval": "1m",
+        # No loop overdue for two minutes, then one loop past its deadline (the responder's gauge).
+        "input_series": [{
+            "series": 'xidpipe_responder_remediation_overdue{namespace="xidpipe", pod="xidpipe-respond-0"}',
+            "values": "0 0 1x20",
+        }],
+        "alert_rule_test": [
+            {"eval_time": "1m", "alertname": "XidpipeRemediationStuck", "exp_alerts": []},
+            # Overdue since 2m: pending for its 10 minutes.
+            {"eval_time": "11m", "alertname": "XidpipeRemediationStuck", "exp_alerts": []},
+            {"eval_time": "12m", "alertname": "XidpipeRemediationStuck", "exp_alerts": [{
+                "exp_labels": {"severity": "warning"},
+                "exp_annotations": {"summary": "1 remediation loop(s) past their deadline: see "
+                                               "`xidpipe remediation list --stuck`"},
+            }]},
+        ],
+    }],
+}
+
+
+def test_promtool_unit_test_of_the_stuck_remediation_alert(promtool: str, tmp_path: Path) -> None:
+    write_rules(tmp_path / "rules.yml", chart_rule_groups())
+    (tmp_path / "stuck_test.yml").write_text(yaml.safe_dump(REMEDIATION_STUCK_TEST, sort_keys=False))
+    passed = promtool_run(promtool, "test", "rules", "stuck_test.yml", cwd=tmp_path)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+
+    # A loop that is not overdue raises nothing.
+    calm = copy.deepcopy(REMEDIATION_STUCK_TEST)
+    calm["tests"][0]["input_series"][0]["values"] = "0x22"
+    (tmp_path / "calm_test.yml").write_text(yaml.safe_dump(calm, sort_keys=False))
+    failed = promtool_run(promtool, "test", "rules", "calm_test.yml", cwd=tmp_path)
+    assert failed.returncode != 0 and "XidpipeRemediationStuck" in failed.stdout + failed.stderr

@@ -14,7 +14,10 @@ from models.lifecycle import NEXT, STATES, check_transition
     ("ticketed", "mitigated", "responder", False),  # past it already: nothing to record
     ("mitigated", "mitigated", "responder", False),
     ("closed", "ticketed", "responder", False),
-    ("open", "repaired", "responder", False),  # people's steps
+    ("ticketed", "repaired", "responder", True),  # the remediation loop returned the node after validation
+    ("mitigated", "rma", "responder", True),  # the remediation ladder marked the card for RMA
+    ("rma", "returned", "responder", False),  # people's steps
+    ("open", "closed", "responder", False),
     ("open", "repaired", "person", True),
     ("mitigated", "repaired", "person", True),
     ("ticketed", "repaired", "person", True),

@@ -248,6 +248,12 @@ def run_show(args: argparse.Namespace) -> int:
     if transitions:
         print_table((Column("AT"), Column("FROM"), Column("TO"), Column("BY"), Column("REASON", free=True)),
                     [[format_time(t["at"]), t["from"], t["to"], t["actor"], t["reason"]] for t in transitions])
+    if activity["remediation"]:
+        output.heading("Remediation")
+        print_table((Column("LOOP"), Column("STAGE"), Column("REMEDY"), Column("SINCE"),
+                     Column("WHERE IT STANDS", free=True)),
+                    [[r["loop_id"], r["stage"] + (" (stuck)" if r["stuck"] else ""), r["remedy"] or "",
+                      format_time(r["stage_since"]), r["reason"]] for r in activity["remediation"]])
     output.heading("Timeline")
     print_table((Column("AT"), Column("WHAT", free=True, min_width=30)),
                 sorted(_timeline_rows(events, transitions, activity), key=lambda r: r[0]))
@@ -283,6 +289,10 @@ def _timeline_rows(events: list[dict[str, Any]], transitions: list[dict[str, Any
     for a in activity["actions"]:
         outcome = "dry-run" if a["dry_run"] else a["outcome"]
         lines.append((a["at"], f"{a['action']} {outcome} on {a['node']} ({a['actor']}): {a['reason']}"))
+    for loop in activity.get("remediation", []):
+        for t in loop["transitions"]:
+            step = f"{t['from'] or 'opened'} → {t['to']}"
+            lines.append((t["at"], f"remediation {loop['loop_id']}: {step}: {t['reason']}"))
     for k in activity["tickets"]:
         lines.append((k["created_at"], f"ticket {k['key']} created ({k['tracker']})"))
         if k["last_comment_at"]:

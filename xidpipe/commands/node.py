@@ -1,6 +1,10 @@
 """`xidpipe node release NODE`: lift xidpipe's cordon, taint and GPUHealthy condition, and delete its
 DeviceTaintRules of the node's GPUs (`--gpu UUID`: that GPU's alone), recording who and why.
 
+It returns the node to service as the remediation loop does: its cordon and its GPUs' quarantines
+lifted (`respond.quarantine.release.release_node`), then the return hooks of what else held the node
+(`respond.remediation.returns`); a remediation loop of the node sees the release and stops.
+
 xidpipe releases only cordons it set (the node carries `xidpipe.io/cordoned-at`) and rules it made as
 it made them; any other is refused with the reason. With no cluster configured the command is refused (exit 2), unless
 `--dry-run` asks for a recorded dry run. Exit status: 0 released (or a dry run), 2 no cluster or a
@@ -41,6 +45,7 @@ def register(sub: Any) -> None:
 def run_release(args: argparse.Namespace) -> int:
     from models.cordon_policy import PolicyError
     from respond.cordon.runtime import api_client, build_executor
+    from respond.remediation.returns import Returned, run_return_hooks
     from service.config import ServiceSettings
     from xidpipe.commands.startup import load, start_logging, wait_for_kube
 
@@ -64,6 +69,9 @@ def run_release(args: argparse.Namespace) -> int:
     try:
         result = release_node(executor, args.node, by=by, reason=args.reason, incident_id=args.incident,
                               gpu=args.gpu)
+        if not args.gpu and result.outcome == "done" and not result.dry_run:
+            run_return_hooks(Returned(node=args.node, incident_id=result.incident_id, gpu="", by=by,
+                                      reason=args.reason))
     finally:
         close = getattr(executor.nodes, "close", None)
         if close is not None:

@@ -86,6 +86,12 @@ def print_summary(body: dict[str, Any], out: Any = None) -> None:
     print(f"\nCordon decisions (dry run): {len(body['cordon_decisions'])}, cordons: {len(body['cordons'])}", file=out)
     for d in body["cordon_decisions"]:
         print(f"  {d['node']}: {d['outcome']} ({d['incident_id']}): {d['reason']}", file=out)
+        r = d.get("remediation")
+        if r is not None:
+            off = "" if r["enabled"] else " (remediation is off in this policy)"
+            print(f"    remediation{off}: {r['action']}: {r['reason']}", file=out)
+            for step in r["plan"]:
+                print(f"      {step}", file=out)
     if body["breaker"]["tripped"]:
         print(f"  breaker tripped at {body['breaker']['tripped_at']}: {body['breaker']['reason']}", file=out)
     print(f"\nTickets: {len(body['tickets'])}", file=out)

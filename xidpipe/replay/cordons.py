@@ -10,7 +10,9 @@ holds every later cordon. Nothing is written anywhere.
 Each verdict that changes the node (a cordon, a repeat) lists the steps the responder's plan would
 run for it, from the step registry as the executor reads it (`respond.cordon.steps.plan`: the
 cordon, the condition, the Event, the drain when the policy turns it on, and any step registered
-since; a repeat's).
+since; a repeat's). Each cordon also says what the remediation loop after it would do (the one
+remediation decision, `models.remediation.decide_remediation`, and the loop's plan as its dry run
+records it), whether or not the policy turns remediation on yet: a replay is how a site reads it first.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from models.cordon import (
     pool_of,
 )
 from models.cordon_policy import CordonPolicy
+from models.remediation import RemediationSubject, decide_remediation, subject_of
+from models.remediation_jobs import loop_id
+from models.remediation_loop import dry_run_plan
 from respond.cordon.steps import plan, trigger_of
 
 _HOUR = timedelta(hours=1)
@@ -49,11 +54,15 @@ class CordonVerdict:
     rule: str | None
     reason: str
     steps: tuple[str, ...] = ()
+    remediation: dict[str, Any] | None = None  # a cordon's: what its remediation loop would do
 
     def to_dict(self) -> dict[str, Any]:
-        return {"at": self.at.isoformat(), "node": self.node, "incident_id": self.incident_id,
-                "gpu_uuid": self.gpu_uuid, "outcome": self.outcome, "rule": self.rule, "reason": self.reason,
-                "steps": list(self.steps)}
+        out: dict[str, Any] = {"at": self.at.isoformat(), "node": self.node, "incident_id": self.incident_id,
+               "gpu_uuid": self.gpu_uuid, "outcome": self.outcome, "rule": self.rule, "reason": self.reason,
+               "steps": list(self.steps)}
+        if self.remediation is not None:
+            out["remediation"] = self.remediation
+        return out
 
 
 @dataclass(slots=True)
@@ -83,8 +92,10 @@ class DryRunCluster:
         size = max(len(members), self.pool_nodes.get(pool, 0))
         return FleetView(pool=pool, pool_nodes=size, pool_cordoned_by_xidpipe=mine, cordons_last_hour=recent)
 
-    def decide(self, req: CordonRequest, gpu_uuid: str | None) -> CordonDecision:
-        """Decide one candidate and apply it to the simulated cluster."""
+    def decide(self, req: CordonRequest, gpu_uuid: str | None,
+               subject: RemediationSubject | None = None) -> CordonDecision:
+        """Decide one candidate and apply it to the simulated cluster (`subject`: the incident as the
+        remediation decision sees it; its cordon request alone when not given)."""
         at = req.last_seen
         view = self._view(req.node)
         decision = decide_cordon(req, view, self._fleet(req.node, at), self.breaker, self.policy, dry_run=True)
@@ -98,9 +109,18 @@ class DryRunCluster:
         elif decision.outcome == "trip_breaker":
             self.breaker = BreakerState(tripped=True, tripped_at=at, reason=decision.reason,
                                         pool=pool_of(self.policy, self.node_labels.get(req.node, {})))
+        remediation = self._remediation(req, subject, at) if decision.outcome == "cordon" else None
         self.verdicts.append(CordonVerdict(at, req.node, req.incident_id, gpu_uuid, decision.outcome, decision.rule,
-                                           decision.reason, steps))
+                                           decision.reason, steps, remediation))
         return decision
+
+    def _remediation(self, req: CordonRequest, subject: RemediationSubject | None, at: datetime) -> dict[str, Any]:
+        """What the remediation loop after this cordon would do: its decision and its plan."""
+        rp = self.policy.remediation
+        lid = loop_id(req.node, req.incident_id, at.isoformat())
+        d = decide_remediation(subject or subject_of(req), (), rp, at, loop_id=lid)
+        return {"enabled": rp.enabled, "action": str(d.action), "remedy": d.remedy, "reason": d.reason,
+                "plan": dry_run_plan(d, rp, lid, len(req.pods))}
 
     def cordons(self) -> list[CordonVerdict]:
         return [v for v in self.verdicts if v.outcome == "cordon"]

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from history.cordon_inputs import cordon_request
 from history.incident_rows import all_incidents
+from history.remediation_inputs import loop_inputs
 from history.tables import Incident
 from models.cordon_policy import CordonPolicy
 from models.node_records import NodeRecord
@@ -158,7 +159,10 @@ class _Feeder:
             for row in sorted(rows, key=lambda r: (r.last_seen, r.incident_id)):  # as their faults happened
                 if row.merged_into:
                     continue  # its faults, and their cordon, are the incident's it was merged into
-                self.cluster.decide(cordon_request(s, row, self.cluster.policy.longest_window_s()), row.gpu_uuid)
+                window = self.cluster.policy.longest_window_s()
+                inputs = loop_inputs(s, row.incident_id, window)
+                self.cluster.decide(cordon_request(s, row, window), row.gpu_uuid,
+                                    inputs.subject if inputs is not None else None)
 
 
 def run_replay(

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history import queries as q
+from history.remediation_store import incident_remediation
 from history.tables import FaultEvent, Incident
 from models.account import REQUESTED, ActionItem, decision_of
 from models.dossier import render_json
@@ -100,6 +101,7 @@ def incident_detail(s: Session, ident: str) -> dict[str, Any] | None:
         "dossier": dossier,
         "timeline": [event_json(e) for e in q.timeline(s, row.incident_id)],
         "transitions": [transition_json(t) for t in q.incident_transitions(s, row.incident_id)],
+        "remediation": incident_remediation(s, row.incident_id),
     }
 
 

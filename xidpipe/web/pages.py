@@ -152,7 +152,8 @@ async def incident(request: web.Request) -> web.StreamResponse:
     if found is None:
         raise Problem(404, "Not found", f"no incident {ident!r} (or the prefix is not unique)")
     return render(request, "incident.html", d=found["dossier"], inc=found["incident"], timeline=found["timeline"],
-                  transitions=found["transitions"], steps=PEOPLES_STEPS, done=_done(request.query.get("done")))
+                  transitions=found["transitions"], remediation=found["remediation"], steps=PEOPLES_STEPS,
+                  done=_done(request.query.get("done")))
 
 
 def _done(value: str | None) -> str | None:

@@ -129,6 +129,22 @@ def components() -> dict[str, Any]:
                                    "conflict (another node lists the card), resolved (it no longer does)"),
                         "at": TIME, "card": STR, "node": STR, "pci_slot": NSTR, "reason": NSTR,
                         "previous_node": NSTR, "previous_slot": NSTR, "previous_card": NSTR})
+    boolean = _s("boolean")
+    remediation = obj({
+        "loop_id": STR, "incident_id": STR, "node": STR, "gpu": STR, "card": STR, "pool": STR, "family": STR,
+        "stage": _s("string", description="queued, evidence, draining, executing, validating, returning; final: "
+                    "returned, rma, manual, cancelled, dry_run (docs/remediation.md)"),
+        "remedy": _n("string", description="reset_gpu or reboot_node"), "via": NSTR,
+        "reason": _s("string", description="where the loop stands and why"), "dry_run": boolean,
+        "paused": boolean, "paused_by": NSTR, "cancel_requested": NSTR, "final": boolean,
+        "stuck": _s("boolean", description="not final past its deadline"), "opened_at": TIME, "stage_since": TIME,
+        "deadline_at": TIME, "closed_at": NTIME,
+        "details": obj({}, closed=False, description="the decision, the drain's report, the evidence and "
+                       "validation summaries"),
+        "attempts": arr(obj({"kind": STR, "seq": INT, "via": STR, "job": STR, "outcome": STR, "validated": NSTR,
+                             "reason": STR, "reserved_at": TIME, "finished_at": NTIME})),
+        "transitions": arr(obj({"from": NSTR, "to": STR, "at": TIME, "actor": STR, "reason": STR})),
+    }, description="a remediation loop after the cordon: its stage, its Jobs, its transitions")
     schemas: dict[str, Any] = {
         "Problem": obj({"type": STR, "title": STR, "status": INT, "detail": STR},
                        description="RFC 9457 problem details"),
@@ -144,7 +160,9 @@ def components() -> dict[str, Any]:
                          description="why; recorded with the transition"),
         }),
         "IncidentDetail": obj({"incident": ref("Incident"), "dossier": ref("Dossier"),
-                               "timeline": arr(ref("FaultEvent")), "transitions": arr(ref("Transition"))}),
+                               "timeline": arr(ref("FaultEvent")), "transitions": arr(ref("Transition")),
+                               "remediation": arr(ref("Remediation"))}),
+        "Remediation": remediation,
         "Stats": obj({
             "since": NTIME,
             "incidents": obj({"total": INT, "by_category": COUNTS, "by_component": COUNTS, "by_node": COUNTS,

@@ -9,6 +9,7 @@
 | `evict` (the drain, when `drain.enabled`) | cordon | after | its own | `PodPort.read_pod`, `node_pods`, `evict` |
 | `quarantine` (`quarantine_gpu` rules) | quarantine | decision | the decision's | `QuarantineWriter` |
 | `quarantine_condition` | quarantine, quarantine_resume | after | joins the decision's | `QuarantineConditionWriter` |
+| `remediate` (when `remediation.enabled`) | cordon, resume | after | its own | `RemediationIntake.open_remediation` |
 
 The `event` step runs on the quarantine's triggers too (an Event naming the GPU and its rule).
 
@@ -20,14 +21,14 @@ decision, without naming any step.
 from __future__ import annotations
 
 from models.cordon_policy import CordonPolicy
-from respond.cordon.steps import condition, cordon, drain, event, quarantine, quarantine_condition, repeat
+from respond.cordon.steps import condition, cordon, drain, event, quarantine, quarantine_condition, remediate, repeat
 from respond.cordon.steps.base import NAME_MAX, RESERVED, RESUMES, Step, StepContext, StepRecord, Trigger, trigger_of
 
 __all__ = ["STEPS", "Step", "StepContext", "StepRecord", "Trigger", "plan", "register", "trigger_of",
            "unregister"]
 
 STEPS: list[Step] = [cordon.STEP, repeat.STEP, quarantine.STEP, condition.STEP, quarantine_condition.STEP, event.STEP,
-                     drain.STEP]
+                     drain.STEP, remediate.STEP]
 
 
 def plan(trigger: Trigger, policy: CordonPolicy) -> list[Step]:

@@ -231,6 +231,14 @@ class JiraTracker:
             return
         self._call(f"reopen {key}", lambda j: j.transition_issue(key, transition))
 
+    def resolve(self, key: str, transition: str) -> None:
+        info = self.get(key)
+        if info is None:
+            raise PermanentError(f"Jira ticket {key} does not exist", 404)
+        if info.resolved:
+            return
+        self._call(f"resolve {key}", lambda j: j.transition_issue(key, transition))
+
     def link(self, key: str, other_key: str, link_type: str) -> None:
         issue = self._call(f"get {key}", lambda j: j.issue(key, fields="issuelinks"))
         for link in issue.raw["fields"].get("issuelinks") or []:

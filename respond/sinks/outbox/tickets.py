@@ -123,8 +123,8 @@ class OutboxTracker:
             meta["status"] = "Reopened"
             self._save(meta)
 
-    def resolve(self, key: str) -> None:
-        """What a person closing the ticket does (tests use it)."""
+    def resolve(self, key: str, transition: str = "Done") -> None:
+        """Mark the ticket done (what the remediation loop does when the node returned, and a person closing it)."""
         meta = self._require(key)
         meta["status"] = "Done"
         self._save(meta)

@@ -106,3 +106,15 @@ def test_labels_and_links_are_idempotent(subject: Subject) -> None:
 def test_comment_on_a_missing_ticket_is_permanent(subject: Subject) -> None:
     with pytest.raises(PermanentError):
         subject.tracker.attach("GPU-404", {"a.txt": b"x"})
+
+
+def test_resolve_takes_an_open_ticket_to_done_once(subject: Subject) -> None:
+    t = subject.tracker
+    key = t.create(FIELDS, "GPU fell off the bus", TicketBody.plain("d")).key
+    t.resolve(key, "Done")
+    got = t.get(key)
+    assert got is not None and got.resolved
+    t.resolve(key, "Done")  # resolved already: nothing to do
+    t.reopen(key, "Reopen")
+    got = t.get(key)
+    assert got is not None and not got.resolved

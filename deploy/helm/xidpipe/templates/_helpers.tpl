@@ -87,3 +87,8 @@ valueFrom:
 - {name: kafka-ca, mountPath: /etc/xidpipe/kafka-ca, readOnly: true}
 {{- end }}
 {{- end -}}
+
+{{- /* Where the remediation loop's Jobs run: remediation.namespace, else the agent's (privileged) namespace. */ -}}
+{{- define "xidpipe.remediationNamespace" -}}
+{{- .Values.remediation.namespace | default (include "xidpipe.agentNamespace" .) -}}
+{{- end }}
