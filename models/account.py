@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from models.decisive import Decisive
 from models.vocabulary import ActionOutcome, ComponentKind, CordonOutcome, values
 
-CORDON_ACTIONS = frozenset({"cordon", "repeat"})  # the action kinds the cordon decision records
+CORDON_ACTIONS = frozenset({"cordon", "repeat", "quarantine"})  # the action kinds the cordon decision records
 RELEASE = "release"
 EVICT = "evict"  # the drain step's record (respond/cordon/steps/drain.py)
 
@@ -43,7 +43,8 @@ class Decision(StrEnum):
     HELD = "held"  # the cordon circuit breaker held the cordon back
     REFUSED = "refused"  # wanted, but not xidpipe's to do: someone else's cordon, opted out, out of scope, no node
     FAILED = "failed"  # the cordon was tried and failed (it is retried when the error allows)
-    RELEASED = "released"  # xidpipe lifted its cordon of the node
+    RELEASED = "released"  # xidpipe lifted its cordon of the node (or its quarantine of the GPU)
+    QUARANTINED = "quarantined"  # xidpipe quarantined the GPU (a DeviceTaintRule); the node stays schedulable
     PENDING = "pending"  # no decision recorded yet
     NOT_OFFERED = "not_offered"  # the incident is never offered a cordon (a workload's or the fleet's)
 
@@ -51,12 +52,17 @@ class Decision(StrEnum):
 # The decisions for which the policy asked for a cordon: the API's `cordon_requested`.
 REQUESTED = frozenset({Decision.CORDONED, Decision.DRY_RUN, Decision.HELD, Decision.REFUSED, Decision.FAILED,
                        Decision.RELEASED})
+_QUARANTINE_OUTCOMES = frozenset({CordonOutcome.QUARANTINE, CordonOutcome.ALREADY_QUARANTINED,
+                                  CordonOutcome.FOREIGN_QUARANTINE})
+RELEASES = frozenset({"release", "unquarantine"})  # the actions that lift what a decision wrote
 _BY_OUTCOME: dict[str, Decision] = {
     CordonOutcome.CORDON: Decision.CORDONED, CordonOutcome.REPEAT: Decision.CORDONED,
     CordonOutcome.ALREADY_CORDONED: Decision.CORDONED, CordonOutcome.NOT_NEEDED: Decision.NOT_NEEDED,
     CordonOutcome.BREAKER_OPEN: Decision.HELD, CordonOutcome.TRIP_BREAKER: Decision.HELD,
     CordonOutcome.FOREIGN_CORDON: Decision.REFUSED, CordonOutcome.OPTED_OUT: Decision.REFUSED,
     CordonOutcome.OUT_OF_SCOPE: Decision.REFUSED, CordonOutcome.NODE_MISSING: Decision.REFUSED,
+    CordonOutcome.QUARANTINE: Decision.QUARANTINED, CordonOutcome.ALREADY_QUARANTINED: Decision.QUARANTINED,
+    CordonOutcome.FOREIGN_QUARANTINE: Decision.REFUSED,
 }
 _CORDON_OUTCOMES = frozenset(values(CordonOutcome))
 
@@ -131,7 +137,7 @@ def decision_of(actions: Sequence[ActionItem], component: str) -> tuple[Decision
     if component in (ComponentKind.WORKLOAD, ComponentKind.FLEET):
         return Decision.NOT_OFFERED, None
     latest = max((a for a in actions if a.action in CORDON_ACTIONS), key=lambda a: a.at, default=None)
-    released = max((a for a in actions if a.action == RELEASE and a.outcome == ActionOutcome.DONE),
+    released = max((a for a in actions if a.action in RELEASES and a.outcome == ActionOutcome.DONE),
                    key=lambda a: a.at, default=None)
     if released is not None and (latest is None or released.at >= latest.at):
         return Decision.RELEASED, released
@@ -143,8 +149,8 @@ def decision_of(actions: Sequence[ActionItem], component: str) -> tuple[Decision
     if latest.outcome == ActionOutcome.FAILED:
         return Decision.FAILED, latest
     decided = _BY_OUTCOME.get(outcome or "", Decision.PENDING)
-    if decided is Decision.CORDONED and latest.outcome in (ActionOutcome.DRY_RUN, "dry-run"):
-        return Decision.DRY_RUN, latest  # a cordon or repeat decided, nothing written
+    if decided in (Decision.CORDONED, Decision.QUARANTINED) and latest.outcome in (ActionOutcome.DRY_RUN, "dry-run"):
+        return Decision.DRY_RUN, latest  # a cordon, repeat or quarantine decided, nothing enforced
     return decided, latest
 
 
@@ -163,7 +169,9 @@ def build_account(*, node: str, component: str, actions: Sequence[ActionItem], d
     decision, record = decision_of(actions, component)
     reason = (record.reason or record.detail.partition(": ")[2] or record.detail) if record else ""
     return Account(
-        node=node, decision=decision, cordon_outcome=record.decision_outcome() if record else None,
+        node=node, decision=decision,
+        cordon_outcome=("unquarantine" if record.action == "unquarantine" else record.decision_outcome()) if record
+        else None,
         action_outcome=record.outcome if record else None, reason=reason or _why_none(decision, component),
         dry_run=bool(record and (record.dry_run or record.outcome in (ActionOutcome.DRY_RUN, "dry-run"))),
         decided_at=record.at if record else None, cordon_requested=decision in REQUESTED,
@@ -186,6 +194,7 @@ _HEADLINE = {
     Decision.REFUSED: "Not cordoned by xidpipe",
     Decision.FAILED: "Cordon failed",
     Decision.RELEASED: "Cordon lifted",
+    Decision.QUARANTINED: "GPU quarantined",
     Decision.PENDING: "No cordon decision yet",
     Decision.NOT_OFFERED: "No cordon",
 }
@@ -201,6 +210,8 @@ def decision_text(a: Account) -> str:
     if a.decision in (Decision.PENDING, Decision.NOT_OFFERED):
         return f"{headline(a)}: {a.reason}."
     node = a.node
+    if a.cordon_outcome in _QUARANTINE_OUTCOMES or a.cordon_outcome == "unquarantine":
+        return _quarantine_text(a)
     text = {
         Decision.CORDONED: f"xidpipe cordoned {node}",
         Decision.DRY_RUN: f"the cordon policy asks to cordon {node}, but cordons run as a dry run, so nothing was "
@@ -211,6 +222,22 @@ def decision_text(a: Account) -> str:
         Decision.FAILED: f"xidpipe's cordon of {node} failed",
         Decision.RELEASED: f"xidpipe lifted its cordon of {node}",
     }[a.decision]
+    return f"{headline(a)}: {text} ({a.reason})."
+
+
+def _quarantine_text(a: Account) -> str:
+    """The sentence of a decision about one GPU (a `quarantine_gpu` rule), not the node."""
+    node = a.node
+    text = {
+        Decision.QUARANTINED: f"xidpipe quarantined the GPU on {node} with a DeviceTaintRule; the node stays "
+                              "schedulable for its other GPUs",
+        Decision.DRY_RUN: f"the cordon policy asks to quarantine the GPU on {node}, but it runs as a dry run, so "
+                          "the GPU's DeviceTaintRule takes no effect",
+        Decision.REFUSED: f"xidpipe did not quarantine the GPU on {node}: its DeviceTaintRule was changed by "
+                          "someone else",
+        Decision.FAILED: f"xidpipe's quarantine of the GPU on {node} failed",
+        Decision.RELEASED: f"xidpipe lifted its quarantine of the GPU on {node}",
+    }.get(a.decision, f"the GPU on {node} was not quarantined")
     return f"{headline(a)}: {text} ({a.reason})."
 
 

@@ -273,9 +273,9 @@ def restart_apiserver(controlplane: Any, plane: Any) -> None:
         with urllib.request.urlopen(urllib.request.Request(f"{etcd}/v3/kv/put", data=put, method="POST"),
                                     timeout=10) as answer:
             assert answer.status == 200
-    controlplane._spawn(plane, "kube-apiserver", argv, True)
+    controlplane.spawn(plane, "kube-apiserver", argv, True)
     tls = ssl.create_default_context(cafile=str(plane.ca_file))
-    controlplane._wait_ready(plane, "kube-apiserver", f"{plane.server}/readyz", time.monotonic() + 120,
+    controlplane.wait_ready(plane, "kube-apiserver", f"{plane.server}/readyz", time.monotonic() + 120,
                              context=tls, token=plane.token("admin"), accept=lambda body: body.strip() == "ok")
 
 

@@ -50,7 +50,13 @@ def problems(tokens: tuple[str, ...], parsers: tuple[argparse.ArgumentParser, ..
     i = 0
     while i < len(tokens):
         token = tokens[i].strip("[]")
-        if token.startswith("-") and len(token) > 1:
+        if token.startswith("-") and "|" in token and all(a.startswith("-") for a in token.split("|")):
+            # alternatives, `--active|--stuck`: each must be an option taking no value
+            for name in token.split("|"):
+                action = options.get(name)
+                if action is None or action.nargs != 0:
+                    yield f"{name} is no flag of `xidpipe {' '.join(p.prog.split()[-1] for p in parsers[1:])}`"
+        elif token.startswith("-") and len(token) > 1:
             name = token.split("=", 1)[0]
             action = options.get(name)
             if action is None:

@@ -16,14 +16,15 @@ VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
 RESOURCES = {"nodes/status": "nodes/status", "nodes": "nodes", "pods/eviction": "pods/eviction",
              "pods/log": "pods/log", "pods": "pods", "poddisruptionbudgets": "poddisruptionbudgets",
              "PDBs": "poddisruptionbudgets", "events": "events", "namespaces": "namespaces", "leases": "leases",
-             "tokenreviews": "tokenreviews", "jobs": "jobs", "rayclusters": "rayclusters"}
+             "tokenreviews": "tokenreviews", "jobs": "jobs", "rayclusters": "rayclusters",
+             "resourceslices": "resourceslices", "devicetaintrules": "devicetaintrules"}
 _VERBS = f"(?:{'|'.join(VERBS)})(?:/(?:{'|'.join(VERBS)}))*"
 _RIGHT = re.compile(rf"(?<![\w/])(?P<res>{'|'.join(re.escape(r) for r in RESOURCES)})(?![\w/])(?P<verbs> {_VERBS})?")
 _LEASE = re.compile(rf"(?P<verbs>{_VERBS}) on its one Lease")
 # The chart's roles, by the identity they are bound to (the responder's ServiceAccount is xidpipe-worker).
 IDENTITY = {"xidpipe-agent": "agent", "xidpipe-stream": "worker", "xidpipe-worker": "responder",
             "xidpipe-respond-lease": "responder", "xidpipe-worker-pod-logs": "responder",
-            "xidpipe-respond-device-plugin": "responder"}
+            "xidpipe-respond-device-plugin": "responder", "xidpipe-respond-remediation": "responder"}
 
 Rights = dict[str, set[str]]  # resource -> verbs (an empty set: the resource named, its verbs not)
 
@@ -41,7 +42,7 @@ def claimed(text: str) -> Rights:
 
 @pytest.fixture(scope="module")
 def granted() -> dict[str, Rights]:
-    out: dict[str, Rights] = {"agent": {}, "worker": {}, "responder": {}, "web": {}}
+    out: dict[str, Rights] = {"agent": {}, "worker": {}, "responder": {}, "remediation": {}, "web": {}}
     for doc in chart_rbac("respond.podLogsNamespaces={team-a}", "respond.gpuWatch.devicePluginNamespace=gpu-operator"):
         if doc["kind"] not in ("Role", "ClusterRole"):
             continue

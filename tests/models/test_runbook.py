@@ -82,7 +82,9 @@ def test_the_isolate_step_says_what_the_decision_did_and_nothing_more(entry: str
     said_cordoned = "is cordoned by xidpipe" in text or re.search(r"keep\b[^.]*\bcordoned", text, re.I)
     assert bool(said_cordoned) == (decision is Decision.CORDONED and RB.entries[entry].isolate != "skip"), text
     if RB.entries[entry].isolate == "drain" and decision is not Decision.CORDONED:
-        assert "kubectl cordon gpu-node-07" in text or "Make sure no new work lands" in text
+        # a quarantined GPU gets no new work (its DeviceTaintRule) while the node stays schedulable
+        assert ("kubectl cordon gpu-node-07" in text or "Make sure no new work lands" in text
+                or (decision is Decision.QUARANTINED and "no new pod is given it" in text))
     if decision is Decision.DRY_RUN and RB.entries[entry].isolate != "skip":
         assert "dry run" in text
 

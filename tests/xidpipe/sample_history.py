@@ -18,7 +18,7 @@ from streams.store import Store
 from xidpipe.cli import main
 from xidpipe.demo import sample_dir, sample_evidence
 
-MEMORY = "v2:9af48e81bb6cb563@20261125T125203.000000Z"  # gpu-node-02's failing GPU: three jobs' shells merged in
+MEMORY = "v2:9af48e81bb6cb563@20261125T120203.000000Z"  # gpu-node-02's failing GPU: three jobs' shells merged in
 BUS = "v2:55b4bb1e3d1d53c3@20261125T152651.000000Z"  # gpu-node-03's GPU fell off the bus
 NVSWITCH = "v2:66b994690449f227@20261125T180721.000000Z"  # gpu-node-04's NVSwitch, SXid 12028
 NLP_SHELL = "v2:b0e4b76983705fbb@20261125T120203.000000Z"  # team-nlp's job, merged into MEMORY

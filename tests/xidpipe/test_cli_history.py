@@ -93,7 +93,7 @@ def test_show_and_transition_take_every_name_of_an_incident(history: History) ->
     fingerprint = memory["fingerprint"]
     names = [
         MEMORY,  # the id
-        label_safe(MEMORY),  # the form tickets carry: v2-9af48e81bb6cb563-20261125t125203.000000z
+        label_safe(MEMORY),  # the form tickets carry: v2-9af48e81bb6cb563-20261125t120203.000000z
         incident_label(MEMORY),  # the Jira label: xidpipe-inc-v2-...
         fingerprint, fingerprint_label(fingerprint),  # the bare fingerprint and its label
         fingerprint.split(":", 1)[1],  # the hex alone
@@ -101,7 +101,7 @@ def test_show_and_transition_take_every_name_of_an_incident(history: History) ->
     ]
     for name in names:
         assert data(history, "incidents", "show", name)["dossier"]["incident_id"] == MEMORY, name
-    assert label_safe(MEMORY) == "v2-9af48e81bb6cb563-20261125t125203.000000z"
+    assert label_safe(MEMORY) == "v2-9af48e81bb6cb563-20261125t120203.000000z"
     step = data(history, "incidents", "transition", label_safe(NVSWITCH), "closed", "--reason", "reseated")
     assert (step["incident_id"], step["to"]) == (NVSWITCH, "closed")
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from history.tables import Incident
-from models.account import REQUESTED, ActionItem, Decision, headline
+from models.account import CORDON_ACTIONS, REQUESTED, ActionItem, Decision, headline
 from models.chat_message import GroupMessage
 from models.dossier import CodeInfo, Dossier, DossierGpu, EvidenceItem, account_of, render_json
 from models.ticket_policy import TicketFields
@@ -83,6 +83,19 @@ CASES = [
          Decision.RELEASED),
     Case("not needed, then cordoned", (act("cordon", "skipped", "not_needed", reason="below the threshold"),
                                        act("cordon", "done", "cordon", after_s=30)), Decision.CORDONED),
+    Case("GPU quarantined", (act("quarantine", "done", "quarantine", reason="rule dbe-gpu: quarantine the GPU"),),
+         Decision.QUARANTINED),
+    Case("GPU quarantined, redelivered", (act("quarantine", "done", "quarantine"),
+                                          act("quarantine", "noop", "already_quarantined", after_s=9,
+                                              reason="the GPU's DeviceTaintRule is xidpipe's for this incident")),
+         Decision.QUARANTINED),
+    Case("GPU quarantine in dry run", (act("quarantine", "dry_run", "quarantine", dry_run=True),), Decision.DRY_RUN),
+    Case("someone changed the GPU's rule", (act("quarantine", "skipped", "foreign_quarantine",
+                                                reason="the GPU's DeviceTaintRule was changed by someone else"),),
+         Decision.REFUSED),
+    Case("GPU quarantine lifted", (act("quarantine", "done", "quarantine"),
+                                   act("unquarantine", "done", "release", after_s=60,
+                                       reason="lift xidpipe's quarantine of the GPU")), Decision.RELEASED),
 ]
 
 
@@ -185,5 +198,5 @@ def test_the_table_covers_every_decision_and_every_cordon_outcome() -> None:
     from models.vocabulary import CordonOutcome
 
     assert {c.decision for c in CASES} == set(Decision)
-    recorded = {r.decision for c in CASES for r in c.records if r.action == "cordon"}
+    recorded = {r.decision for c in CASES for r in c.records if r.action in CORDON_ACTIONS}
     assert recorded >= {o.value for o in CordonOutcome} - {"repeat"}
