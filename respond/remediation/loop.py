@@ -69,8 +69,9 @@ class Remediator(Execution):
     def __init__(self, store: RemediationStore, cluster: LoopCluster, executor: CordonExecutor, *,
                  service_account: str = "xidpipe-remediation", clock: Callable[[], datetime] = utcnow,
                  metrics: ResponderMetrics | None = None,
-                 webhook: Callable[[str, str, str], int] = post_handoff) -> None:
+                 webhook: Callable[[str, str, str], int] = post_handoff, steps_per_pass: int = STEPS_PER_PASS) -> None:
         self.store = store
+        self.steps_per_pass = steps_per_pass  # 1: one transition per pass (a crash can land between any two)
         self.cluster = cluster
         self.executor = executor
         self.service_account = service_account
@@ -108,7 +109,7 @@ class Remediator(Execution):
         many changes were written."""
         made = 0
         current = loop
-        while not current.final and not current.paused and made < STEPS_PER_PASS:
+        while not current.final and not current.paused and made < self.steps_per_pass:
             nxt = self._step(current, node if made == 0 else None)
             if nxt is None:
                 break

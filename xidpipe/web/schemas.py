@@ -118,10 +118,18 @@ def components() -> dict[str, Any]:
                 "(an incident of its own is open), rma, quarantined, cordoned, cordon-dry-run (models.gpu_status)")
     vbios_from = _n("string", enum=["inventory", "evidence", None],
                     description="where the VBIOS was read: the inventory, or a fault's nvidia-smi -q")
+    quarantine = {"oneOf": [{"type": "null"}, obj({
+        "rule": NSTR, "effect": NSTR, "device": {"type": ["object", "null"], "description": "the DRA device: "
+                                                "driver, pool, device"},
+        "node": NSTR, "incident_id": NSTR, "since": TIME,
+        "dry_run": _s("boolean", description="written with effect None: the policy's dry run")},
+        description="the DeviceTaintRule xidpipe holds on the GPU (docs/respond.md)")],
+        "description": "null: the GPU is not quarantined"}
     gpu = obj({"card": card, "serial": NSTR, "uuid": STR, "model": NSTR, "node": STR, "pci_slot": STR,
                "since": TIME, "state": state, "last_seen": TIME, "claimed_by": claimed_by,
                "incidents": _s("integer", minimum=0), "hardware_incidents": _s("integer", minimum=0),
-               "status": status, "status_reason": STR, "vbios": NSTR, "vbios_from": vbios_from})
+               "status": status, "status_reason": STR, "vbios": NSTR, "vbios_from": vbios_from,
+               "quarantine": quarantine})
     placement = obj({"node": STR, "pci_slot": STR, "uuid": STR, "mig_layout": arr(STR), "vbios": NSTR,
                      "vbios_from": vbios_from, "driver": NSTR, "valid_from": TIME,
                      "valid_to": _n("string", format="date-time", description="null: still there")})

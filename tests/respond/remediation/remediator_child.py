@@ -34,6 +34,9 @@ def main(cfg: dict[str, Any]) -> None:
                               database_url=cfg["database_url"])
     remediator = build_remediator(executor)
     assert remediator is not None
+    # One transition per pass, so that the test, watching the record, can kill it between any two
+    # (several in one pass are the same writes, in the same order, made sooner).
+    remediator.steps_per_pass = 1
     print("ready", flush=True)
     while True:
         remediator.tick()
