@@ -47,6 +47,7 @@ from models.kernlog.notices import settle as settle_notice
 from models.kernlog.origin import journal_entry_origin, message_start, prefix_origin
 from models.kernlog.prefix import Prefix, line_source, parse_prefix
 from models.kernlog.record import FaultRecord
+from models.kernlog.shipper import Shipped, shipped
 from models.vocabulary import Category
 
 # Every line that starts a record carries one of these (NVRM: the driver's messages; SXid: NVSwitch
@@ -197,6 +198,8 @@ class KernelLogParser(AerReports):
             return self._text_line(line, n, None)
         if not isinstance(entry, dict):
             return []
+        if "MESSAGE" not in entry and (ship := shipped(entry)) is not None:
+            return self._shipped_line(ship, line, n)
         if not journal_entry_origin(entry).kernel:
             self.stats["foreign"] += 1
             return []
@@ -225,9 +228,27 @@ class KernelLogParser(AerReports):
             out.extend(self._text_line(part, n, prefix, raw=line))
         return out
 
-    def _text_line(self, line: str, n: int, given: Prefix | None, raw: str | None = None) -> list[FaultRecord]:
+    def _shipped_line(self, ship: Shipped, line: str, n: int) -> list[FaultRecord]:
+        """A shipper's JSON line (`models.kernlog.shipper`): its message read as a text line, the
+        shipper's host and time filling what the message's own header leaves out."""
+        if ship.foreign_tag is not None:
+            self.stats["foreign"] += 1
+            return []
+        at = datetime.fromisoformat(ship.timestamp) if ship.timestamp else None
+        fill = Prefix(timestamp=ship.timestamp if at is not None and time_in_range(at) else None, host=ship.host)
+        out: list[FaultRecord] = []
+        for part in ship.message.splitlines():
+            if len(part) > MAX_MESSAGE_CHARS:
+                self.stats["overlong"] += 1
+                continue
+            out.extend(self._text_line(part, n, None, raw=line, fill=fill))
+        return out
+
+    def _text_line(self, line: str, n: int, given: Prefix | None, raw: str | None = None,
+                   fill: Prefix | None = None) -> list[FaultRecord]:
         """One kernel message line; `given`: the prefix fields when the caller read them (journal);
-        `raw`: the line as written when `line` is a piece of it."""
+        `raw`: the line as written when `line` is a piece of it; `fill`: the host and time to use where
+        the line's own header names none (a log shipper's)."""
         if given is None and not self._from_kernel(line):
             return []
         if raw is None:
@@ -295,6 +316,8 @@ class KernelLogParser(AerReports):
         if prefix is None:  # a time out of range
             self.stats["rejected"] += 1
             return []
+        if fill is not None:
+            prefix = prefix._replace(timestamp=prefix.timestamp or fill.timestamp, host=prefix.host or fill.host)
         if match.kind in ("pcie_aer", "device_line"):
             self._note_device(match)  # before the open report closes: it may name that report's source
         out = self._close()
