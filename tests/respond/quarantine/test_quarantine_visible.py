@@ -61,13 +61,16 @@ def test_the_quarantine_shows_in_the_incident_its_ticket_its_page_and_gpus_list(
         assert (result.action, result.outcome) == ("quarantine", "done"), result.reason
         rule = rule_name(uuid(node, 3))
 
-        # gpus list: the card's QUARANTINE column, and the JSON.
+        # gpus list: the card's status and its QUARANTINE column (wide), and the JSON.
         listed = json.loads(cli(capsys, "gpus", "list", "--database-url", url, "--node", node, "--json"))["gpus"]
         held = {g["uuid"]: g["quarantine"] for g in listed}
         assert held[uuid(node, 3)]["rule"] == rule and held[uuid(node, 3)]["effect"] == "NoSchedule"
         assert [u for u, q in held.items() if q] == [uuid(node, 3)]
-        table = cli(capsys, "gpus", "list", "--database-url", url, "--node", node)
-        assert "QUARANTINE" in table and f"{rule} (NoSchedule)" in table
+        table = cli(capsys, "gpus", "list", "--database-url", url, "--node", node)  # the card's status says it
+        slot = next(g["pci_slot"] for g in listed if g["uuid"] == uuid(node, 3))
+        assert [ln.split()[1] for ln in table.splitlines() if "quarantined" in ln] == [slot], table
+        wide = cli(capsys, "gpus", "list", "--database-url", url, "--node", node, "-o", "wide")  # and its rule
+        assert "QUARANTINE" in wide and f"{rule} (NoSchedule)" in wide
         # The incident, as `incidents show` prints it and its ticket carries it (the dossier's document).
         shown = json.loads(cli(capsys, "incidents", "show", incident_id, "--database-url", url, "--json"))
         gpu = shown["dossier"]["gpu"]
