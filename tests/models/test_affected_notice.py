@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ from models.account import decision_text
 from models.affected_notice import affected_notices
 from models.chat_message import Routing
 from models.dossier import Attribution, Dossier, account_of
-from tests.models.test_dossier import GOLDEN
+from respond.sinks.slack.blocks import render
+from tests.models.test_dossier import GOLDEN, check_golden
 
 DBE = GOLDEN / "demo" / "gpu-node-02-memory.dossier.json"
 APPLICATION = GOLDEN / "demo" / "message-only" / "gpu-node-01-application.dossier.json"
@@ -128,3 +130,13 @@ def test_secrets_are_redacted() -> None:
     hit = [Attribution(pod="job-1", namespace="team-nlp", workload="team-nlp/password=hunter2/x")]
     [n] = affected_notices(load(DBE, affected=hit), NAMESPACES, ROUTING)
     assert n.message is not None and "hunter2" not in n.message.text + n.message.title
+
+
+def test_the_demos_team_message_golden() -> None:
+    """The message team-nlp gets about the demo's double-bit error, as Slack (and the outbox) get it."""
+    [n, *_] = affected_notices(load(DBE), NAMESPACES, ROUTING)
+    assert n.message is not None
+    msg = render(n.message)
+    assert msg["blocks"][0]["type"] == "header" and "requeue it" in msg["text"]
+    check_golden("demo/gpu-node-02-memory.team-nlp.slack.json",
+                 json.dumps(msg, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
