@@ -176,16 +176,21 @@ class ChatNotifier:
     # --- the workloads a group's incidents hit -----------------------------------------------------
     def _tell_affected(self, gk: str) -> list[ChatOutcome]:
         """Each workload the group's incidents hit, told once in its team's channel, once the group's own
-        message went out. An incident whose workloads and namespaces were all told as they stand now is
+        message went out, unless a silence matches the incident. An incident whose workloads and namespaces
+        were all told as they stand now is
         passed over without reading its dossier (its digest, kept in memory: after a restart each incident
         is read once more, and the notification log says which workloads were told)."""
         if self.store.sent(gk) is None:
             return []
         out: list[ChatOutcome] = []
+        now = self.clock()
+        silences = self.store.silences(now)
         for row in self.store.alerts(gk):
             digest = _affected_digest(row.payload)
             if self._affected_done.get(row.incident_id) == digest:
                 continue
+            if any(s.silences(row.labels, now) for s in silences):
+                continue  # a silenced incident tells nobody; its teams are told if it still stands when the silence ends
             notice = IncidentNotice.model_validate(row.payload)
             page = incident_page(self.incident_url_base, notice.incident_id)
             told = [a for a in affected_notices(notice.dossier, notice.namespace_metas(), self.routing, page)

@@ -5,13 +5,14 @@ the outbox and through Slack alike, and nothing is posted twice on redelivery or
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 from pydantic import SecretStr
 
 from models.chat_message import Routing
 from models.dossier import Dossier
-from models.notify import GroupPolicy
+from models.notify import GroupPolicy, Matcher
 from respond.sinks.build import build_sinks
 from respond.sinks.model import IncidentNotice
 from respond.sinks.notifications import ChatNotifier
@@ -62,6 +63,26 @@ def test_the_demos_dbe_tells_each_of_the_three_teams_in_its_channel(tmp_path: Pa
         assert msg["written_at"] >= infra["written_at"]  # after the infrastructure channel's message
     told = [e for e in chat.store.notification_log() if "#affected:" in e.group_key]
     assert len(told) == 3
+
+
+def test_a_silenced_incident_tells_nobody_until_the_silence_ends(tmp_path: Path, clock: Clock) -> None:
+    settings = SinkSettings(outbox_dir=tmp_path / "outbox", routing=ROUTING, slack_channel_interval_s=0)
+    sinks = build_sinks(settings, migrated(f"sqlite:///{tmp_path}/x.db"))
+    [chat] = sinks.chat
+    chat.clock = clock
+    first = dbe_notice()
+    first.dossier.affected = first.dossier.affected[:1]  # at first only team-nlp's job is known to be hit
+    sinks.chat.submit(first)
+    outbox = OutboxChat(tmp_path / "outbox")
+    assert [len(outbox.messages(c)) for c in TEAMS.values()] == [1, 0, 0]
+    chat.store.add_silence([Matcher.parse('node="gpu-node-02"')], clock.now, clock.now + timedelta(hours=1),
+                           "oncall", "known bad GPU", clock.now)
+    sinks.chat.submit(dbe_notice())
+    sinks.chat.flush()
+    assert [len(outbox.messages(c)) for c in TEAMS.values()] == [1, 0, 0]
+    clock.advance(hours=1, seconds=1)
+    sinks.chat.flush()
+    assert [len(outbox.messages(c)) for c in TEAMS.values()] == [1, 1, 1]
 
 
 def test_a_restart_tells_nobody_twice(tmp_path: Path, clock: Clock) -> None:
