@@ -190,7 +190,7 @@ class ChatNotifier:
             if self._affected_done.get(row.incident_id) == digest:
                 continue
             if any(s.silences(row.labels, now) for s in silences):
-                continue  # a silenced incident tells nobody; its teams are told if it still stands when the silence ends
+                continue  # a silenced incident tells nobody; its teams are told if it stands when the silence ends
             notice = IncidentNotice.model_validate(row.payload)
             page = incident_page(self.incident_url_base, notice.incident_id)
             told = [a for a in affected_notices(notice.dossier, notice.namespace_metas(), self.routing, page)
