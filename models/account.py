@@ -11,9 +11,9 @@ decision that cordoned nothing.
   whether it was a dry run. `Decision` names what that means for the node (`decision_of`).
 - **NVIDIA's action** is the decisive code's (`models.decisive`).
 - The **evidence** is what the dossier holds (name, where it was captured, how it went).
-- The **affected workloads** are the workloads the incident's faults hit. Today that is the one the
-  attribution names; the grouping engine will name every workload a hardware fault killed, and
-  they belong here, each with its namespace and owner, for the sinks to tell.
+- The **affected workloads** are the workloads the incident's faults hit: every pod its fault
+  records name (the dossier's `affected`), else the one the attribution names, each with its
+  namespace and owner; `models.affected_notice` tells each its own team.
 
 Pure: pydantic and the vocabulary only.
 """

@@ -51,6 +51,12 @@ def route(category: str, namespace: str | None, namespace_meta: Mapping[str, str
     """The channel for an incident, and why."""
     if category in INFRA_CATEGORIES:
         return routing.infra_channel, f"{category} incidents go to the infrastructure channel"
+    return team_channel(namespace, namespace_meta, routing)
+
+
+def team_channel(namespace: str | None, namespace_meta: Mapping[str, str], routing: Routing) -> tuple[str, str]:
+    """The channel of the team that owns `namespace`, and why: the routing policy's mapping, else the
+    namespace's label or annotation `team_channel_key`, else the default channel."""
     if namespace and namespace in routing.namespace_channels:
         return routing.namespace_channels[namespace], f"namespace {namespace} is mapped in the routing policy"
     channel = namespace_meta.get(routing.team_channel_key)
@@ -115,7 +121,18 @@ class GroupReply:
     group: GroupMessage
 
 
-ChatMessage = GroupMessage | GroupReply
+@dataclass(frozen=True, slots=True)
+class AffectedMessage:
+    """A message to the team whose workload an incident's fault hit (`models.affected_notice`), in its
+    owner's words: plain text, redacted."""
+
+    title: str  # "Your job <workload> was killed by a hardware fault on <node>"
+    text: str  # the whole notice: what hit the job, what to do, what was decided about the GPU or node
+    context: str  # the incident's identity
+    links: tuple[tuple[str, str], ...] = ()  # (label, URL)
+
+
+ChatMessage = GroupMessage | GroupReply | AffectedMessage
 
 
 def _codes_counted(d: Dossier) -> str:

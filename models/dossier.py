@@ -123,6 +123,9 @@ class Dossier(BaseModel):
     driver_version: str | None = None
     gpu: DossierGpu = Field(default_factory=DossierGpu)
     attribution: Attribution = Field(default_factory=Attribution)
+    # Every workload the incident's faults hit (one per pod, in the order they faulted; the builder's, from
+    # the fault records): whom `models.affected_notice` tells. `attribution` is the latest of them.
+    affected: list[Attribution] = Field(default_factory=list)
     evidence: list[EvidenceItem] = Field(default_factory=list)
     gpu_history: list[HistoryItem] = Field(default_factory=list)  # this card's incidents, by serial
     node_history: list[HistoryItem] = Field(default_factory=list)
@@ -181,9 +184,9 @@ def decisive_of(d: Dossier) -> Decisive:
 
 def account_of(d: Dossier) -> Account:
     """The incident's account (`models.account`): what every sink says about it."""
-    a = d.attribution
-    affected = ([AffectedWorkload(workload=a.workload, namespace=a.namespace, pod=a.pod, owner=a.owner)]
-                if a.workload or a.pod else [])
+    hit = d.affected or [d.attribution]
+    affected = [AffectedWorkload(workload=a.workload, namespace=a.namespace, pod=a.pod, owner=a.owner)
+                for a in hit if a.workload or a.pod]
     evidence = [EvidenceRef(name=e.name, source=e.source, status=e.status, captured_at=e.captured_at)
                 for e in sorted(d.evidence, key=lambda e: (e.source, e.name))]
     return build_account(node=d.node, component=d.component, actions=d.actions, decisive=decisive_of(d),

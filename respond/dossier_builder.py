@@ -86,6 +86,20 @@ def _attribution(events: Sequence[FaultEvent]) -> Attribution:
     )
 
 
+def _affected(events: Sequence[FaultEvent], limit: int = HISTORY_LIMIT) -> list[Attribution]:
+    """Every workload the incident's faults hit, one per pod, in the order they faulted (at most `limit`)."""
+    out: dict[tuple[str | None, str], Attribution] = {}
+    for e in events:
+        if not e.pod or (e.namespace, e.pod) in out:
+            continue
+        owner = e.attribution.get("owner") if isinstance(e.attribution, dict) else None
+        out[(e.namespace, e.pod)] = Attribution(pod=e.pod, namespace=e.namespace, container=e.container,
+                                                owner=str(owner) if owner else None, workload=e.workload)
+        if len(out) >= limit:
+            break
+    return list(out.values())
+
+
 def _gpu(s: Session, incident: Incident) -> tuple[DossierGpu, str | None]:
     row = s.scalars(
         sa.select(NodeState).where(NodeState.node == incident.node, NodeState.kind == "inventory")
@@ -157,6 +171,7 @@ def build_dossier(s: Session, incident: Incident, actions: Sequence[ActionItem] 
         count=incident.count, first_seen=incident.first_seen, last_seen=incident.last_seen,
         codes=_codes(events, incident), catalog_version=incident.catalog_version or load_catalog().version,
         driver_version=incident.driver_version or driver, gpu=gpu, attribution=_attribution(events),
+        affected=_affected(events),
         evidence=_evidence(s, events), gpu_history=_history(gpu_history), node_history=_history(node_history),
         actions=list(actions), component=incident.component or "gpu",
     )

@@ -115,6 +115,7 @@ class Responder:
             actions = action_items(self.executor.store.recent(500), incident_id)
             dossier = build_dossier(s, row, actions, cluster=self.cluster)
             meta: dict[str, str] = {}
+            namespaces: dict[str, dict[str, str]] = {}  # each affected workload's namespace: its team's channel
             if self.cluster_api is not None and row.component != "fleet":  # a fleet incident's node is the cluster
                 from respond.cluster_evidence import capture, namespace_meta
 
@@ -126,12 +127,14 @@ class Responder:
                     a.owner = owner
                 if a.namespace:
                     meta = namespace_meta(self.cluster_api, a.namespace)
+                for ns in dict.fromkeys(w.namespace for w in dossier.affected if w.namespace):
+                    namespaces[ns] = meta if ns == a.namespace else namespace_meta(self.cluster_api, ns)
             namespace = dossier.attribution.namespace
             labels = {"node": row.node, "family": row.family, "category": row.category}
             if namespace:
                 labels["namespace"] = namespace
             return IncidentNotice(dossier=dossier, previous_incident_id=row.previous_incident_id, labels=labels,
-                                  namespace_meta=meta)
+                                  namespace_meta=meta, namespaces=namespaces)
 
     async def handle(self, message: dict[str, Any]) -> HandlingResult:
         kind = str(message.get("kind", ""))

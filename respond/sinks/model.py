@@ -28,7 +28,15 @@ class IncidentNotice(BaseModel):
     previous_incident_id: str | None = Field(default=None, description="the resolved incident this one recurs after")
     namespace_meta: dict[str, str] = Field(
         default_factory=dict, description="labels and annotations of the pod's namespace (its team channel)")
+    namespaces: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="labels and annotations of each affected workload's namespace, by name "
+        "(`models.affected_notice`: each team's channel)")
     labels: dict[str, str] = Field(default_factory=dict, description="extra labels for grouping and silences")
+
+    def namespace_metas(self) -> dict[str, dict[str, str]]:
+        """Every namespace's labels and annotations the notice knows, the pod's own among them."""
+        own = self.dossier.attribution.namespace
+        return {**({own: self.namespace_meta} if own and self.namespace_meta else {}), **self.namespaces}
 
     @property
     def incident_id(self) -> str:

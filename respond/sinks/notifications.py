@@ -15,6 +15,10 @@ succeeded; a failed send is recorded in `chat_failures` with the next attempt ti
 (run in a loop by `run()`) tries again: nothing is lost. A timeout leaves it unknown whether the
 destination posted the message, so before posting again it is asked for the message's key
 (`ChatTransport.find`).
+After a group's message went out, each workload its incidents' faults hit is told once in its own
+team's channel (`models.affected_notice`: "your job was killed by a hardware fault ... requeue it"),
+under a key per incident and workload in the notification log, so a redelivered incident tells
+nobody twice; a failed post is retried by a later flush, as a group's is.
 Sends to one channel are paced (`channel_interval_s`, Slack allows about one message per second
 per channel). Groups whose alerts are all resolved, and told so, are forgotten after `retention_s`
 (their log entry stays: a later alert in the same group continues the same thread).
@@ -25,17 +29,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
+from models.affected_notice import AffectedNotice, affected_notices
 from models.chat_message import ChatMessage, Routing, route
 from models.notify import Alert, GroupPolicy, SentRecord, content_hash, decide, group_key
 from respond.errors import ActionError, AmbiguousError, PermanentError
-from respond.sinks.content import group_message, group_reply
+from respond.sinks.content import group_message, group_reply, incident_page
 from respond.sinks.model import IncidentNotice
 from respond.sinks.ports import ChatTransport, Posted
 from respond.sinks.sink_store import SinkStore
@@ -58,6 +65,14 @@ class ChatOutcome:
 
 def _slug(group: str) -> str:
     return hashlib.sha256(group.encode()).hexdigest()[:12]
+
+
+def _affected_digest(payload: dict[str, Any]) -> str:
+    """What an incident's affected notices depend on, in a notice's JSON: its class, workloads and namespaces."""
+    d = payload.get("dossier") or {}
+    facts = [d.get("category"), d.get("component"), d.get("affected"), d.get("attribution"),
+             payload.get("namespace_meta"), payload.get("namespaces")]
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 class ChatNotifier:
@@ -85,6 +100,7 @@ class ChatNotifier:
         self.sleep = sleep
         self.retention = timedelta(seconds=retention_s)
         self._last_send: dict[str, float] = {}
+        self._affected_done: dict[str, str] = {}  # incident → digest of what its affected notices were decided from
         self._lock = threading.Lock()
 
     # --- entry points ------------------------------------------------------------------------------
@@ -150,9 +166,68 @@ class ChatNotifier:
     def flush_group(self, gk: str) -> ChatOutcome:
         with self._lock:
             outcome = replace(self._flush_group(gk), sink=self.name)
-        if self.metrics is not None and outcome.action not in ("wait", "suppress"):  # decided again every flush
-            self.metrics.chat.labels(self.transport.name, outcome.action).inc()
+            told = self._tell_affected(gk)
+        if self.metrics is not None:
+            for o in (outcome, *told):
+                if o.action not in ("wait", "suppress"):  # decided again every flush
+                    self.metrics.chat.labels(self.transport.name, o.action).inc()
         return outcome
+
+    # --- the workloads a group's incidents hit -----------------------------------------------------
+    def _tell_affected(self, gk: str) -> list[ChatOutcome]:
+        """Each workload the group's incidents hit, told once in its team's channel, once the group's own
+        message went out, unless a silence matches the incident. An incident whose workloads and namespaces
+        were all told as they stand now is
+        passed over without reading its dossier (its digest, kept in memory: after a restart each incident
+        is read once more, and the notification log says which workloads were told)."""
+        if self.store.sent(gk) is None:
+            return []
+        out: list[ChatOutcome] = []
+        now = self.clock()
+        silences = self.store.silences(now)
+        for row in self.store.alerts(gk):
+            digest = _affected_digest(row.payload)
+            if self._affected_done.get(row.incident_id) == digest:
+                continue
+            if any(s.silences(row.labels, now) for s in silences):
+                continue  # a silenced incident tells nobody; its teams are told if it stands when the silence ends
+            notice = IncidentNotice.model_validate(row.payload)
+            page = incident_page(self.incident_url_base, notice.incident_id)
+            told = [a for a in affected_notices(notice.dossier, notice.namespace_metas(), self.routing, page)
+                    if a.told]
+            outcomes = [o for a in told if (o := self._tell_one(notice.incident_id, a)) is not None]
+            out += outcomes
+            if all(o.action == "affected" for o in outcomes):
+                self._affected_done[row.incident_id] = digest
+        return out
+
+    def _tell_one(self, incident_id: str, a: AffectedNotice) -> ChatOutcome | None:
+        """Post one affected workload's notice unless it was posted (None then); a failure is recorded
+        with its next attempt."""
+        assert a.channel is not None and a.message is not None
+        log_key = f"{_slug(incident_id)}#{a.key}"[:512]
+        now = self.clock()
+        if self.store.sent(log_key) is not None:
+            return None
+        failure = self.store.failure(log_key)
+        if failure is not None and now < failure.next_attempt_at:
+            return ChatOutcome(log_key, "wait", f"retrying after {failure.next_attempt_at.isoformat()}", a.channel)
+        ctx = {"incident": incident_id, "channel": a.channel, "workload": a.workload}
+        try:
+            posted = self._post(a.channel, a.message, f"xidpipe-{_slug(log_key)}", None, failure is not None,
+                                a.channel)
+        except ActionError as exc:
+            attempts = (failure.attempts if failure else 0) + 1
+            permanent = isinstance(exc, PermanentError)
+            delay = self.retry_max_s if permanent else max(
+                min(self.retry_max_s, self.retry_base_s * 2 ** (attempts - 1)), exc.retry_after or 0.0)
+            self.store.record_failure(log_key, a.channel, exc.message, now + timedelta(seconds=delay), now, permanent)
+            log.warning("telling %s in %s failed: %s", a.workload, a.channel, exc.message, extra=ctx)
+            return ChatOutcome(log_key, "failed", a.reason, a.channel, error=exc.message)
+        self.store.log_sent(group_key=log_key, channel=posted.channel, thread_ts=None, last_ts=posted.ts,
+                            content_hash=_slug(a.message.text), sent_at=now, transport=self.transport.name)
+        log.info("told %s in %s that %s hit it: %s", a.workload, posted.channel, incident_id, a.reason, extra=ctx)
+        return ChatOutcome(log_key, "affected", a.reason, posted.channel, posted.ts)
 
     def _flush_group(self, gk: str) -> ChatOutcome:
         now = self.clock()

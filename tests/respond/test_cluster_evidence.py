@@ -66,7 +66,7 @@ def test_the_responders_dossier_carries_the_cluster_evidence_and_owner(
     admin_core: client.CoreV1Api, worker_client: client.ApiClient, node: client.V1Node, namespace: str,
     tmp_path: object,
 ) -> None:
-    from datetime import UTC, datetime
+    from datetime import UTC, datetime, timedelta
     from pathlib import Path
 
     from sqlalchemy.orm import Session
@@ -96,6 +96,12 @@ def test_the_responders_dossier_carries_the_cluster_evidence_and_owner(
                          occurred_at=t, ingested_at=t, kind="xid", family="application", code="Xid 13", xid=13,
                          gpu="0000:b7:00.0", pod=pod, namespace=namespace, container="finetune", process="python3",
                          pid=7, message="m", raw="r", attribution={}, incident_id="inc-1"))
+        # an earlier fault of the incident hit a job of another team: its namespace is read for its channel too
+        s.add(FaultEvent(node=node.metadata.name, content_hash="h0", record_id="k0", sources="kernel",
+                         occurred_at=t - timedelta(minutes=5), ingested_at=t, kind="xid",
+                         family="application", code="Xid 13", xid=13, gpu="0000:b7:00.0", pod="other-1",
+                         namespace="default", container="c", process="p", pid=8, message="m", raw="r",
+                         attribution={}, incident_id="inc-1"))
         s.commit()
 
     class NoActions:
@@ -111,6 +117,9 @@ def test_the_responders_dossier_carries_the_cluster_evidence_and_owner(
     assert d.attribution.owner == "nlp-team" and d.attribution.pod == pod  # from the pod's `owner` annotation
     # the team's chat channel, from its namespace, reaches the routing
     assert notice.namespace_meta.get("xidpipe.io/slack-channel") == "#team-nlp"
+    assert [(a.namespace, a.pod) for a in d.affected] == [("default", "other-1"), (namespace, pod)]
+    assert notice.namespaces[namespace].get("xidpipe.io/slack-channel") == "#team-nlp"
+    assert notice.namespaces["default"].get("kubernetes.io/metadata.name") == "default"
     assert {e.name for e in d.evidence if e.source == "cluster"} == {
         "node description", "pod description", "pod events", "container log (last lines)"}
 

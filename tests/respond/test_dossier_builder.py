@@ -1,9 +1,10 @@
-"""Attribution in the dossier: the latest workload and the latest process the faults name."""
+"""Attribution in the dossier: the latest workload and the latest process the faults name; every workload
+the faults hit."""
 
 from __future__ import annotations
 
 from history.tables import FaultEvent
-from respond.dossier_builder import _attribution
+from respond.dossier_builder import _affected, _attribution
 
 
 def event(pod: str | None, process: str | None, pid: int | None) -> FaultEvent:
@@ -21,3 +22,19 @@ def test_process_and_pod_come_from_the_latest_fault_that_names_each() -> None:
 def test_nothing_known_stays_unknown() -> None:
     a = _attribution([event(None, None, None)])
     assert a.pod is None and a.process is None and a.pid is None
+
+
+def hit(pod: str | None, namespace: str, workload: str | None, owner: str | None = None) -> FaultEvent:
+    return FaultEvent(pod=pod, namespace=namespace, container="c", workload=workload, process="p", pid=1,
+                      attribution={"owner": owner} if owner else {})
+
+
+def test_every_pod_the_faults_name_once_in_the_order_they_faulted() -> None:
+    events = [hit("bert-2", "team-nlp", "team-nlp/bert/c", "nlp"), hit(None, "team-x", None),
+              hit("vllm-5", "team-serving", "team-serving/vllm/c"), hit("bert-2", "team-nlp", "team-nlp/bert/c"),
+              hit("trainer-9", "team-vision", None)]
+    out = _affected(events)
+    assert [(a.namespace, a.pod, a.workload, a.owner) for a in out] == [
+        ("team-nlp", "bert-2", "team-nlp/bert/c", "nlp"), ("team-serving", "vllm-5", "team-serving/vllm/c", None),
+        ("team-vision", "trainer-9", None, None)]
+    assert len(_affected([hit(f"p-{n}", "ns", None) for n in range(30)], limit=20)) == 20

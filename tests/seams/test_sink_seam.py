@@ -21,7 +21,7 @@ from pydantic import BaseModel, SecretStr
 
 from history.engine import make_engine
 from history.migrate import upgrade
-from models.chat_message import ChatMessage, GroupMessage, GroupReply
+from models.chat_message import AffectedMessage, ChatMessage, GroupMessage, GroupReply
 from respond.errors import PermanentError, TemporaryError
 from respond.sinks import jira, registry
 from respond.sinks.build import Sinks, build_sinks
@@ -57,6 +57,8 @@ class HookSink:
 
     @staticmethod
     def render(message: ChatMessage) -> dict[str, Any]:
+        if isinstance(message, AffectedMessage):
+            return {"text": f"[AFFECTED] {message.text}"}
         group = message.group if isinstance(message, GroupReply) else message
         c = group.content
         state = "RESOLVED" if not group.firing else "FIRING"

@@ -5,7 +5,8 @@ Slack's limits when a block is serialised) from the destination-neutral parts of
 A message: the title (header), the headline, "What to do now" (numbered steps), the facts (a
 fields section), a group summary when several incidents share the message, the links to the
 incident's page and the ticket, and the incident's identity (context). A thread reply: one
-section that says what changed.
+section that says what changed. A message to a team whose job an incident's fault hit
+(`AffectedMessage`): its title, what happened to the job, the incident's page, its identity.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from models.chat_message import ChatContent, ChatMessage, GroupMessage, GroupReply
+from models.chat_message import AffectedMessage, ChatContent, ChatMessage, GroupMessage, GroupReply
 
 HEADER_CAP = 150  # Slack's limits, in characters
 SECTION_CAP = 3000
@@ -91,6 +92,18 @@ def render_reply(reply: GroupReply) -> dict[str, Any]:
     return {"text": text, "blocks": [_section(text).to_dict()]}
 
 
+def render_affected(m: AffectedMessage) -> dict[str, Any]:
+    """The message to a team whose job the incident's fault hit."""
+    blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text=_cut(m.title, HEADER_CAP), emoji=True)),
+                           _section(mrkdwn(m.text))]
+    if m.links:
+        blocks.append(_section(" · ".join(f"<{url}|{label}>" for label, url in m.links)))
+    blocks.append(ContextBlock(elements=[MarkdownTextObject(text=_cut(mrkdwn(m.context), SECTION_CAP))]))
+    return {"text": _cut(mrkdwn(m.text), FALLBACK_CAP), "blocks": [b.to_dict() for b in blocks]}
+
+
 def render(m: ChatMessage) -> dict[str, Any]:
-    """A group's message or a thread reply as Slack takes it: `{"text", "blocks"}`."""
+    """A group's message, a thread reply or a message to an affected team as Slack takes it: `{"text", "blocks"}`."""
+    if isinstance(m, AffectedMessage):
+        return render_affected(m)
     return render_reply(m) if isinstance(m, GroupReply) else render_group(m)
