@@ -17,10 +17,7 @@ from history.action_tables import actions_table
 from history.remediation_tables import remediation_loops_table as loops_t
 from history.tables import Incident
 from models.ledger import card_key
-from models.reliability import IncidentSpan, fleet_reliability
-from models.vocabulary import ComponentKind
-
-HARDWARE_COMPONENTS = (ComponentKind.GPU, ComponentKind.NVSWITCH, ComponentKind.NODE)
+from models.reliability import HARDWARE_COMPONENTS, IncidentSpan, fleet_reliability
 
 
 def _utc(value: datetime) -> datetime:
@@ -30,7 +27,7 @@ def _utc(value: datetime) -> datetime:
 def incident_spans(s: Session, since: datetime | None = None) -> list[IncidentSpan]:
     """The hardware incidents that began at or after `since` (all without it), merged ones left out."""
     q = (sa.select(Incident.node, Incident.serial, Incident.gpu_uuid, Incident.first_seen, Incident.resolved_at)
-         .where(Incident.merged_into.is_(None), Incident.component.in_([str(c) for c in HARDWARE_COMPONENTS]),
+         .where(Incident.merged_into.is_(None), Incident.component.in_(HARDWARE_COMPONENTS),
                 Incident.category != "application"))
     if since is not None:
         q = q.where(Incident.first_seen >= since)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -37,6 +37,34 @@ def mean_time_between(starts: Mapping[str, Iterable[datetime]]) -> dict[str, flo
 
 
 # --- fleet figures: per node, per card and per pool, from the incidents themselves ----------------------
+
+# The incidents the figures count: a GPU's, an NVSwitch's or a node's, not an application's (the
+# workload's fault, not the hardware's) nor the fleet's (a burst over many nodes).
+HARDWARE_COMPONENTS = ("gpu", "nvswitch", "node")
+
+
+def counts_for_reliability(component: str | None, category: str | None) -> bool:
+    return component in HARDWARE_COMPONENTS and category != "application"
+
+
+def _instant(value: Any) -> datetime | None:
+    """A time of an incident's message (ISO 8601; UTC when it names no zone)."""
+    try:
+        at = value if isinstance(value, datetime) else datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return at.replace(tzinfo=UTC) if at is not None and at.tzinfo is None else at
+
+
+def time_to_resolve(incident: Mapping[str, Any]) -> float | None:
+    """Seconds from a resolved hardware incident's first fault to its resolution (an incident as the
+    incidents topic carries it); None for any other incident."""
+    if not counts_for_reliability(incident.get("component"), incident.get("category")):
+        return None
+    start, end = _instant(incident.get("first_seen")), _instant(incident.get("resolved_at"))
+    if start is None or end is None or end < start:
+        return None
+    return (end - start).total_seconds()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +110,10 @@ def fleet_reliability(spans: Sequence[IncidentSpan], pools: Mapping[str, str], t
             "by_pool": _grouped(spans, lambda sp: pools.get(sp.node, ""), None),
             "by_node": _grouped(spans, lambda sp: sp.node, top),
             "by_card": _grouped(spans, lambda sp: sp.card, top)}
+
+
+def started_at(incident: Mapping[str, Any]) -> datetime | None:
+    """When a hardware incident began (its first fault); None for any other incident."""
+    if not counts_for_reliability(incident.get("component"), incident.get("category")):
+        return None
+    return _instant(incident.get("first_seen"))
