@@ -2,8 +2,9 @@
 hardware incidents (of a GPU, an NVSwitch or a node; not an application's, not the fleet's) with
 where and when they began and were resolved, and each node's pool as the history last recorded it.
 
-A node's pool is the pool label's value the responder saw when it acted on the node: its latest
-remediation loop, or a breaker trip it caused. Nodes xidpipe never acted on are in the pool ''."""
+A node's pool is the pool label's value the responder read when it decided on the node: its latest
+cordon decision's action record, remediation loop or breaker trip. Nodes xidpipe never decided on
+(no incident of theirs asked for a cordon decision) are in the pool ''."""
 
 from __future__ import annotations
 
@@ -36,14 +37,19 @@ def incident_spans(s: Session, since: datetime | None = None) -> list[IncidentSp
             for node, serial, uuid, first, resolved in s.execute(q)]
 
 
+# The action records that carry the node's pool in their details: a cordon or quarantine decision's
+# (`respond.cordon.executor`, every decision, a `not_needed` too) and a breaker trip's.
+POOL_ACTIONS = ("cordon", "repeat", "quarantine", "breaker_trip")
+
+
 def node_pools(s: Session) -> dict[str, str]:
-    """Each node's pool, the latest the history recorded: a remediation loop's, or a breaker trip's."""
+    """Each node's pool, the latest the history recorded: a remediation loop's, or an action's."""
     seen: list[tuple[datetime, str, str]] = []
     for node, pool, at in s.execute(sa.select(loops_t.c.node, loops_t.c.pool, loops_t.c.updated_at)):
         seen.append((_utc(at), str(node), str(pool)))
-    trips = sa.select(actions_table.c.node, actions_table.c.details, actions_table.c.at).where(
-        actions_table.c.action == "breaker_trip", actions_table.c.node.is_not(None))
-    for node, details, at in s.execute(trips):
+    acted = sa.select(actions_table.c.node, actions_table.c.details, actions_table.c.at).where(
+        actions_table.c.action.in_(POOL_ACTIONS), actions_table.c.node.is_not(None))
+    for node, details, at in s.execute(acted):
         if isinstance(details, dict) and isinstance(details.get("pool"), str):
             seen.append((_utc(at), str(node), details["pool"]))
     return {node: pool for _, node, pool in sorted(seen)}

@@ -1,5 +1,6 @@
 """The fleet reliability figures from the history: hardware incidents only, merged ones left out, and
-each node in the pool the history last recorded for it (a remediation loop's, a breaker trip's)."""
+each node in the pool the history last recorded for it (a remediation loop's, a cordon decision's or
+a breaker trip's action record)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from history.reliability import incident_spans, node_pools, reliability
 from history.remediation_store import LoopRow, RemediationStore
 from history.stats import stats
 from history.tables import Incident
+from respond.cordon.action_log import ActionRecord, SqlActionStore
 
 T = datetime(2026, 12, 1, 12, tzinfo=UTC)
 
@@ -64,15 +66,19 @@ def test_hardware_incidents_in_their_nodes_recorded_pools(engine: Engine) -> Non
         conn.execute(actions_table.insert().values(at=T, action="breaker_trip", outcome="done", node="n2",
                                                    reason="r", dry_run=False, actor="xidpipe",
                                                    details={"pool": "train", "family": "gpu_lost"}))
+    # A cordon decision's record (a not_needed one too) carries the pool the responder read.
+    SqlActionStore(engine).record(ActionRecord(at=T, action="cordon", outcome="noop", node="n3", decision="not_needed",
+                                               details={"pool": "infer"}))
+    SqlActionStore(engine).record(ActionRecord(at=T, action="release", outcome="done", node="n4"))
     with Session(engine) as s:
         spans = incident_spans(s)
         assert sorted((sp.node, sp.card) for sp in spans) == [
             ("n1", "serial:A"), ("n1", "serial:A"), ("n2", "uuid:GPU-n2"), ("n3", None)]
-        assert node_pools(s) == {"n1": "train", "n2": "train"}
+        assert node_pools(s) == {"n1": "train", "n2": "train", "n3": "infer"}
         got = reliability(s)
         assert got["by_pool"]["train"] == {"incidents": 3, "resolved": 2, "mean_time_to_resolve_s": 2.5 * 3600,
                                            "mean_time_between_incidents_s": 2.5 * 3600}
-        assert got["by_pool"][""]["incidents"] == 1  # n3: xidpipe never acted on it
+        assert set(got["by_pool"]) == {"train", "infer"} and got["by_pool"]["infer"]["incidents"] == 1
         assert got["by_node"]["n1"]["mean_time_between_incidents_s"] == 5 * 3600
         assert got["by_card"]["serial:A"]["mean_time_to_resolve_s"] == 2 * 3600
         # Since a time: only the incidents that began at or after it.
