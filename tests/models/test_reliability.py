@@ -47,3 +47,26 @@ def test_fleet_figures_per_pool_node_and_card() -> None:
     assert got["by_node"]["n1"]["mean_time_between_incidents_s"] == 6 * 3600.0
     assert list(got["by_card"]) == ["serial:A", "serial:B"]  # a node's incident has no card
     assert fleet_reliability(spans, {}, top=None)["by_card"].keys() == {"serial:A", "serial:B", "uuid:GPU-4"}
+
+
+@pytest.mark.parametrize(("incident", "seconds"), [
+    pytest.param({"component": "gpu", "category": "hardware", "first_seen": "2026-12-01T00:00:00+00:00",
+                  "resolved_at": "2026-12-01T00:10:00+00:00"}, 600.0, id="a GPU's"),
+    pytest.param({"component": "node", "category": "driver", "first_seen": "2026-12-01T00:00:00",
+                  "resolved_at": "2026-12-01T01:00:00+00:00"}, 3600.0, id="a node's, a time without zone is UTC"),
+    pytest.param({"component": "gpu", "category": "application", "first_seen": "2026-12-01T00:00:00+00:00",
+                  "resolved_at": "2026-12-01T00:10:00+00:00"}, None, id="an application's counts nowhere"),
+    pytest.param({"component": "fleet", "category": "hardware", "first_seen": "2026-12-01T00:00:00+00:00",
+                  "resolved_at": "2026-12-01T00:10:00+00:00"}, None, id="the fleet's neither"),
+    pytest.param({"component": "gpu", "category": "hardware", "first_seen": "2026-12-01T00:00:00+00:00",
+                  "resolved_at": None}, None, id="open"),
+    pytest.param({"component": "gpu", "category": "hardware", "first_seen": "yesterday",
+                  "resolved_at": "2026-12-01T00:10:00+00:00"}, None, id="not a time"),
+])
+def test_time_to_resolve_of_an_incident_message(incident: dict[str, object], seconds: float | None) -> None:
+    from models.reliability import started_at, time_to_resolve
+
+    assert time_to_resolve(incident) == seconds
+    assert (started_at(incident) is not None) == (incident["component"] in ("gpu", "node")
+                                                   and incident["category"] != "application"
+                                                   and incident["first_seen"] != "yesterday")
