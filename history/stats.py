@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from history.gpus import models_by_uuid
+from history.reliability import reliability
 from history.tables import FaultEvent, GpuCard, Incident, NodeState
 from models.fault_rates import Span, gpu_rate, why_no_30d
 from models.vocabulary import HARDWARE_CATEGORIES, ComponentKind
@@ -49,7 +50,8 @@ def stats(s: Session, since: datetime | None = None, top: int = 10) -> dict[str,
     GPU model, and the GPUs (of component gpu) and nodes with the most hardware incidents;
     `fault_events` counts the fault events (every sensor's report) by code and namespace; `gpu_rates`
     gives GPU incidents per GPU over the span the history observed and the mean time between one GPU's
-    incidents, overall and by model (`models.fault_rates`; see `_gpu_rates`)."""
+    incidents, overall and by model (`models.fault_rates`; see `_gpu_rates`); `reliability` gives the
+    mean time to resolve and between hardware incidents, per pool, node and card (`history.reliability`)."""
     # An incident merged into another (a job's faults found to stay with a GPU) is counted in that one.
     inc_since = [Incident.merged_into.is_(None), *([Incident.last_seen >= since] if since is not None else [])]
     ev_since = [FaultEvent.occurred_at >= since] if since is not None else []
@@ -82,6 +84,7 @@ def stats(s: Session, since: datetime | None = None, top: int = 10) -> dict[str,
             "by_namespace": _counts(s, sa.select(FaultEvent.namespace).where(*ev_since), top),
         },
         "gpu_rates": _gpu_rates(s, since, inc_since),
+        "reliability": reliability(s, since, top),
     }
 
 

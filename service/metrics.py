@@ -21,6 +21,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 86400.0)
 # Repairs take minutes to days: 5 min, 15 min, 30 min, 1 h, 2 h, 4 h, 8 h, 1 d, 2 d, 7 d.
 REPAIR_BUCKETS = (300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, 172800.0, 604800.0)
+# Between one node's hardware incidents: 1 h, 6 h, 1 d, 3 d, 7 d, 30 d, 90 d.
+BETWEEN_BUCKETS = (3600.0, 21600.0, 86400.0, 259200.0, 604800.0, 2592000.0, 7776000.0)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SIZE_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
 
@@ -75,6 +77,13 @@ class WorkerMetrics(ServiceMetrics):
         self.batch_seconds = self.histogram("batch_seconds", "Duration of a batch: decode, parse, store, commit.")
         self.database_errors = self.counter(
             "database_errors", "Store transactions that failed and were retried, by kind.", ("kind",))
+        # Per node (bounded by the fleet), never per card; a node's pool is a join with the node's labels.
+        self.time_to_resolve = self.histogram(
+            "incident_time_to_resolve_seconds", "From a hardware incident's first fault to its resolution, by node, "
+            "observed when it resolves.", ("node",), buckets=REPAIR_BUCKETS)
+        self.time_between = self.histogram(
+            "incident_time_between_seconds", "From one hardware incident's first fault to the next one's on the "
+            "same node, observed when the next one opens.", ("node",), buckets=BETWEEN_BUCKETS)
 
 
 class ResponderMetrics(ServiceMetrics):

@@ -6,15 +6,19 @@ and the last store transaction did not find it unavailable).
 The pipeline (`streams.app`) reports what it consumed, stored and dead-lettered; the heartbeat
 timer also reads the consumer's lag per assigned partition: its high watermark minus the committed
 offset (the offset to read next), so a lag of 0 means every message was stored and committed.
+The incidents it tells give the reliability histograms: a hardware incident's time to resolve when it
+resolves, and the time since its node's previous one when it opens.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 from typing import Any
 
 from models.dead_letter import DeadLetter
+from models.reliability import started_at, time_to_resolve
 from service.http import EndpointServer, checks_report, run_checks
 from service.metrics import WorkerMetrics
 from streams.settings import WorkerSettings
@@ -36,6 +40,7 @@ class WorkerObserver:
         self.store_problem: str | None = None  # the last store call's database failure, until one succeeds
         self._engine: Any = None
         self._lag_series: set[tuple[str, str]] = set()
+        self._last_start: dict[str, datetime] = {}  # per node, its latest hardware incident's first fault
 
     # -- what the pipeline reports ------------------------------------------------------------------
 
@@ -56,10 +61,28 @@ class WorkerObserver:
             self.metrics.fault_events.labels(category).inc()
             self.metrics.xid_to_incident.observe(max(0.0, now - event_at))
         for o in result.outgoing:
-            if o.stream == "incidents" and o.payload.get("change") == "opened":
-                incident = o.payload.get("incident") or {}
+            if o.stream != "incidents":
+                continue
+            incident = o.payload.get("incident") or {}
+            if o.payload.get("change") == "opened":
                 self.metrics.incidents_opened.labels(str(incident.get("component") or "unknown"),
                                                      str(incident.get("category") or "unknown")).inc()
+            if o.payload.get("change") in ("opened", "reopened"):  # reopened: a new incident after a resolved one
+                self.opened(incident)
+            elif o.payload.get("change") == "resolved" and (spent := time_to_resolve(incident)) is not None:
+                self.metrics.time_to_resolve.labels(str(incident.get("node"))).observe(spent)
+
+    def opened(self, incident: dict[str, Any]) -> None:
+        """The time since the node's previous hardware incident began, as far as this worker saw it (a
+        node's records stay on one partition: its worker sees each of its incidents open)."""
+        start, node = started_at(incident), str(incident.get("node"))
+        if start is None:
+            return
+        last = self._last_start.get(node)
+        if last is not None and start > last:
+            self.metrics.time_between.labels(node).observe((start - last).total_seconds())
+        if last is None or start > last:
+            self._last_start[node] = start
 
     def store_failed(self, kind: str, problem: str) -> None:
         self.metrics.database_errors.labels(kind).inc()

@@ -156,6 +156,13 @@ class CordonExecutor:
                 if step.applies(policy) and self._adapter(step) is None:
                     raise TypeError(_unported(nodes, step))
 
+    def _pool(self, current: Any) -> str | None:
+        """The node's pool (its pool label's value, '' without it) as read for the decision; None unread.
+        Kept with the action's record: the history's reliability figures per pool read it there."""
+        if current is None or not current.view.exists:
+            return None
+        return str(current.view.labels.get(self.policy.scope.pool_label, ""))
+
     def _adapter(self, step: Step) -> Any:
         """The adapter that implements the step's port: the node adapter, else one of `ports`."""
         return next((a for a in (self.nodes, *self.ports) if a is not None and isinstance(a, step.port)), None)
@@ -172,7 +179,8 @@ class CordonExecutor:
             with self.store.exclusive():
                 result, after = self._handle(req, current)
                 self._record(result, details={"changes": result.changes, "retryable": result.retryable,
-                                              "resource_version": result.resource_version, **result.quarantine})
+                                              "resource_version": result.resource_version, **result.quarantine,
+                                              "pool": self._pool(current)})
         except ActionError as exc:
             after = None
             result = self._failed(req, exc)

@@ -195,7 +195,8 @@ def test_the_dashboard_and_the_alerts_query_only_metrics_the_services_expose(hel
     known = {"up"} | exposed_names(Metrics().registry)
     for m in services:
         known |= exposed_names(m.registry)
-    docs = render(helm, [PRODUCTION], "prometheusRule.enabled=true", "dashboard.enabled=true")
+    docs = render(helm, [PRODUCTION], "prometheusRule.enabled=true", "serviceMonitor.enabled=true",
+                  "dashboard.enabled=true")
     board_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "xidpipe-dashboard")
     assert board_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     board = json.loads(board_map["data"]["xidpipe.json"])

@@ -206,3 +206,21 @@ async def test_a_merged_incident_links_the_one_it_was_merged_into(client: TestCl
     merged = html.split('id="merged-into">')[1].split("</p>")[0]
     assert f'href="/incidents/{seeded.bert}"' in merged and "Merged into" in merged
     assert 'id="what-to-do"' not in html and 'id="decision"' not in html  # said once, in the one it joined
+
+
+async def test_the_reliability_page_charts_the_figures_the_api_gives(client: TestClient) -> None:
+    await login(client, READ_TOKEN)
+    rel = (await (await client.get("/api/v1/stats", params={"top": "5"})).json())["reliability"]
+    resp = await client.get("/reliability", params={"top": "5"})
+    html = await resp.text()
+    assert resp.status == 200 and rel["all"]["incidents"] > 0
+    assert f"{rel['all']['incidents']} hardware incidents, {rel['all']['resolved']} resolved." in html
+    for key in ("by_pool", "by_node", "by_card"):
+        assert f'id="reliability-{key}"' in html
+    between = {n: f["mean_time_between_incidents_s"] for n, f in rel["by_node"].items()}
+    assert any(v is not None for v in between.values())  # the seed has a node with two hardware incidents
+    for node, seconds in between.items():
+        if seconds is not None:
+            assert f'data-label="{node}" data-seconds="{seconds:g}"' in html
+    bad = await client.get("/reliability", params={"top": "0"})
+    assert bad.status == 400

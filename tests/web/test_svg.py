@@ -39,3 +39,14 @@ def test_gpu_timeline_places_incidents_on_the_placement_that_held_the_card() -> 
     assert "v1:&lt;b&gt;" in svg and "<b>" not in svg
     assert 'fill="#c62828"' in svg and 'fill="#f0a202"' in svg
     assert "No placements" in str(gpu_timeline_svg([], []))
+
+
+def test_bars_scale_to_the_longest_and_say_na_without_a_value() -> None:
+    from xidpipe.web.svg import BAR_W, bars_svg, duration_text
+
+    svg = str(bars_svg([("train", 7200.0), ('<p>&"', 3600.0), ("", None)], "mean time to resolve"))
+    assert f'width="{BAR_W}" height' in svg and f'width="{BAR_W // 2}" height' in svg
+    assert "&lt;p&gt;&amp;&#34;" in svg and "<p>" not in svg
+    assert svg.count("<rect") == 2 and "(no pool known)" in svg and ">n/a<" in svg
+    assert "No hardware incidents" in str(bars_svg([], "x"))
+    assert [duration_text(s) for s in (45, 720, 19800, 276480)] == ["45s", "12m", "5.5h", "3.2d"]

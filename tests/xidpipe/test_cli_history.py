@@ -196,3 +196,18 @@ def test_piped_show_cuts_no_id(history: History, tmp_path: Path) -> None:
     assert all(i in proc.stdout for i in (NLP_SHELL, MEMORY))
     screen = in_terminal("incidents", "show", MEMORY, "--database-url", history.url, columns=100)
     assert screen.code == 0 and all(cell_len(ln) <= 100 for ln in screen.lines)
+
+
+def test_stats_gives_the_time_to_resolve_and_between_hardware_incidents(history: History) -> None:
+    hardware = [i for i in data(history, "incidents", "list", "--all")["incidents"]
+                if i["component"] in ("gpu", "nvswitch", "node") and i["category"] != "application"
+                and not i["merged_into"]]
+    rel = data(history, "stats")["reliability"]
+    assert rel["all"]["incidents"] == len(hardware) > 0
+    assert rel["all"]["resolved"] == sum(1 for i in hardware if i["resolved_at"])
+    assert {n: f["incidents"] for n, f in rel["by_node"].items()} == {
+        n: sum(1 for i in hardware if i["node"] == n) for n in {i["node"] for i in hardware}}
+    assert sum(f["incidents"] for f in rel["by_pool"].values()) == len(hardware)
+    text = run(history, "stats").stdout
+    assert f"Reliability: {len(hardware)} hardware incidents" in text
+    assert all(word in text for word in ("POOL", "GPU CARD", "MTTR", "MTBI"))

@@ -69,11 +69,12 @@ def register(sub: Any) -> None:
     tr.add_argument("--actor", default=None, help="who took the step (default: $USER, the login name)")
     tr.set_defaults(func=run_transition)
     st: argparse.ArgumentParser = sub.add_parser(
-        "stats", help="incident and fault-event counts, and fault rates per GPU", parents=history_parents(),
+        "stats", help="incident and fault-event counts, fault rates per GPU, MTTR and MTBI", parents=history_parents(),
         description="Incidents by category, component, node and GPU model, and the GPUs and nodes with the "
         "most hardware incidents; fault events by code and namespace; GPU incidents per GPU over the span the "
         "history covers (per 30 days only when it covers 30 days or more) and the mean time between one "
-        "GPU's incidents (per incident, so one storm of lines counts once).")
+        "GPU's incidents (per incident, so one storm of lines counts once); the mean time to resolve (MTTR) and "
+        "between (MTBI) hardware incidents per pool, node and GPU card.")
     st.add_argument("--since", type=time_arg, metavar="TIME",
                     help="only what was seen at or after this time (24h, 7d, yesterday, 2026-11-25, ISO 8601)")
     st.add_argument("--top", type=int, default=10, help="how many nodes, namespaces and GPUs to list")
@@ -352,6 +353,7 @@ def print_stats(data: dict[str, Any]) -> None:
     for key, title in (("by_code", "CODE"), ("by_namespace", "NAMESPACE")):
         if ev[key]:
             print_table((Column(title), Column("EVENTS")), ev[key].items())
+    _print_reliability(data["reliability"], since)
     span = rates["span"]
     if span is None:
         output.heading("GPU fault rates: none, the history holds nothing yet")
@@ -366,6 +368,26 @@ def print_stats(data: dict[str, Any]) -> None:
     rows = [["all", *_rate_cells(rates)], *([m, *_rate_cells(r)] for m, r in rates["by_model"].items())]
     print_table((Column("GPU MODEL", free=True, min_width=20), Column("GPUS"), Column("INCIDENTS"),
                  Column("PER GPU"), Column("PER GPU/30D"), Column("MEAN GAP")), rows)
+
+
+def _print_reliability(rel: dict[str, Any], since: str) -> None:
+    from rich.text import Text
+
+    output.heading(f"Reliability{since}: {rel['all']['incidents']} hardware incidents (a GPU's, an NVSwitch's or "
+                   f"a node's), {rel['all']['resolved']} resolved")
+    output.emit(Text("MTTR: the mean time from an incident's first fault to its resolution; MTBI: the mean time "
+                     "between consecutive incidents; a node's pool as xidpipe last recorded it ('' not known)"),
+                prose=True)
+    for key, title in (("by_pool", "POOL"), ("by_node", "NODE"), ("by_card", "GPU CARD")):
+        rows = [[name or "''", f["incidents"], f["resolved"], _duration(f["mean_time_to_resolve_s"]),
+                 _duration(f["mean_time_between_incidents_s"])] for name, f in rel[key].items()]
+        if rows:
+            print_table((Column(title, free=True, min_width=12), Column("INCIDENTS"), Column("RESOLVED"),
+                         Column("MTTR"), Column("MTBI")), rows)
+
+
+def _duration(seconds: float | None) -> str:
+    return "n/a" if seconds is None else format_duration(seconds)
 
 
 def _rate_cells(r: dict[str, Any]) -> list[Any]:

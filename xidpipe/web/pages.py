@@ -212,6 +212,22 @@ async def heatmap(request: web.Request) -> web.StreamResponse:
                   since=since.isoformat(), until=until.isoformat())
 
 
+RELIABILITY_SECTIONS = (("by_pool", "pool"), ("by_node", "node"), ("by_card", "GPU card"))
+
+
+async def reliability(request: web.Request) -> web.StreamResponse:
+    args = parse_query(api.STATS_PARAMS, request.query, lenient=True)
+    rel = (await request.app[DB_KEY].read(data.stats, args["since"], args["top"]))["reliability"]
+    charts = {key: {"mttr": svg.bars_svg([(k, f["mean_time_to_resolve_s"]) for k, f in rel[key].items()],
+                                         "mean time to resolve"),
+                    "mtbi": svg.bars_svg([(k, f["mean_time_between_incidents_s"]) for k, f in rel[key].items()],
+                                         "mean time between incidents")}
+              for key, _ in RELIABILITY_SECTIONS}
+    return render(request, "reliability.html", rel=rel, charts=charts, sections=RELIABILITY_SECTIONS,
+                  since=request.query.get("since", ""), top=args["top"],
+                  duration=lambda v: "n/a" if v is None else svg.duration_text(v))
+
+
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get("/login", login_form, name="login")
@@ -224,3 +240,4 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/gpus", gpus, name="page_gpus")
     r.add_get("/gpus/{ident}", gpu, name="page_gpu")
     r.add_get("/heatmap", heatmap, name="page_heatmap")
+    r.add_get("/reliability", reliability, name="page_reliability")

@@ -50,6 +50,13 @@ STR, NSTR, INT, NINT = _s("string"), _n("string"), _s("integer"), _n("integer")
 COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
 _GPU_RATE = {"gpus": INT, "incidents": INT, "incidents_per_gpu": _n("number"),
              "incidents_per_gpu_per_30d": _n("number"), "mean_time_between_incidents_s": _n("number")}
+_FIGURES = {"incidents": _s("integer", minimum=0), "resolved": _s("integer", minimum=0),
+            "mean_time_to_resolve_s": _n("number", minimum=0,
+                                         description="mean seconds from the first fault to the resolution, over the "
+                                         "resolved incidents (null: none resolved)"),
+            "mean_time_between_incidents_s": _n("number", minimum=0,
+                                                description="mean seconds between consecutive incident starts "
+                                                "(null: fewer than two incidents)")}
 
 
 def page(key: str, item: str) -> dict[str, Any]:
@@ -185,6 +192,17 @@ def components() -> dict[str, Any]:
                              description="incidents of component gpu per GPU over the span the history observed "
                              "(per 30 days only for a span of 30 days or more; `note` says why not), and the mean "
                              "time between one GPU's incidents"),
+            "reliability": obj({"all": obj(_FIGURES),
+                                **{k: {"type": "object", "additionalProperties": obj(_FIGURES), "description": d}
+                                   for k, d in (("by_pool", "every pool (the node label the cordon policy's "
+                                                 "`scope.pool_label` names, as the history last recorded it; '': "
+                                                 "not known)"),
+                                                ("by_node", "the `top` nodes with the most incidents"),
+                                                ("by_card", "the `top` GPU cards (`serial:<s>`, or `uuid:<u>` "
+                                                 "without a serial) with the most incidents"))}},
+                               description="fleet reliability over the hardware incidents (of a GPU, an NVSwitch "
+                               "or a node) that began since `since`: the mean time to resolve and the mean time "
+                               "between incidents"),
         }),
         "Gpu": gpu,
         "GpuPage": page("gpus", "Gpu"),

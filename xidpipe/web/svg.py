@@ -156,3 +156,43 @@ def _row_of(bars: Sequence[tuple[str, datetime, datetime, bool, dict[str, Any]]]
         if start <= t <= end and (not p.get("node") or p.get("node") == inc.get("node")):
             return r
     return None
+
+
+BAR_H, BAR_LABEL_W, BAR_W = 22, 170, 360
+
+
+def duration_text(seconds: float) -> str:
+    """A duration for a bar's label: `45s`, `12m`, `5.5h`, `3.2d`."""
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h" if seconds < 172800 else f"{seconds / 86400:.1f}d"
+
+
+def bars_svg(rows: Sequence[tuple[str, float | None]], what: str) -> Markup:
+    """Horizontal bars of durations in seconds, one per (label, value), scaled to the longest; a row
+    without a value (None) is named and says n/a. `what` names the figure for the picture's label."""
+    known = [v for _, v in rows if v is not None]
+    top = max(known, default=0.0) or 1.0
+    width, height = BAR_LABEL_W + BAR_W + 70, BAR_H * max(len(rows), 1) + 8
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="bars" role="img" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" aria-label="{_a(what)}">']
+    if not rows:
+        out.append(f'<text x="4" y="{BAR_H * 0.7:.0f}" font-size="12">No hardware incidents.</text>')
+    for i, (label, value) in enumerate(rows):
+        y = 4 + i * BAR_H
+        name = label or "(no pool known)"
+        out.append(f'<text x="{BAR_LABEL_W - 6}" y="{y + BAR_H * 0.65:.0f}" font-size="12" text-anchor="end">'
+                   f'{_a(name)}</text>')
+        if value is None:
+            out.append(f'<text x="{BAR_LABEL_W}" y="{y + BAR_H * 0.65:.0f}" font-size="12" fill="#6b7280">n/a</text>')
+            continue
+        w = max(1, round(BAR_W * value / top))
+        out.append(f'<rect x="{BAR_LABEL_W}" y="{y}" width="{w}" height="{BAR_H - 6}" rx="2" fill="#3b6fb6" '
+                   f'data-label="{_a(label)}" data-seconds="{value:g}"><title>{_a(name)}: {_a(what)} '
+                   f'{duration_text(value)}</title></rect>')
+        out.append(f'<text x="{BAR_LABEL_W + w + 6}" y="{y + BAR_H * 0.65:.0f}" font-size="12">'
+                   f'{duration_text(value)}</text>')
+    out.append("</svg>")
+    return Markup("".join(out))

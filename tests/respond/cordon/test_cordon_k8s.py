@@ -39,7 +39,8 @@ def records(log: Path) -> list[dict[str, Any]]:
 def test_xid79_cordons_taints_sets_condition_and_records_event(
     admin_core: client.CoreV1Api, make_node: NodeFactory, make_executor: ExecutorFactory, action_log: Path
 ) -> None:
-    name = make_node(pool=unique("pool"))
+    pool = unique("pool")
+    name = make_node(pool=pool)
     req = xid79(name)
     before_rv = admin_core.read_node(name).metadata.resource_version
 
@@ -74,6 +75,7 @@ def test_xid79_cordons_taints_sets_condition_and_records_event(
                                                                                    req.incident_id)
     assert set(rec["details"]["changes"]) == {"unschedulable", "taint", "annotations"}
     assert rec["details"]["resource_version"] == result.resource_version
+    assert rec["details"]["pool"] == pool  # as read for the decision: the reliability figures' pool
     assert int(result.resource_version or 0) > int(before_rv)
 
 
