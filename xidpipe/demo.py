@@ -211,6 +211,7 @@ async def respond_until_idle(settings: RespondSettings, responder: Responder, ti
     # Send what the group timers still hold: in the demo nothing more will arrive.
     await asyncio.to_thread(responder.sinks.chat.flush)
     await asyncio.to_thread(responder.sinks.tickets.drain)
+    await asyncio.to_thread(responder.sinks.pages.drain)
     stop.set()
     await task
 
