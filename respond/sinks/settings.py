@@ -5,7 +5,7 @@ silences), and what `xidpipe replay` reads.
 
 Every configured destination is a sink; with no tracker configured, tickets go to the file outbox,
 with no chat destination, messages do. Pages go to every configured paging destination
-(Alertmanager, ...). The fields `<destination>_<param>` (`jira_url`,
+(Alertmanager, PagerDuty, ...). The fields `<destination>_<param>` (`jira_url`,
 `slack_bot_token`, `outbox_dir`, ...) are the params of the destinations registered in
 `respond.sinks.registry`; a destination without fields here takes its params from `destinations`
 (`XIDPIPE_SINKS_DESTINATIONS__PAGERDUTY__ROUTING_KEY=...`). The policies (ticket policy, routing,
@@ -89,6 +89,14 @@ class SinkSettings(XidpipeSettings):
         "Alertmanager's resolve_timeout (5 min by default), after which it resolves an alert it stopped hearing of")
     alertmanager_min_severity: Severity = Field(
         default=Severity.INFO, description="incidents less urgent than this are not sent (models/severity.py)")
+    pagerduty_routing_key: SecretStr | None = Field(
+        default=None, description="the Events API v2 integration key of a PagerDuty service (32 characters); set: "
+        "incidents are alerts there")
+    pagerduty_url: str = Field(default="https://events.pagerduty.com", description="Events API base URL "
+                               "(https://events.eu.pagerduty.com for an EU account)")
+    pagerduty_timeout_s: float = Field(default=10.0, gt=0, description="per request")
+    pagerduty_min_severity: Severity = Field(
+        default=Severity.ERROR, description="incidents less urgent than this are not sent: PagerDuty wakes people")
     page_retry_base_s: float = Field(default=30.0, gt=0, description="first delay after a failed page; doubles")
     page_retry_max_s: float = Field(default=900.0, gt=0, description="longest delay after failed pages (15 min)")
     page_drain_interval_s: float = Field(default=5.0, gt=0, description="how often retries and resends are due")
