@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, overload
 
-from respond.sinks import alertmanager, jira, outbox, pagerduty, slack
+from respond.sinks import alertmanager, cloudevents, jira, outbox, pagerduty, slack
 from respond.sinks.ports import ChatTransport, Destination, Pager, Port, TicketTracker
 from respond.sinks.settings import SinkSettings
 
@@ -21,6 +21,7 @@ DESTINATIONS: tuple[Destination[Any], ...] = (
     slack.DESTINATION,
     alertmanager.DESTINATION,
     pagerduty.DESTINATION,
+    cloudevents.DESTINATION,
     outbox.TICKETS,
     outbox.CHAT,
 )

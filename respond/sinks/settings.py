@@ -5,7 +5,7 @@ silences), and what `xidpipe replay` reads.
 
 Every configured destination is a sink; with no tracker configured, tickets go to the file outbox,
 with no chat destination, messages do. Pages go to every configured paging destination
-(Alertmanager, PagerDuty, ...). The fields `<destination>_<param>` (`jira_url`,
+(Alertmanager, PagerDuty, a CloudEvents webhook). The fields `<destination>_<param>` (`jira_url`,
 `slack_bot_token`, `outbox_dir`, ...) are the params of the destinations registered in
 `respond.sinks.registry`; a destination without fields here takes its params from `destinations`
 (`XIDPIPE_SINKS_DESTINATIONS__PAGERDUTY__ROUTING_KEY=...`). The policies (ticket policy, routing,
@@ -97,6 +97,19 @@ class SinkSettings(XidpipeSettings):
     pagerduty_timeout_s: float = Field(default=10.0, gt=0, description="per request")
     pagerduty_min_severity: Severity = Field(
         default=Severity.ERROR, description="incidents less urgent than this are not sent: PagerDuty wakes people")
+    cloudevents_url: str | None = Field(default=None, description="webhook URL that takes CloudEvents 1.0 "
+                                        "(structured mode, HTTP POST); set: every incident event is sent there")
+    cloudevents_source: str = Field(default="/xidpipe", description="the events' `source` (a URI reference); "
+                                    "give each cluster its own so `source` + `id` stays unique")
+    cloudevents_dataschema: str | None = Field(default=None, description="the events' `dataschema` URI, where "
+                                               "you publish respond/sinks/cloudevents/data.schema.json")
+    cloudevents_secret: SecretStr | None = Field(default=None, description="HMAC-SHA256 key: each request is "
+                                                 "signed (X-Xidpipe-Timestamp, X-Xidpipe-Signature)")
+    cloudevents_bearer_token: SecretStr | None = Field(default=None, description="sent as `Authorization: "
+                                                       "Bearer` when set")
+    cloudevents_timeout_s: float = Field(default=10.0, gt=0, description="per request")
+    cloudevents_min_severity: Severity = Field(default=Severity.INFO, description="incidents less urgent than "
+                                               "this are not sent")
     page_retry_base_s: float = Field(default=30.0, gt=0, description="first delay after a failed page; doubles")
     page_retry_max_s: float = Field(default=900.0, gt=0, description="longest delay after failed pages (15 min)")
     page_drain_interval_s: float = Field(default=5.0, gt=0, description="how often retries and resends are due")
