@@ -3,9 +3,10 @@
 A local Apache Kafka (unless XIDPIPE_DEMO_KAFKA names one), the stream worker, one node agent per
 sample node replaying its kernel log, the nodes' recorded inventories and pod assignments, the
 evidence the agents would have captured at the faults (recorded tool outputs, `evidence/`), and
-the responder with its embedded defaults: dry-run cordon, Jira and Slack outboxes, tickets and
-messages linking the incident pages of `xidpipe serve` at its default address. The database is
-the embedded default, `var/xidpipe.db`, so `xidpipe` commands can look at the result afterwards.
+the responder with its embedded defaults: dry-run cordon, Jira, Slack, PagerDuty and CloudEvents
+outboxes, tickets, messages and pages linking the incident pages of `xidpipe serve` at its default
+address. The database is the embedded default, `var/xidpipe.db`, so `xidpipe` commands can look at
+the result afterwards.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ that `build.build_sinks` makes.
 
 Per port (tickets, chat, pages) every configured destination is used, each a sink of its own, in
 registration order; a fallback destination (the file outbox) only when no other one is configured.
-The pages port may have none: then nothing is paged.
+(The pages port may be left with none, when a test registers no fallback for it: then nothing is
+paged.)
 A new destination is one folder with its params class and sink class (a `ports.Destination`) and
 one entry in `DESTINATIONS`, ahead of the outbox it replaces once configured.
 """
@@ -24,6 +25,7 @@ DESTINATIONS: tuple[Destination[Any], ...] = (
     cloudevents.DESTINATION,
     outbox.TICKETS,
     outbox.CHAT,
+    outbox.PAGES,
 )
 
 OPTIONAL_PORTS: frozenset[Port] = frozenset({"pages"})  # nothing is paged unless a destination is configured

@@ -72,6 +72,15 @@ def cloud_event(event: PageEvent, source: str, dataschema: str | None = None) ->
     return CloudEvent(attributes, data_of(event))
 
 
+def structured(event: PageEvent, source: str, dataschema: str | None = None) -> tuple[dict[str, str], bytes] | None:
+    """The HTTP headers and body of the event in structured mode (None for a kind not sent)."""
+    ce = cloud_event(event, source, dataschema)
+    if ce is None:
+        return None
+    message = to_structured_event(ce)
+    return dict(message.headers), message.body
+
+
 def signature(secret: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
 
@@ -102,13 +111,13 @@ class CloudEventsPager:
         return out
 
     def send(self, event: PageEvent) -> None:
-        ce = cloud_event(event, self.source, self.dataschema)
-        if ce is None:
+        message = structured(event, self.source, self.dataschema)
+        if message is None:
             return
-        message = to_structured_event(ce)
-        headers = {**message.headers, **self.headers(message.body)}
+        headers, body = message
+        headers = {**headers, **self.headers(body)}
         secrets = tuple(s.get_secret_value() for s in (self._secret, self._token) if s is not None)
-        post_json(self.url, message.body, what="CloudEvents webhook", timeout_s=self.timeout_s, headers=headers,
+        post_json(self.url, body, what="CloudEvents webhook", timeout_s=self.timeout_s, headers=headers,
                   secrets=secrets)
 
 
