@@ -212,7 +212,8 @@ class PageSink:
     def _failed(self, row: PageRow, exc: ActionError, sent: list[str], reason: str, now: datetime,
                 ctx: dict[str, str]) -> PageOutcome:
         permanent = isinstance(exc, PermanentError)
-        delay = min(self.retry_max_s, self.retry_base_s * 2 ** row.attempts)
+        failed_before = 0 if sent else row.attempts  # an accepted event of this pass ended the earlier failures
+        delay = min(self.retry_max_s, self.retry_base_s * 2 ** failed_before)
         delay = max(delay, exc.retry_after or 0.0)
         at = now + timedelta(seconds=delay)
         self.store.page_failed(row.incident_id, exc.message, at, permanent, now)

@@ -163,3 +163,15 @@ def test_a_step_after_the_resolution_is_not_sent() -> None:
     assert pd_event(an_event(PageKind.CORDON, status="firing"), KEY) is not None
     assert pd_event(an_event(PageKind.RESOLVED, status="resolved"), KEY) == {
         "routing_key": KEY, "event_action": "resolve", "dedup_key": resolved.alert_key}
+
+
+def test_a_dead_letter_revives_with_the_incidents_next_snapshot(fake_pd: FakePagerDuty, store: SinkStore,
+                                                                clock: Clock) -> None:
+    pages = pd_sink(fake_pd, store, clock)
+    fake_pd.inject("POST", "/v2/enqueue", status=400, body={"status": "invalid event", "errors": ["bad"]})
+    assert pages.submit(make_notice(incident="inc-1")).action == "dead"
+    assert [r.incident_id for r in pages.store.pages("dead")] == ["inc-1"]
+    clock.advance(minutes=1)
+    out = pages.submit(make_notice(incident="inc-1", count=2))
+    assert out.events == ("opened",) and pages.store.pages("dead") == []
+    assert fake_pd.alerts["inc-1"].status == "triggered"
