@@ -4,6 +4,7 @@ table, the links and the dossier's summary; 400 as a dead letter, 429 retried wi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -175,3 +176,20 @@ def test_a_dead_letter_revives_with_the_incidents_next_snapshot(fake_pd: FakePag
     out = pages.submit(make_notice(incident="inc-1", count=2))
     assert out.events == ("opened",) and pages.store.pages("dead") == []
     assert fake_pd.alerts["inc-1"].status == "triggered"
+
+
+def test_the_standins_own_rate_limit_is_waited_out(store: SinkStore, clock: Clock) -> None:
+    fake = FakePagerDuty(routing_keys=(KEY,), rate_limit=1, rate_window_s=0.5)
+    fake.start()
+    try:
+        pages = pd_sink(fake, store, clock)
+        assert pages.submit(make_notice("gpu-node-03", incident="inc-1")).action == "sent"
+        limited = pages.submit(make_notice("gpu-node-04", incident="inc-2"))
+        assert limited.action == "failed" and "429" in (limited.error or "")
+        assert fake.calls("POST")[-1].path == "/v2/enqueue" and "inc-2" not in fake.alerts
+        time.sleep(0.6)  # the stand-in's window passes; the sink waits its own backoff
+        clock.advance(seconds=30)
+        assert [o.events for o in pages.drain()] == [("opened",)]
+        assert set(fake.alerts) == {"inc-1", "inc-2"}
+    finally:
+        fake.stop()
