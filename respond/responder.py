@@ -158,7 +158,8 @@ class Responder:
                 pages = await self.sinks.pages.submit_async(notice)
                 outcome = HandlingResult(kind, incident_id, *_told(
                     [(c.sink, f"{c.action} {c.channel or ''}".strip(), c.error or c.reason) for c in chats]
-                    + [(p.sink, f"{p.action} {' '.join(p.events)}".strip(), p.error or p.reason) for p in pages]))
+                    + [(f"{p.sink} pages", f"{p.action} {' '.join(p.events)}".strip(), p.error or p.reason)
+                       for p in pages]))
         log.info("%s for %s: %s", kind, incident_id, outcome.result,
                  extra={"incident": incident_id, "action": kind, "detail": outcome.detail})
         return outcome
