@@ -15,9 +15,13 @@ or group, so one sink's failure, retry or record never blocks or repeats another
   written only after a successful send. `chat_failures`: the last failed send of a group.
 - `silences`: Alertmanager-style silences (matchers, start, end, author, comment), for every chat
   sink.
+- `pages`: the incidents each paging sink (Alertmanager, PagerDuty, CloudEvents, the outbox)
+  knows: the latest snapshot, what the destination was told (`models.paging.PageLog`, written only
+  after it accepted an event), and the retry state: `pending` while events are due or retried with
+  backoff, `idle`, or `dead` with the destination's error when it refused an event for good.
 
 All times are UTC. The tables are on `history.tables.metadata`; migration 0004 creates them and
-0008 keys them by sink. Rows written before 0008 have `sink = ''` (`UNATTRIBUTED`) until the
+0008 keys them by sink, 0013 adds `pages`. Rows written before 0008 have `sink = ''` (`UNATTRIBUTED`) until the
 responder's first start gives them to the sink that wrote them (`SinkStore.adopt`).
 """
 
@@ -119,3 +123,25 @@ class SilenceRow(Base):
     created_by: Mapped[str] = mapped_column(sa.String(128))
     comment: Mapped[str] = mapped_column(sa.Text)
     created_at: Mapped[datetime]
+
+
+class PageRow(Base):
+    __tablename__ = "pages"
+    __table_args__ = (sa.Index("ix_pages_sink_due", "sink", "state", "next_attempt_at"),)
+
+    sink: Mapped[str] = mapped_column(SINK_NAME, primary_key=True)
+    incident_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    payload: Mapped[dict[str, Any]]  # the latest snapshot: respond.sinks.model.IncidentNotice as JSON
+    extra_steps: Mapped[list[Any]]  # remediation transitions handed to the sink: [{key, at, text}]
+    told_status: Mapped[str | None] = mapped_column(sa.String(16))  # firing, resolved; None: never told
+    told_revision: Mapped[str] = mapped_column(sa.String(32))
+    told_steps: Mapped[list[str]]  # the keys of the steps told
+    told_labels: Mapped[dict[str, Any]]  # the labels of the alert last accepted (Alertmanager's identity)
+    generation: Mapped[int]  # how often the incident was opened to the destination
+    sent_at: Mapped[datetime | None]
+    state: Mapped[str] = mapped_column(sa.String(16))  # pending, idle, dead
+    attempts: Mapped[int]
+    next_attempt_at: Mapped[datetime]
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    last_decision: Mapped[str | None] = mapped_column(sa.Text)
+    updated_at: Mapped[datetime]

@@ -59,6 +59,7 @@ class BreakerTrips:
             notice = self._notice(incident_id)
             self.sinks.tickets.enqueue(notice)
             self.sinks.chat.enqueue(notice)
+            self.sinks.pages.enqueue(notice)
         except Exception:  # the cordon path goes on; the trip itself is in the action record and the log
             log.exception("breaker trip: the fleet incident could not be written or queued", extra=ctx)
             return None

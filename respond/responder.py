@@ -158,8 +158,11 @@ class Responder:
                      for t in tickets]))
             else:
                 chats = await self.sinks.chat.submit_async(notice)
+                pages = await self.sinks.pages.submit_async(notice)
                 outcome = HandlingResult(kind, incident_id, *_told(
-                    [(c.sink, f"{c.action} {c.channel or ''}".strip(), c.error or c.reason) for c in chats]))
+                    [(c.sink, f"{c.action} {c.channel or ''}".strip(), c.error or c.reason) for c in chats]
+                    + [(f"{p.sink} pages", f"{p.action} {' '.join(p.events)}".strip(), p.error or p.reason)
+                       for p in pages]))
         log.info("%s for %s: %s", kind, incident_id, outcome.result,
                  extra={"incident": incident_id, "action": kind, "detail": outcome.detail})
         return outcome
@@ -191,9 +194,11 @@ class Responder:
         return taken
 
     async def refresh_ticket(self, incident_id: str) -> None:
-        """Offer the ticket sink the incident's dossier again (its actions changed); the tracker decides."""
+        """Offer the ticket sink and the page sinks the incident's dossier again (its actions changed: a
+        cordon step to page); the tracker and the paging decision decide."""
         notice = await asyncio.to_thread(self._notice, incident_id)
         if notice is not None:
+            await self.sinks.pages.submit_async(notice)
             await self.sinks.tickets.submit_async(notice)
             await asyncio.to_thread(self.record_ticketed, incident_id)
 
@@ -261,6 +266,7 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
     sinks = responder.sinks
     bg = [asyncio.create_task(responder.drain_tickets(stop, sinks.ticket_drain_interval_s)),
           asyncio.create_task(sinks.chat.run(stop, sinks.chat_flush_interval_s)),
+          asyncio.create_task(sinks.pages.run(stop, sinks.page_drain_interval_s)),
           asyncio.create_task(responder.cordons.run(stop, settings.cordon_pending_interval_s))]
     gpu_watch = _start_gpu_watch(settings, responder, producer, stop, bg)
     if isinstance(responder.executor.nodes, RuleReleaser):  # a cluster whose DRA devices xidpipe quarantines

@@ -111,6 +111,9 @@ class ResponderMetrics(ServiceMetrics):
         self.chat = self.counter(
             "chat_deliveries", "Chat messages posted or failed, by sink (web, webhook, outbox, ...) and action "
             "(send, update, failed).", ("sink", "action"))
+        self.pages = self.counter(
+            "page_deliveries", "Paging sink handlings that sent or failed, by sink (alertmanager, pagerduty, "
+            "cloudevents, outbox, ...) and action (sent, failed, dead).", ("sink", "action"))
         self.remediation_loops = self.gauge(
             "remediation_loops", "Remediation loops not finished, by stage (queued, evidence, draining, executing, "
             "validating, returning).", ("stage",))

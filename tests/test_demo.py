@@ -61,6 +61,7 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
     lost = [json.loads(t.read_text()) for t in tickets if "gpu-node-03" in t.read_text()]
     assert lost
     assert list((tmp_path / "var" / "outbox" / "slack").glob("*/*.json"))
+    assert_pages_in_the_outbox(tmp_path / "var" / "outbox", incidents=6)
     assert_tickets_and_messages_say_what_to_do(tmp_path / "var" / "outbox")
     assert (tmp_path / "var" / "xidpipe.db").exists()
     assert_replay_gives_the_demos_incidents(tmp_path / "var" / "xidpipe.db")
@@ -105,6 +106,22 @@ def test_demo_runs_the_sample_cluster_through_the_pipeline(tmp_path: Path) -> No
 
 
 PAGES = "http://127.0.0.1:8780/incidents/"
+
+
+def assert_pages_in_the_outbox(outbox: Path, incidents: int) -> None:
+    """Every incident paged (no paging destination configured: the outbox takes every severity), as
+    PagerDuty's trigger and the CloudEvent of its opening, each valid as its destination takes it."""
+    from respond.sinks.cloudevents import schema
+    from tests.fakes.cloudevents.receiver import spec_errors
+    from tests.fakes.pagerduty.server import errors_of
+
+    triggers = [json.loads(p.read_text()) for p in (outbox / "pagerduty").glob("*/opened-*.json")]
+    opened = [json.loads(p.read_text()) for p in (outbox / "cloudevents").glob("*/opened-*.json")]
+    assert len(triggers) == len(opened) == incidents
+    assert all(errors_of({**t, "routing_key": "0" * 32}, frozenset()) == [] for t in triggers)
+    assert all(spec_errors(e, schema()) == [] for e in opened)
+    assert {t["payload"]["severity"] for t in triggers} >= {"critical"}
+    assert all(t["client_url"].startswith("http") for t in triggers)  # the incident pages of `xidpipe serve`
 
 
 def assert_tickets_and_messages_say_what_to_do(outbox: Path) -> None:

@@ -3,9 +3,10 @@
 A local Apache Kafka (unless XIDPIPE_DEMO_KAFKA names one), the stream worker, one node agent per
 sample node replaying its kernel log, the nodes' recorded inventories and pod assignments, the
 evidence the agents would have captured at the faults (recorded tool outputs, `evidence/`), and
-the responder with its embedded defaults: dry-run cordon, Jira and Slack outboxes, tickets and
-messages linking the incident pages of `xidpipe serve` at its default address. The database is
-the embedded default, `var/xidpipe.db`, so `xidpipe` commands can look at the result afterwards.
+the responder with its embedded defaults: dry-run cordon, Jira, Slack, PagerDuty and CloudEvents
+outboxes, tickets, messages and pages linking the incident pages of `xidpipe serve` at its default
+address. The database is the embedded default, `var/xidpipe.db`, so `xidpipe` commands can look at
+the result afterwards.
 """
 
 from __future__ import annotations
@@ -211,6 +212,7 @@ async def respond_until_idle(settings: RespondSettings, responder: Responder, ti
     # Send what the group timers still hold: in the demo nothing more will arrive.
     await asyncio.to_thread(responder.sinks.chat.flush)
     await asyncio.to_thread(responder.sinks.tickets.drain)
+    await asyncio.to_thread(responder.sinks.pages.drain)
     stop.set()
     await task
 

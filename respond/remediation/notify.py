@@ -66,6 +66,7 @@ class TransitionNotifier:
                 self.sinks.tickets.remediation_update(t.incident_id, f"xidpipe-remediation-{t.loop_id}-{t.seq}", text,
                                                       self.files(loop), resolve=t.to_stage == "returned")
                 self.sinks.chat.tell(t.incident_id, f"remediation-{t.loop_id}-{t.seq}", text)
+                self.sinks.pages.tell(t.incident_id, f"remediation-{t.loop_id}-{t.seq}", text)
             except Exception as exc:  # a sink's failure: this and the later transitions wait for the next pass
                 log.warning("remediation transition %s/%s not told yet: %s", t.loop_id, t.seq, exc,
                             extra={"incident": t.incident_id, "loop": t.loop_id})

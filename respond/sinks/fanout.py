@@ -1,5 +1,5 @@
-"""Every configured sink of a kind, handed each notice: the ticket sinks (`TicketSinks`) and the
-chat sinks (`ChatSinks`), with the entry points of one sink.
+"""Every configured sink of a kind, handed each notice: the ticket sinks (`TicketSinks`), the chat
+sinks (`ChatSinks`) and the page sinks (`PageSinks`, maybe none), with the entry points of one sink.
 
 Each sink decides and delivers on its own, from its own rows (`SinkStore.for_sink`): its queue,
 ticket map, notification log and failures. A notice goes to every sink of its kind; the async
@@ -19,11 +19,12 @@ from typing import Generic, TypeVar
 from history.sink_tables import TicketRow
 from respond.sinks.model import IncidentNotice
 from respond.sinks.notifications import ChatNotifier, ChatOutcome
+from respond.sinks.pages import PageOutcome, PageSink
 from respond.sinks.tickets import TicketOutcome, TicketSink
 from service.metrics import ResponderMetrics
 
 log = logging.getLogger(__name__)
-S = TypeVar("S", TicketSink, ChatNotifier)
+S = TypeVar("S", TicketSink, ChatNotifier, PageSink)
 R = TypeVar("R")
 
 
@@ -36,8 +37,10 @@ def _raise_first(what: str, errors: list[tuple[str, BaseException]]) -> None:
 
 
 class _Fanout(Generic[S]):
+    optional = False  # a kind that may have no sink at all
+
     def __init__(self, sinks: Sequence[S]) -> None:
-        if not sinks:
+        if not sinks and not self.optional:
             raise ValueError("at least one sink")
         names = [s.name for s in sinks]
         if len(set(names)) != len(names):
@@ -141,4 +144,31 @@ class ChatSinks(_Fanout[ChatNotifier]):
 
     async def run(self, stop: asyncio.Event, interval_s: float = 5.0) -> None:
         """Each sink's flush loop (`ChatNotifier.run`), side by side, until `stop` is set."""
+        await asyncio.gather(*(s.run(stop, interval_s) for s in self.sinks))
+
+
+class PageSinks(_Fanout[PageSink]):
+    """The page sinks (none when no paging destination is configured): every notice to each, each with
+    its own rows of what it told."""
+
+    optional = True
+
+    def enqueue(self, notice: IncidentNotice) -> None:
+        self._each("page enqueue", lambda s: s.enqueue(notice))
+
+    def submit(self, notice: IncidentNotice) -> list[PageOutcome]:
+        return self._each("page", lambda s: s.submit(notice))
+
+    async def submit_async(self, notice: IncidentNotice) -> list[PageOutcome]:
+        return await self._each_async("page", lambda s: s.submit_async(notice))
+
+    def tell(self, incident_id: str, key: str, text: str) -> bool:
+        """A remediation transition told to every page sink that had the incident (`PageSink.tell`)."""
+        return any(self._each("page tell", lambda s: s.tell(incident_id, key, text)))
+
+    def drain(self) -> list[PageOutcome]:
+        return [o for done in self._each("page drain", lambda s: s.drain()) for o in done]
+
+    async def run(self, stop: asyncio.Event, interval_s: float = 5.0) -> None:
+        """Each sink's retry and resend loop (`PageSink.run`), side by side, until `stop` is set."""
         await asyncio.gather(*(s.run(stop, interval_s) for s in self.sinks))

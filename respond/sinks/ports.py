@@ -1,8 +1,10 @@
-"""The two ports of the sinks, and what a destination is. A port's adapter is handed neutral content
-(`TicketBody`, a document; `models.chat_message.ChatMessage`, plain parts) and renders it in its
-destination's format. Each port has a real adapter and an outbox one, and one contract suite
+"""The three ports of the sinks, and what a destination is. A port's adapter is handed neutral content
+(`TicketBody`, a document; `models.chat_message.ChatMessage`, plain parts; `PageEvent`, one event
+about one incident) and renders it in its destination's format. The ticket and chat ports each
+have a real adapter and an outbox one, and one contract suite
 (`tests/respond/sinks/test_tracker_contract.py`, `tests/respond/sinks/test_chat_contract.py`) runs
-against both.
+against both; the paging port (`Pager`) has one adapter per paging destination (Alertmanager, ...),
+each tested against its destination (`tests/respond/sinks/test_alertmanager.py`, ...).
 
 Every method raises `respond.errors.TemporaryError` (try again later) or `respond.errors.PermanentError`.
 """
@@ -11,15 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from models.chat_message import ChatMessage, GroupMessage
+from models.chat_message import ChatContent, ChatMessage, GroupMessage
 from models.dossier import Dossier, document
 from models.dossier import title as dossier_title
+from models.paging import PageKind, PagePolicy, PageStatus, Step
 from models.redact import redact
 from models.render.doc import Block, Heading, Paragraph, Span
+from models.severity import Severity
 from models.ticket_policy import TicketFields
 
 
@@ -121,13 +126,50 @@ class ChatTransport(Protocol):
         ...
 
 
-Port = Literal["tickets", "chat"]
+@dataclass(frozen=True, slots=True)
+class PageEvent:
+    """One event about one incident for a paging destination (`models.paging.decide_pages`' item),
+    neutral: each destination renders it its own way (Alertmanager's alert, PagerDuty's event, a
+    CloudEvent). Every text is plain and redacted, not escaped."""
+
+    id: str  # `models.paging.event_id`: stable per (incident, kind, key), so a retry carries the same id
+    kind: PageKind
+    incident_id: str
+    alert_key: str  # the alert's identity (`models.paging.alert_key`): a reopen after a resolve is a new one
+    status: PageStatus  # where the incident stands after this event
+    severity: Severity  # the one table's (`models.severity`)
+    started_at: datetime  # the incident's first fault
+    at: datetime  # when the event was decided
+    labels: Mapping[str, str]  # identity and routing (`respond.sinks.pages.page_labels`), empty values left out
+    content: ChatContent  # title, reason, what to do now, the facts, the links (incident page, ticket)
+    summary: tuple[tuple[str, str], ...]  # the dossier's summary, row by row
+    step: Step | None = None  # for `cordon` and `remediation`
+    told_labels: Mapping[str, str] | None = None  # the labels of the alert the destination holds, if other
+
+    @property
+    def firing(self) -> bool:
+        return self.status == "firing"
+
+    def link(self, label: str) -> str | None:
+        return next((url for name, url in self.content.links if name == label), None)
+
+
+class Pager(Protocol):
+    name: str
+    policy: PagePolicy  # which incidents it is told of (min severity), and how often a firing one is re-sent
+
+    def send(self, event: PageEvent) -> None:
+        """Deliver one event; safe to repeat (the destination deduplicates by the event's id or alert key)."""
+        ...
+
+
+Port = Literal["tickets", "chat", "pages"]
 P = TypeVar("P", bound=BaseModel)
 
 
 @dataclass(frozen=True, slots=True)
 class Destination(Generic[P]):
-    """Where tickets or chat messages can go: one params class and one sink class filling a port.
+    """Where tickets, chat messages or pages can go: one params class and one sink class filling a port.
 
     `params` is validated from the sink settings: the fields `<name>_<param>` of `SinkSettings` and
     the entry `destinations.<name>`. `sink(params)` is
@@ -137,5 +179,5 @@ class Destination(Generic[P]):
     name: str
     port: Port
     params: type[P]
-    sink: Callable[[P], TicketTracker | ChatTransport | None]
+    sink: Callable[[P], TicketTracker | ChatTransport | Pager | None]
     fallback: bool = False  # taken only when no other destination of its port is configured

@@ -4,7 +4,8 @@
 silences), and what `xidpipe replay` reads.
 
 Every configured destination is a sink; with no tracker configured, tickets go to the file outbox,
-with no chat destination, messages do. The fields `<destination>_<param>` (`jira_url`,
+with no chat destination, messages do. Pages go to every configured paging destination
+(Alertmanager, PagerDuty, a CloudEvents webhook). The fields `<destination>_<param>` (`jira_url`,
 `slack_bot_token`, `outbox_dir`, ...) are the params of the destinations registered in
 `respond.sinks.registry`; a destination without fields here takes its params from `destinations`
 (`XIDPIPE_SINKS_DESTINATIONS__PAGERDUTY__ROUTING_KEY=...`). The policies (ticket policy, routing,
@@ -21,6 +22,7 @@ from pydantic_settings import SettingsConfigDict
 
 from models.chat_message import Routing
 from models.dossier import JiraFlavor
+from models.severity import Severity
 from models.ticket_policy import TicketPolicy
 from service.config import XidpipeSettings
 
@@ -76,6 +78,41 @@ class SinkSettings(XidpipeSettings):
     chat_retention_s: float = Field(default=86400.0, gt=0, description="a group all resolved and told so is "
                                     "forgotten after this long (a recurrence continues its thread)")
     chat_flush_interval_s: float = Field(default=5.0, gt=0, description="how often groups are decided again")
+    alertmanager_urls: tuple[str, ...] = Field(
+        default=(), description="Alertmanager base URLs (e.g. http://alertmanager:9093), every instance of its "
+        "cluster; set: every open incident is an alert there")
+    alertmanager_bearer_token: SecretStr | None = Field(default=None, description="sent as `Authorization: "
+                                                        "Bearer` when set (an Alertmanager behind a proxy)")
+    alertmanager_timeout_s: float = Field(default=10.0, gt=0, description="per request")
+    alertmanager_resend_s: float = Field(
+        default=60.0, gt=0, description="a firing alert is sent again this often: keep it well below "
+        "Alertmanager's resolve_timeout (5 min by default), after which it resolves an alert it stopped hearing of")
+    alertmanager_min_severity: Severity = Field(
+        default=Severity.INFO, description="incidents less urgent than this are not sent (models/severity.py)")
+    pagerduty_routing_key: SecretStr | None = Field(
+        default=None, description="the Events API v2 integration key of a PagerDuty service (32 characters); set: "
+        "incidents are alerts there")
+    pagerduty_url: str = Field(default="https://events.pagerduty.com", description="Events API base URL "
+                               "(https://events.eu.pagerduty.com for an EU account)")
+    pagerduty_timeout_s: float = Field(default=10.0, gt=0, description="per request")
+    pagerduty_min_severity: Severity = Field(
+        default=Severity.ERROR, description="incidents less urgent than this are not sent: PagerDuty wakes people")
+    cloudevents_url: str | None = Field(default=None, description="webhook URL that takes CloudEvents 1.0 "
+                                        "(structured mode, HTTP POST); set: every incident event is sent there")
+    cloudevents_source: str = Field(default="/xidpipe", description="the events' `source` (a URI reference); "
+                                    "give each cluster its own so `source` + `id` stays unique")
+    cloudevents_dataschema: str | None = Field(default=None, description="the events' `dataschema` URI, where "
+                                               "you publish respond/sinks/cloudevents/data.schema.json")
+    cloudevents_secret: SecretStr | None = Field(default=None, description="HMAC-SHA256 key: each request is "
+                                                 "signed (X-Xidpipe-Timestamp, X-Xidpipe-Signature)")
+    cloudevents_bearer_token: SecretStr | None = Field(default=None, description="sent as `Authorization: "
+                                                       "Bearer` when set")
+    cloudevents_timeout_s: float = Field(default=10.0, gt=0, description="per request")
+    cloudevents_min_severity: Severity = Field(default=Severity.INFO, description="incidents less urgent than "
+                                               "this are not sent")
+    page_retry_base_s: float = Field(default=30.0, gt=0, description="first delay after a failed page; doubles")
+    page_retry_max_s: float = Field(default=900.0, gt=0, description="longest delay after failed pages (15 min)")
+    page_drain_interval_s: float = Field(default=5.0, gt=0, description="how often retries and resends are due")
     destinations: dict[str, dict[str, Any]] = Field(
         default_factory=dict, repr=False, description="params of registered destinations by name, validated by "
         "the destination's params class (where secrets are SecretStr); not shown in the settings' repr")

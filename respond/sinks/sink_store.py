@@ -1,4 +1,5 @@
-"""SQL state of the sinks: the ticket map and queue, chat alerts, the notification log, silences.
+"""SQL state of the sinks: the ticket map and queue, chat alerts, the notification log, silences, and
+what each paging sink told about each incident (`pages`).
 
 Tables are defined in `history.sink_tables` and created by the migrations (`history.migrate.upgrade`);
 the store never creates them. One short transaction per call; rows come back detached (plain
@@ -23,6 +24,7 @@ from history.sink_tables import (
     ChatAlertRow,
     ChatFailureRow,
     NotificationLogRow,
+    PageRow,
     SilenceRow,
     TicketJobRow,
     TicketRow,
@@ -34,7 +36,9 @@ from models.ticket_policy import TicketState
 SINK_TABLES: dict[str, tuple[type[Any], ...]] = {
     "tickets": (TicketRow, TicketJobRow),
     "chat": (ChatAlertRow, NotificationLogRow, ChatFailureRow),
+    "pages": (PageRow,),
 }
+PAGE_DUE_STATES = ("pending", "idle")  # pending: events due or retried; idle: a resend due at next_attempt_at
 
 
 def _newer(new: dict[str, Any], old: dict[str, Any]) -> bool:
@@ -44,6 +48,16 @@ def _newer(new: dict[str, Any], old: dict[str, Any]) -> bool:
         return (str(d.get("last_seen", "")), int(d.get("count", 0)), int(d.get("status") == "resolved"),
                 len(d.get("evidence", [])))
     return rank(new) >= rank(old)
+
+
+def _due_now(row: PageRow, now: datetime) -> None:
+    """A paging row with news: decided again now (a failing one keeps its backoff)."""
+    if row.state != "pending" or row.attempts == 0:
+        row.next_attempt_at = min(row.next_attempt_at, now) if row.state == "pending" else now
+    if row.state == "dead":
+        row.attempts = 0
+    row.state = "pending"
+    row.updated_at = now
 
 
 class SinkStore:
@@ -262,6 +276,83 @@ class SinkStore:
             row.attempts += 1
             row.last_error, row.next_attempt_at, row.permanent, row.updated_at = error, next_attempt_at, permanent, now
             return row
+
+    # --- pages ------------------------------------------------------------------------------------
+    def upsert_page(self, incident_id: str, payload: dict[str, Any], now: datetime) -> None:
+        """The incident's latest snapshot for this paging sink, due for a decision now (a dead one revives:
+        the new snapshot may be what the destination accepts)."""
+        with self.session() as s, s.begin():
+            row = s.get(PageRow, (self.sink, incident_id))
+            if row is None:
+                s.add(PageRow(sink=self.sink, incident_id=incident_id, payload=payload, extra_steps=[],
+                              told_status=None, told_revision="", told_steps=[], told_labels={}, generation=0,
+                              sent_at=None, state="pending", attempts=0, next_attempt_at=now, last_error=None,
+                              last_decision=None, updated_at=now))
+                return
+            if _newer(payload, row.payload):
+                row.payload = payload
+            _due_now(row, now)
+
+    def add_page_step(self, incident_id: str, step: dict[str, Any], now: datetime) -> bool:
+        """A remediation transition to tell (`step`: key, at, text), once per key; False when this sink
+        never had the incident."""
+        with self.session() as s, s.begin():
+            row = s.get(PageRow, (self.sink, incident_id))
+            if row is None:
+                return False
+            if all(x.get("key") != step["key"] for x in row.extra_steps):
+                row.extra_steps = [*row.extra_steps, step]
+                _due_now(row, now)
+            return True
+
+    def page(self, incident_id: str) -> PageRow | None:
+        with self.session() as s:
+            return s.get(PageRow, (self.sink, incident_id))
+
+    def pages(self, state: str | None = None) -> list[PageRow]:
+        with self.session() as s:
+            q = sa.select(PageRow).where(PageRow.sink == self.sink).order_by(PageRow.incident_id)
+            if state:
+                q = q.where(PageRow.state == state)
+            return list(s.scalars(q))
+
+    def due_pages(self, now: datetime, limit: int = 100) -> list[str]:
+        with self.session() as s:
+            q = (sa.select(PageRow.incident_id)
+                 .where(PageRow.sink == self.sink, PageRow.state.in_(PAGE_DUE_STATES), PageRow.next_attempt_at <= now)
+                 .order_by(PageRow.next_attempt_at).limit(limit))
+            return list(s.scalars(q))
+
+    def page_told(self, incident_id: str, *, status: str, revision: str, steps: Sequence[str],
+                  labels: dict[str, str], generation: int, sent_at: datetime) -> None:
+        """What the destination was told: call only after it accepted the event."""
+        with self.session() as s, s.begin():
+            row = s.get(PageRow, (self.sink, incident_id))
+            if row is None:
+                return
+            row.told_status, row.told_revision, row.told_labels = status, revision, labels
+            row.told_steps = sorted(set(row.told_steps) | set(steps))
+            row.generation, row.sent_at, row.attempts, row.last_error = generation, sent_at, 0, None
+            row.updated_at = sent_at
+
+    def page_settled(self, incident_id: str, state: str, next_attempt_at: datetime, decision: str,
+                     now: datetime) -> None:
+        """Nothing more is due now: `idle` until a resend at `next_attempt_at`, or `done`."""
+        with self.session() as s, s.begin():
+            row = s.get(PageRow, (self.sink, incident_id))
+            if row is not None:
+                row.state, row.next_attempt_at, row.last_decision = state, next_attempt_at, decision
+                row.updated_at = now
+
+    def page_failed(self, incident_id: str, error: str, next_attempt_at: datetime, dead: bool,
+                    now: datetime) -> None:
+        """A refused or failed event: retried at `next_attempt_at`, or `dead` (refused for good)."""
+        with self.session() as s, s.begin():
+            row = s.get(PageRow, (self.sink, incident_id))
+            if row is not None:
+                row.attempts += 1
+                row.state = "dead" if dead else "pending"
+                row.last_error, row.next_attempt_at, row.updated_at = error, next_attempt_at, now
 
     # --- silences --------------------------------------------------------------------------------
     def add_silence(self, matchers: Sequence[Matcher], starts_at: datetime, ends_at: datetime, created_by: str,

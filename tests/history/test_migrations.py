@@ -22,14 +22,14 @@ from history.schema import POSTGRESQL_ONLY_INDEXES, metadata
 from xidpipe.cli import main
 
 T = datetime(2026, 11, 29, 12, tzinfo=UTC)
-HEAD = "0012"
+HEAD = "0013"
 
 # The tables migration 0004 brings under the migrations (before it, their stores created them).
 STORE_TABLES = frozenset({"tickets", "ticket_queue", "chat_alerts", "notification_log", "chat_failures", "silences",
                           "actions", "cordon_breaker"})
 # Tables that migrations after 0004 add.
 LATER_TABLES = frozenset({"pending_cordons", "remediation_loops", "remediation_attempts", "remediation_transitions",
-                          "gpu_rma"})
+                          "gpu_rma", "pages"})
 # Tables that migrations after 0004 drop (0007: fleet incidents are incidents).
 DROPPED_TABLES = frozenset({"fleet_incidents"})
 

@@ -24,7 +24,8 @@ def register(sub: Any) -> None:
         help="run the whole pipeline on the bundled sample cluster",
         description="Start a local Kafka (unless XIDPIPE_DEMO_KAFKA is set), the stream worker, one node "
         "agent per sample node replaying its kernel log, and the responder with embedded defaults "
-        "(dry-run cordon, Jira and Slack outboxes under var/outbox). Waits until everything is processed, "
+        "(dry-run cordon, Jira, Slack, PagerDuty and CloudEvents outboxes under var/outbox). Waits until "
+        "everything is processed, "
         "prints the incidents with their attribution, classification and actions, and exits. "
         "Re-creates var/xidpipe.db and var/outbox.",
     )
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     print_incidents(result["incidents"], result["accounts"])
     print_decisions(result["incidents"], result["accounts"])
     print(f"\nTickets and chat messages (outbox): {OUTBOX}/jira, {OUTBOX}/slack")
+    print(f"Pages (outbox): {OUTBOX}/pagerduty, {OUTBOX}/cloudevents")
     print(f"Incident history: {DB} (sqlite); the pipeline took {result['seconds']:.0f} s")
     return EXIT_OK
 
