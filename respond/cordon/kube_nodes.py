@@ -291,7 +291,7 @@ class KubeNodes:
             self._saw(patched)
             written = self._node_read(current.view.name, patched)
             if self.cache is not None:
-                self.cache.observe(written)
+                self.cache.observe_node(written)
             return written
         except PermanentError as exc:
             if exc.status == 409:
@@ -326,7 +326,7 @@ class KubeNodes:
         changed.append("annotations")
         written = self._guarded_patch(current, ops, f"cordon node {current.view.name}")
         if self.cache is not None:
-            self.cache.observe(written, own_cordon=True)
+            self.cache.observe_node(written, own_cordon=True)
         return changed, written
 
     def annotate(self, name: str, annotations: dict[str, str]) -> None:

@@ -45,7 +45,7 @@ from respond.cordon.retry import Backoff
 from respond.errors import PermanentError
 from respond.quarantine.rule_cache import SELECTOR, RuleCache, rule_view
 from respond.quarantine.slice_cache import SliceCache
-from respond.quarantine.watch_cache import version_of
+from respond.watch_cache import version_of
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from models.quarantine import (
     DeviceRef,
     RuleView,
 )
-from respond.quarantine.watch_cache import WatchCache
+from respond.watch_cache import WatchCache
 
 SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.quarantine import DeviceRef
-from respond.quarantine.watch_cache import WatchCache
+from respond.watch_cache import WatchCache
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
-"""One kind of cluster object as a list+watch keeps it (the informer pattern), as `node_cache.py` keeps
-nodes: for the ResourceSlices (`slice_cache`) and xidpipe's DeviceTaintRules (`rule_cache`).
+"""One kind of cluster object as a list+watch keeps it (the informer pattern): the nodes for the
+breaker's pool counts (`respond.cordon.node_cache`), the ResourceSlices and xidpipe's DeviceTaintRules
+for GPU quarantine (`respond.quarantine.slice_cache`, `respond.quarantine.rule_cache`).
 
 - list: a consistent list, paginated (`limit`/`continue`), read as raw JSON; the watch starts at the
   list's resourceVersion.
@@ -229,6 +230,10 @@ class WatchCache(Generic[T]):
     def values(self) -> list[T]:
         with self._changed_cv:
             return [v for _, v in self._items.values()]
+
+    def items(self) -> list[tuple[str, T]]:
+        with self._changed_cv:
+            return [(name, v) for name, (_, v) in self._items.items()]
 
     @property
     def lock(self) -> threading.Condition:
