@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import signal
 import ssl
 import sys
 import time
@@ -183,21 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "start":
         print(f"stop with: {sys.executable} {Path(__file__)} stop {plane.workdir}")
         return 0
-    stop_requested = False
-
-    def request_stop(_signum: int, _frame: object) -> None:
-        nonlocal stop_requested
-        stop_requested = True
-
-    signal.signal(signal.SIGTERM, request_stop)
-    try:
-        while not stop_requested and all(plane.alive().values()):
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    plane.stop()
-    print("stopped")
-    return 0
+    return cp.run_until_stopped(plane)
 
 
 if __name__ == "__main__":

@@ -496,6 +496,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "start":
         print(f"stop with: {sys.executable} {Path(__file__)} stop {plane.workdir}")
         return 0
+    return run_until_stopped(plane)
+
+
+def run_until_stopped(plane: ControlPlane) -> int:
+    """Keep `plane` up until SIGTERM, Ctrl-C or one of its processes exits; then stop it."""
     stop_requested = False
 
     def request_stop(_signum: int, _frame: object) -> None:
