@@ -11,8 +11,12 @@ benchmark runs with `verify_node_identity` off (its default), so no TokenReview 
 
 What each node publishes (rates per node; `FleetRates`):
 - at start, and every `inventory_interval_s` (the agent's default, 300 s): its GPU inventory;
-- at start and at each job change (one every `job_change_s` on average): pod assignments (PodResources)
-  and GPU processes (NVML);
+- at start and at each job change (one every `job_change_s` on average): pod assignments (PodResources),
+  GPU processes (NVML) and the pods' owners (the workloads sensor: an owner change), the owners again
+  at the sensor's heartbeat (`workloads_heartbeat_s`, 600 s: the same record);
+- at start and at the health poller's heartbeat (`health_heartbeat_s`, 600 s: a flat GPU is published
+  no more often): each GPU's health (`gpu_health`, with its hour of minutes and day of hours) and the
+  node's (`node_gpu_health`);
 - background GPU kernel lines the pre-filter keeps that report no fault (persistence mode, MSI, UVM);
 - faults: kernel Xid lines, application (13, 31, 43, 45) and hardware (48, 63, 64, 79, 94, 95), on a
   random GPU of a random node;
@@ -41,10 +45,15 @@ from models.node_records import (
     KernelLine,
     NodeRecord,
     PodAssignments,
+    PodWorkload,
+    PodWorkloads,
     encode_node_record,
 )
+from models.signals.health.records import GpuHealth, HealthHistory, HealthReading, LinkReading
+from models.signals.node_health.records import NodeGpuHealth
 from models.topics import record_key
 from models.wire import topic_for
+from models.workloads import WorkloadRef
 
 GPUS_PER_NODE = 8
 BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")  # an HGX H100 board's GPU buses
@@ -85,7 +94,9 @@ class FleetRates:
     kernel_per_node_s: float = 0.5  # every kernel line: background + faults
     fault_share: float = 0.05  # share of the kernel lines that are Xid faults
     inventory_interval_s: float = 300.0  # the agent's inventory_interval_s
-    job_change_s: float = 600.0  # mean time between job changes on a node (pods + processes)
+    job_change_s: float = 600.0  # mean time between job changes on a node (pods + processes + owners)
+    health_heartbeat_s: float = 600.0  # the agent's health_heartbeat_s: a flat GPU's health, this often
+    workloads_heartbeat_s: float = 600.0  # the agent's workloads_heartbeat_s: the owners again, this often
 
 
 @dataclass
@@ -100,6 +111,10 @@ class SimNode:
     seq: int = 0
     next_job_at: float = 0.0
     next_inventory_at: float = 0.0
+    next_health_at: float = 0.0
+    next_owners_at: float = 0.0
+    owners: PodWorkloads | None = None
+    health_first: bool = True
 
 
 def _gpu(node: int, i: int, rng: random.Random) -> GpuInfo:
@@ -132,7 +147,8 @@ class Fleet:
             for n in range(self.nodes)
         ]
         self.prefilter = PreFilter(DEFAULT_KEEP_PATTERNS, DEFAULT_FAULT_PATTERNS)
-        self.counts = {"inventory": 0, "pod_assignments": 0, "gpu_processes": 0, "kernel_background": 0,
+        self.counts = {"inventory": 0, "pod_assignments": 0, "gpu_processes": 0, "pod_workloads": 0,
+                       "pod_workloads_again": 0, "gpu_health": 0, "node_gpu_health": 0, "kernel_background": 0,
                        "fault": 0, "burst_fault": 0}
         self._carry = {"kernel": 0.0}
         self._xids = list(XID_MIX)
@@ -152,6 +168,7 @@ class Fleet:
             start = t0 + spread_s * node.index / max(1, self.nodes)
             node.next_inventory_at = start
             node.next_job_at = start
+            node.next_health_at = start
         self._t = t0
 
     def _job_name(self, node: SimNode) -> str:
@@ -180,7 +197,13 @@ class Fleet:
         pod_uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{pod}/{node.generation}"))
         self.counts["pod_assignments"] += 1
         self.counts["gpu_processes"] += 1
-        return [
+        self.counts["pod_workloads"] += 1
+        node.owners = PodWorkloads(node=node.name, record_id=f"pod-workloads:{node.name}:{self._stamp()}",
+                                   changed_at=now, pods=(PodWorkload(namespace=namespace, pod=pod, uid=pod_uid,
+                                   workload=WorkloadRef(kind="JobSet", group="jobset.x-k8s.io", namespace=namespace,
+                                                        name=job, how="owner_chain", basis="Job → JobSet")),))
+        node.next_owners_at = self._t + self.rates.workloads_heartbeat_s
+        return [node.owners,
             PodAssignments(node=node.name, record_id=f"pod-assignments:{node.name}:{self._stamp()}", changed_at=now,
                            assignments=tuple(assignments(response.pod_resources, [GPU_RESOURCE])),
                            allocatable=tuple(allocatable(alloc, [GPU_RESOURCE]))),
@@ -188,6 +211,29 @@ class Fleet:
                 GpuProcess(gpu_uuid=g.uuid, pid=self._pid(node, i), used_memory_bytes=70 << 30, pod_uid=pod_uid)
                 for i, g in enumerate(node.gpus))),
         ]
+
+    def health(self, node: SimNode) -> list[NodeRecord]:
+        """A flat node's health records: each GPU's (its first, then at the heartbeat) and the node's."""
+        reason = "first" if node.health_first else "heartbeat"
+        node.health_first = False
+        now = datetime.now(UTC)
+        minutes = 0 if reason == "first" else 60
+        hours = 0 if reason == "first" else 24
+        out: list[NodeRecord] = []
+        for g in node.gpus:
+            self.counts["gpu_health"] += 1
+            out.append(GpuHealth(
+                node=node.name, record_id=f"gpu-health:{g.uuid}:{self._stamp()}", gpu_uuid=g.uuid,
+                pci_bus_id=g.pci_bus_id, index=g.index, observed_at=now, published_for=reason,
+                reading=_HEALTHY_READING, minutes=_history(60, now, minutes), hours=_history(3600, now, hours)))
+        self.counts["node_gpu_health"] += 1
+        pcis = tuple(g.pci_bus_id for g in node.gpus)
+        out.append(NodeGpuHealth(node=node.name, record_id=f"node-gpu-health:{node.name}:{self._stamp()}",
+                                 observed_at=now, nvml="ok", nvml_count=len(node.gpus), nvml_gpus=pcis,
+                                 pci_gpus=pcis, expected_count=len(node.gpus), expected_from="inventory",
+                                 kernel_release="6.8.0-45-generic", driver_version=self.driver,
+                                 module_kernels=("6.8.0-45-generic",), module_signed=True, lockdown="none"))
+        return out
 
     def _pid(self, node: SimNode, gpu: int) -> int:
         return 100_000 + (node.generation % 50) * 1000 + gpu
@@ -234,6 +280,13 @@ class Fleet:
             if node.next_job_at and node.next_job_at <= now:
                 node.next_job_at = now + self.rng.expovariate(1.0 / self.rates.job_change_s)
                 yield from self.job_change(node)
+            elif node.owners is not None and node.next_owners_at <= now:  # the sensor's heartbeat: the same record
+                node.next_owners_at = now + self.rates.workloads_heartbeat_s
+                self.counts["pod_workloads_again"] += 1
+                yield node.owners
+            if node.next_health_at and node.next_health_at <= now:
+                node.next_health_at = now + self.rates.health_heartbeat_s
+                yield from self.health(node)
         if not kernel:
             return
         self._carry["kernel"] += self.rates.kernel_per_node_s * self.nodes * dt
@@ -249,6 +302,23 @@ class Fleet:
                 self.counts["kernel_background"] += 1
             if line is not None:
                 yield line
+
+
+# A healthy H100's reading: no ECC errors, no remapping, 18 NVLinks up and clean, PCIe Gen5 x16.
+_HEALTHY_READING = HealthReading(
+    recovery_action=0, retired_sbe=0, retired_dbe=0, retired_pending=False,
+    nvlinks=tuple(LinkReading(link=i, active=True) for i in range(18)), nvlinks_seen=tuple(range(18)),
+    pcie_replays=0, pcie_gen=5, pcie_gen_max=5, pcie_width=16, pcie_width_max=16, clocks_event_reasons=0,
+    temperature_c=41, temperature_slowdown_c=87, slowdown_margin_c=46, power_mw=310_000, power_limit_mw=700_000,
+    fabric_state=3, fabric_status=0)
+
+
+def _history(step_s: int, end: datetime, n: int) -> HealthHistory:
+    """`n` flat samples of `step_s` ending at `end` (a busy GPU: 44% of its power, Gen5 while busy)."""
+    zeros: tuple[int | None, ...] = (0,) * n
+    return HealthHistory(step_s=step_s, end=end if n else None, sbe=zeros, nvlink_crc=zeros, nvlink_replay=zeros,
+                         pcie_replays=zeros, reasons=(0,) * n, margin_c=(46,) * n, power_pct=(44,) * n,
+                         busy_gen=(5,) * n)
 
 
 class FleetProducer:

@@ -87,9 +87,11 @@ def fleet_bursts_around(family: str, faults: Sequence[FleetFault], around: Seque
     window = timedelta(seconds=policy.fleet_window_s)
     ordered = sorted(faults, key=lambda f: (f.at, f.node, f.code))
     times = sorted(around)
-    members: dict[FleetFault, None] = {}
+    # The windows' faults, in order: each qualifying window [start, end) adds what the ones before it
+    # did not (the ends never move back), so every fault is visited once.
+    members: list[FleetFault] = []
     in_window: Counter[str] = Counter()
-    end = 0
+    end = taken = 0
     for start, f in enumerate(ordered):
         while end < len(ordered) and ordered[end].at <= f.at + window:
             in_window[ordered[end].node] += 1
@@ -97,12 +99,13 @@ def fleet_bursts_around(family: str, faults: Sequence[FleetFault], around: Seque
         k = bisect_left(times, f.at)
         holds_one = k < len(times) and times[k] <= f.at + window
         if holds_one and len(in_window) >= policy.fleet_min_nodes:
-            members.update(dict.fromkeys(ordered[start:end]))
+            members.extend(ordered[max(start, taken):end])
+            taken = end
         in_window[f.node] -= 1
         if not in_window[f.node]:
             del in_window[f.node]
     parts: list[list[FleetFault]] = []
-    for f in sorted(members, key=lambda f: (f.at, f.node, f.code)):
+    for f in members:
         if parts and f.at - parts[-1][-1].at <= window:
             parts[-1].append(f)
         else:

@@ -53,6 +53,9 @@ class _Incident:
     nodes: list[str]
     change: IncidentChange | None = None  # opened, reopened or updated by this count
     resolved: tuple[datetime, str] | None = None  # resolved by this count: when, why
+    # Its reach as stored (None: new). Every count that stored a fault within an incident's reach made
+    # the incident take it, so the stored faults there are its own already but for this batch's.
+    stored_reach: _Span | None = None
 
     def take(self, change: IncidentChange, nodes: Sequence[str]) -> None:
         self.state, self.nodes = change.incident, sorted(set(self.nodes) | set(nodes))
@@ -101,15 +104,18 @@ class FleetBursts:
         """Count the batch's `faults` of `family` and write what they change of its fleet incidents."""
         window = timedelta(seconds=self.p.fleet_window_s)
         lo, hi = min(f.at for f in faults), max(f.at for f in faults)
-        known = [_Incident(r, incident_state(r), [str(n) for n in r.nodes or []])
-                 for r in fleet_incidents_from(self.s, self.cluster, family, lo - 2 * window)]
-        counted = fleet_faults(self.s, family, [(lo - window, hi + window)])
-        for burst in fleet_bursts_around(family, counted, [f.at for f in faults], self.p):
-            self._place(family, burst, known)
+        known = []
+        for r in fleet_incidents_from(self.s, self.cluster, family, lo - 2 * window):
+            state = incident_state(r)
+            known.append(_Incident(r, state, [str(n) for n in r.nodes or []], stored_reach=fleet_reach(state, self.p)))
+        if not _within_one(known, lo, hi, window):
+            counted = fleet_faults(self.s, family, [(lo - window, hi + window)])
+            for burst in fleet_bursts_around(family, counted, [f.at for f in faults], self.p):
+                self._place(family, burst, known)
         for inc in known:
             reach = fleet_reach(inc.state, self.p)
             if inc.change is not None or any(reach[0] <= f.at <= reach[1] for f in faults):
-                self._absorb(family, inc)
+                self._absorb(family, inc, faults)
         for inc in known:  # resolutions first, then the rest in event time
             if inc.resolved is not None and inc.row is not None:
                 self._resolve(inc.row, *inc.resolved)
@@ -145,14 +151,22 @@ class FleetBursts:
         fresh.take(change, burst.nodes)
         known.append(fresh)
 
-    def _absorb(self, family: str, inc: _Incident) -> None:
-        """The incident takes the stored faults within its reach, as long as its span grows."""
-        covered: _Span | None = None
+    def _absorb(self, family: str, inc: _Incident, batch: Sequence[FleetFault]) -> None:
+        """The incident takes the stored faults within its reach, as long as its span grows: this batch's
+        (`batch`), and those read from SQL where its reach goes beyond its stored one (all of it, new)."""
+        covered = inc.stored_reach
+        extra = list(batch) if covered is not None else []
         while True:
             lo, hi = fleet_reach(inc.state, self.p)
-            spans = [(lo, hi)] if covered is None else [s for s in ((lo, covered[0]), (covered[1], hi)) if s[0] < s[1]]
+            if covered is None:
+                spans = [(lo, hi)]
+            else:
+                spans = [s for s in ((lo, covered[0]), (covered[1], hi)) if s[0] < s[1]]
+                lo, hi = min(lo, covered[0]), max(hi, covered[1])
             covered = (lo, hi)
-            absorbed = fleet_absorbed(inc.state, inc.nodes, fleet_faults(self.s, family, spans), self.p)
+            found = fleet_faults(self.s, family, spans) + extra
+            extra = []
+            absorbed = fleet_absorbed(inc.state, inc.nodes, found, self.p)
             step = None if absorbed is None else fleet_joined(inc.state, inc.nodes, family=family, burst=absorbed,
                                                               policy=self.p)
             if absorbed is None or step is None:
@@ -193,6 +207,20 @@ class FleetBursts:
     def _emit(self, row: Incident, change: IncidentChange) -> None:
         self.outbox.append(incident_message(row, change.kind, change.reason))
         self.outbox.extend(action_message(a, row) for a in action_requests(change, version=row.version))
+
+
+def _within_one(known: Sequence[_Incident], lo: datetime, hi: datetime, window: timedelta) -> bool:
+    """Whether the batch's faults of a family (event times `lo` to `hi`) all fall within the stored reach
+    of one of its incidents that no other could share a burst with: then every burst around them would
+    join that one (`models.fleet.fleet_target`), whose taking them and the stored faults within its
+    reach (`FleetBursts._absorb`) is what the count would do, without reading two fleet windows of faults.
+    A burst around them spans at most from `lo` less a window to `hi` plus one, so another incident
+    ending two windows before `lo` or starting two windows after `hi` shares none."""
+    holders = [i for i in known if i.stored_reach is not None and i.stored_reach[0] <= lo and hi <= i.stored_reach[1]]
+    if len(holders) != 1:
+        return False
+    one = holders[0]
+    return all(i is one or i.state.last_seen < lo - 2 * window or i.state.first_seen > hi + 2 * window for i in known)
 
 
 def sweep_fleet(s: Session, policy: PipelinePolicy, now: datetime) -> list[OutboxMessage]:

@@ -26,7 +26,8 @@ def test_fleet_records_are_the_agents_and_marked_by_its_prefilter() -> None:
     fleet.schedule_start(0.0, spread_s=1.0)
     records = list(fleet.due(2.0))
     kinds = {r.kind for r in records}
-    assert {"inventory", "pod_assignments", "gpu_processes", "kernel_line"} <= kinds
+    assert {"inventory", "pod_assignments", "gpu_processes", "pod_workloads", "gpu_health", "node_gpu_health",
+            "kernel_line"} <= kinds
     lines = [r for r in records if r.kind == "kernel_line"]
     assert all(r.fault == ("Xid" in r.message) for r in lines)  # type: ignore[attr-defined]
     assert {r.record_id.split(":")[0] for r in lines} == {"kmsg"}
@@ -41,8 +42,10 @@ def test_fleet_bench_tiny_run_stores_every_fault(kafka_bootstrap: str, postgres_
     assert out["drain_s"] is not None, out
     assert out["producer_failed"] == 0
     assert out["database"]["rows"]["fault_events"] == faults
-    assert out["database"]["rows"]["node_state"] == (
-        published["inventory"] + published["pod_assignments"] + published["gpu_processes"])
+    assert out["database"]["rows"]["node_state"] == (  # a repeated owners record is the same record: kept once
+        published["inventory"] + published["pod_assignments"] + published["gpu_processes"]
+        + published["pod_workloads"])
+    assert published["gpu_health"] == 40 * GPUS_PER_NODE and published["node_gpu_health"] == 40
     lat = out["xid_to_incident_commit_ms"]
     assert lat["burst_ms"]["n"] == published["burst_fault"]
     assert 0 < lat["all_ms"]["p50"] <= lat["all_ms"]["max"]

@@ -193,3 +193,50 @@ def test_two_bursts_are_two_incidents_in_any_order(url: str, order: str) -> None
         assert (second["nodes"], second["status"]) == (late, "open")
     finally:
         store.dispose()
+
+
+def test_a_long_burst_is_the_same_incident_however_read_and_each_count_reads_only_its_growth(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A family faulting on many nodes for an hour is one long fleet incident. Read in event time, a
+    count reads from SQL only where the incident's reach grows past its stored one (this batch's faults
+    it has at hand), never its whole reach nor two fleet windows of faults: what it reads stays small
+    however long the incident runs, and the incident is the one a single batch or a shuffled read makes."""
+    import streams.fleet
+
+    nodes = [f"n{i:02d}" for i in range(12)]
+    times = {n: [T0 + s(40 * k + 3 * i) for k in range(i % 3, 90, 3)] for i, n in enumerate(nodes)}  # an hour
+
+    def items(batch: list[tuple[str, datetime]]) -> list[Item]:
+        mapper = ItemMapper()
+        recs: list[NodeRecord] = [inventory(n, T0 - s(600)) for n in sorted({n for n, _ in batch})]
+        recs += [Kmsg(n, seq=int((at - T0).total_seconds())).xid(0, 79, at, text="GPU has fallen off the bus.")
+                 for n, at in batch]  # one kmsg record each
+        return [i for r in recs for i in mapper.items(r, "topic")] + mapper.flush_all()
+
+    faults = sorted(((n, at) for n in nodes for at in times[n]), key=lambda f: f[1])
+    read: list[float] = []
+    real = streams.fleet.fleet_faults
+
+    def counted(s_: Any, family: str, spans: Any) -> Any:
+        read.append(sum((hi - lo).total_seconds() for lo, hi in spans))
+        return real(s_, family, spans)
+
+    def incident(batches: list[list[tuple[str, datetime]]]) -> tuple[Any, ...]:
+        store = _store(url)
+        try:
+            for batch in batches:
+                store.process(items(batch))
+            (fleet,) = store_reads.fleet_incidents(store)
+            return fleet["status"], fleet["nodes"], fleet["count"], fleet["first_seen"], fleet["last_seen"]
+        finally:
+            store.dispose()
+
+    monkeypatch.setattr(streams.fleet, "fleet_faults", counted)
+    in_order = incident([faults[i:i + 10] for i in range(0, len(faults), 10)])
+    late_reads = read[len(read) // 2:]  # the incident has run for half an hour by then
+    assert in_order == ("open", nodes, 12, T0.isoformat(), faults[-1][1].isoformat())
+    assert max(late_reads) < 600, late_reads  # never a window's worth, let alone the reach (over an hour)
+    shuffled = list(faults)
+    random.Random(5).shuffle(shuffled)
+    assert incident([faults]) == in_order
+    assert incident([shuffled[i:i + 50] for i in range(0, len(shuffled), 50)]) == in_order
