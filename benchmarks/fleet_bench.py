@@ -24,9 +24,12 @@ transaction that wrote the fault event and its incident: PostgreSQL's commit tim
 steady faults and the burst, worker RSS (each worker and its store process, summed) per 1,000 nodes,
 total and above the idle workers' baseline (the peak of the samples taken each second; `rss_hwm_*`: the
 sum of the processes' own peaks, VmHWM, which no sample misses), and the database's growth per million
-fault events. With --slope-nodes M, the first worker count runs again at M nodes (a fresh database and
-topics, the same rates per node) and `memory_slope` gives the peak RSS per 1,000 nodes more: what the
-worker grows by with the fleet, without its fixed cost (the processes before the first node).
+fault events; `targets` (each figure against the issue's target for this command line) and
+`regressions` (each figure more than 20% worse than the one last recorded for it:
+`benchmarks/fleet_targets.py`, `--record`). With --slope-nodes M, the first worker count runs again at
+M nodes (a fresh database and topics, the same rates per node) and `memory_slope` gives the peak RSS
+per 1,000 nodes more: what the worker grows by with the fleet, without its fixed cost (the processes
+before the first node).
 
 Rates: NVSentinel's scale test reports 10,143 events/s from 60 node connectors at 50,000 nodes,
 0.20 events/s per node. The default here is 0.5 kernel lines per node per second (2.5× that, and
@@ -58,6 +61,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import fleet_targets
 from benchmarks.fleet_measure import (
     BenchPostgres,
     GroupOffsets,
@@ -257,7 +261,9 @@ def fleet_mode(args: argparse.Namespace) -> dict[str, Any]:
         "rates_per_node": {"kernel_lines_per_s": args.kernel_rate, "fault_share": args.fault_share,
                            "faults_per_s": round(args.kernel_rate * args.fault_share, 4),
                            "inventory_interval_s": FleetRates.inventory_interval_s,
-                           "job_change_s": FleetRates.job_change_s},
+                           "job_change_s": FleetRates.job_change_s,
+                           "health_heartbeat_s": FleetRates.health_heartbeat_s,
+                           "workloads_heartbeat_s": FleetRates.workloads_heartbeat_s},
         "nvsentinel_events_per_node_s": round(per_node, 3), "burst_share": args.burst_share,
         "latency_from": "kernel event time (taken right before producing) to the PostgreSQL commit of the "
                         "fault event and its incident",
@@ -330,6 +336,8 @@ def main() -> int:
     ap.add_argument("--max-per-hour", type=int, default=10_000, help="--cordon: the breaker's hourly cap")
     ap.add_argument("--concurrency", type=int, default=8, help="--cordon: requests handled at once")
     ap.add_argument("--list-pool", action="store_true", help="--cordon: list the pool per decision (no node cache)")
+    ap.add_argument("--record", action="store_true", help="write this run's figures as its configuration's recorded "
+                                                          "ones (benchmarks/fleet_recorded.json)")
     args = ap.parse_args()
     started = time.monotonic()
     if args.cordon:
@@ -345,6 +353,10 @@ def main() -> int:
     result["machine"] = {"cpus": os.cpu_count(), "load_1m": round(os.getloadavg()[0], 2),
                          "python": platform.python_version()}
     result["bench_s"] = round(time.monotonic() - started, 1)
+    configs = list(fleet_targets.cordon_figures(result) if args.cordon else fleet_targets.fleet_figures(result))
+    result.update(fleet_targets.judge(configs))
+    if args.record:
+        fleet_targets.record(configs, result["machine"]["load_1m"])
     print(json.dumps(result, indent=2, default=str))
     return 0
 

@@ -158,7 +158,8 @@ def cordon_mode(args: argparse.Namespace, plane: Any = None) -> dict[str, Any]:
             plane.stop()
     cap = min(pool_allowance(policy, args.nodes), args.max_per_hour)
     return {
-        "benchmark": "fleet-cordon", "apiserver": version, "nodes": args.nodes, "pool": pool,
+        "benchmark": "fleet-cordon", "apiserver": version, "nodes": args.nodes, "burst_share": args.burst_share,
+        "pool": pool,
         "breaker": {"max_pool_share": args.max_pool_share, "max_per_hour": args.max_per_hour, "cap": cap,
                     "tripped": breaker.tripped, "reason": breaker.reason},
         "burst": {**result, "concurrency": args.concurrency, "lock_held_ms": percentiles(store.held_ms)},

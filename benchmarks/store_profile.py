@@ -16,7 +16,7 @@ Reports, for the profiled part:
   cumulative time of that code's entry points) per record of the kind: decoding and parsing every
   message, storing state snapshots by kind (inventories with the GPU ledger, pod assignments with
   their owners, processes, owner changes), faults (deduplication, attribution, grouping, the
-  incident rows, classification, the outbox), the commit;
+  incident rows, classification and the outbox, of which the fleet count), the commit;
 - `top_tottime` / `top_cumtime`: the --top functions by their own time and by cumulative time, in
   ms per record.
 
@@ -56,6 +56,7 @@ PHASES: dict[str, tuple[tuple[str, str], ...]] = {
     "faults_late_state": (("streams/grouping.py", "repair"),),
     "faults_grouping": (("streams/grouping.py", "faults"),),
     "faults_classify_outbox": (("streams/grouping.py", "finish"),),
+    "faults_fleet_count": (("streams/fleet.py", "count"),),
     "evidence": (("streams/store.py", "_evidence"),),
     "commit": (("sqlalchemy/orm/session.py", "commit"),),
     "intake_total": (("streams/intake.py", "handle"),),
@@ -70,6 +71,7 @@ PHASE_KINDS: dict[str, tuple[str, ...]] = {
     "faults_late_state": ("inventory", "pod_assignments", "gpu_processes", "pod_workloads"),
     "faults_grouping": ("fault", "burst_fault"),
     "faults_classify_outbox": ("fault", "burst_fault"),
+    "faults_fleet_count": ("fault", "burst_fault"),
     "evidence": ("evidence",),
     "commit": ("*",),
     "intake_total": ("*",),

@@ -114,9 +114,12 @@ class AppWindows:
         pair = (node, gpu)
         lo = window_start(at, self.p)
         inside = [f for f in self.here.get(pair, ()) if lo <= f.at <= at]
+        # The rule asks whether a workload faulted on another GPU within the window: its first such
+        # fault answers it (a job torn down on 200 GPUs is not read 200 times per fault).
         elsewhere: dict[str, list[datetime]] = {}
         for w in {f.workload for f in inside if f.workload}:
-            elsewhere[w] = [f.at for f in self.by_workload[w] if (f.node, f.gpu) != pair and lo <= f.at <= at]
+            other = next((f.at for f in self.by_workload[w] if (f.node, f.gpu) != pair and lo <= f.at <= at), None)
+            elsewhere[w] = [] if other is None else [other]
         workloads = kept_workloads([AppFault(f.node, f.gpu, f.workload, f.at, f.counted) for f in inside],
                                    elsewhere, at, self.p)
         return workloads, [f for f in inside if f.workload in workloads and not f.in_gpu]
