@@ -66,6 +66,7 @@ from benchmarks.fleet_measure import (
     BenchPostgres,
     GroupOffsets,
     database_figures,
+    hwm_by_process,
     incident_summary,
     latencies,
     new_database,
@@ -218,6 +219,7 @@ def run_fleet(args: argparse.Namespace, bootstrap: str, server_url: str, workers
             producer.close()
         rss_after_drain = tree_rss_bytes(p.pid for p in run.procs)
         rss_hwm = tree_rss_bytes((p.pid for p in run.procs), "VmHWM")
+        hwm_split = hwm_by_process(p.pid for p in run.procs)
     finally:
         run.stop()
     lat = latencies(run.db_url, window.pop("since"), window.pop("until"), BURST_PROCESS)
@@ -235,7 +237,7 @@ def run_fleet(args: argparse.Namespace, bootstrap: str, server_url: str, workers
             "rss_idle_bytes": idle["rss_idle_bytes"], "rss_end_bytes": rss_end, "rss_peak_bytes": rss_peak,
             "rss_mb_per_1000_nodes": round(rss_peak / 2**20 / per_k, 1),
             "rss_above_idle_mb_per_1000_nodes": round((rss_peak - idle["rss_idle_bytes"]) / 2**20 / per_k, 1),
-            "rss_hwm_bytes": rss_hwm,
+            "rss_hwm_bytes": rss_hwm, "rss_hwm_by_process": hwm_split,
             "rss_hwm_above_idle_mb_per_1000_nodes": round((rss_hwm - idle["rss_idle_bytes"]) / 2**20 / per_k, 1),
         },
         "database": {

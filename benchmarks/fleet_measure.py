@@ -125,6 +125,16 @@ def tree_rss_bytes(pids: Iterable[int], field: str = "VmRSS") -> int:
     return total
 
 
+def hwm_by_process(pids: Iterable[int]) -> dict[str, int]:
+    """Each worker's own peak resident memory (VmHWM) and its store process's, summed over the workers:
+    which of the two grows with the fleet."""
+    stream = store = 0
+    for pid in pids:
+        stream += _status_kib(pid, "VmHWM") * 1024
+        store += sum(_status_kib(child, "VmHWM") * 1024 for child in _children(pid))
+    return {"stream_bytes": stream, "store_bytes": store}
+
+
 def percentiles(samples: Sequence[float]) -> dict[str, float | int | None]:
     if not samples:
         return {"n": 0, "p50": None, "p99": None, "max": None}

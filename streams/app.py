@@ -91,6 +91,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
         broker_commit_interval=settings.commit_interval_s,
         broker_max_poll_records=settings.poll_max_records or max(1, settings.batch_max // 4),
         stream_buffer_maxsize=settings.stream_buffer_max or settings.batch_max,
+        consumer_max_fetch_size=settings.fetch_max_partition_bytes,
         consumer_auto_offset_reset="earliest",
         processing_guarantee="at_least_once",
         stream_wait_empty=False,  # the pipeline settles what it was handed itself (`Pipeline._settle`)

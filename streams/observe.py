@@ -70,7 +70,8 @@ class WorkerObserver:
             if o.payload.get("change") in ("opened", "reopened"):  # reopened: a new incident after a resolved one
                 self.opened(incident)
             elif o.payload.get("change") == "resolved" and (spent := time_to_resolve(incident)) is not None:
-                self.metrics.time_to_resolve.labels(str(incident.get("node"))).observe(spent)
+                self.metrics.time_to_resolve.observe(spent)
+                self.metrics.time_to_resolve_by_node.labels(str(incident.get("node"))).observe(spent)
 
     def opened(self, incident: dict[str, Any]) -> None:
         """The time since the node's previous hardware incident began, as far as this worker saw it (a
@@ -80,7 +81,8 @@ class WorkerObserver:
             return
         last = self._last_start.get(node)
         if last is not None and start > last:
-            self.metrics.time_between.labels(node).observe((start - last).total_seconds())
+            self.metrics.time_between.observe((start - last).total_seconds())
+            self.metrics.time_between_by_node.labels(node).observe((start - last).total_seconds())
         if last is None or start > last:
             self._last_start[node] = start
 

@@ -107,6 +107,13 @@ class WorkerSettings(KafkaClientSecurity, ServiceSettings):
         description="longest time the broker may hold a fetch of idle partitions, during which busy partitions "
         "are not fetched (Faust fixes it at 1500 ms; 100 ms bounds that stall)",
     )
+    fetch_max_partition_bytes: int = Field(
+        default=256 * 1024, ge=64 * 1024,
+        description="most bytes one fetch returns per partition (Faust's consumer_max_fetch_size, 1 MiB by default). "
+        "A lagging worker holds a fetch of each of its partitions (five input topics of `partitions` each): 1 MiB "
+        "each was 60 MiB at 12 partitions, most of the memory a catching-up worker grew by. A record larger than "
+        "this is still fetched, on its own",
+    )
     stream_buffer_max: int | None = Field(
         default=None, ge=1,
         description="events fetched and decoded, waiting for the agent (Faust's stream_buffer_maxsize, 4096 by "

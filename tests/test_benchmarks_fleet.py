@@ -75,3 +75,29 @@ def test_fleet_cordon_burst_stops_at_the_breaker_cap(control_plane: Any) -> None
     assert out["breaker"]["tripped"]
     assert out["burst"]["outcomes"].get("done") == 6
     assert out["burst"]["xid_to_unschedulable_ms"]["n"] == 6
+
+
+def test_the_bench_states_its_targets_and_the_figures_past_20_percent_of_the_recorded() -> None:
+    from benchmarks.fleet_targets import fleet_config, fleet_figures, judge
+
+    def result(p99: float, burst: float, consumed: float, slope: float) -> dict[str, Any]:
+        run = {"workers": 1, "consumed_records_per_s": consumed, "sustained": True, "lag_max": 2000,
+               "xid_to_incident_commit_ms": {"steady_ms": {"p50": 50.0, "p99": p99}, "burst_ms": {"p99": burst}},
+               "memory": {"rss_above_idle_mb_per_1000_nodes": 25.0}}
+        return {"nodes": 2000, "rates_per_node": {"kernel_lines_per_s": 0.5}, "runs": [run],
+                "memory_slope": {"rss_mb_per_1000_more_nodes": slope}}
+
+    config = fleet_config(1, 2000, 0.5)
+    recorded = {config: {"commit": "abc1234", "figures": {"steady_p99_ms": 400.0, "consumed_records_per_s": 1000.0,
+                                                          "burst_p99_ms": 800.0}}}
+    good = judge(list(fleet_figures(result(450.0, 900.0, 1040.0, 25.0))), recorded)
+    assert good["targets_met"] is True and good["regressions"] == []
+    assert {t["figure"] for t in good["targets"]} == {"steady_p99_ms", "burst_p99_ms", "rss_mb_per_1000_more_nodes"}
+    bad = judge(list(fleet_figures(result(490.0, 1200.0, 700.0, 35.0))), recorded)
+    assert bad["targets_met"] is False
+    assert {t["figure"] for t in bad["targets"] if not t["met"]} == {"burst_p99_ms", "rss_mb_per_1000_more_nodes"}
+    # 490 is 22.5% worse than 400 (less is better); 700 records/s 30% fewer than 1,000 (more is better);
+    # the burst's 1,200 ms is 50% worse than 800
+    worse = {r["figure"]: r["worse_pct"] for r in bad["regressions"]}
+    assert worse == {"steady_p99_ms": 22.5, "consumed_records_per_s": 30.0, "burst_p99_ms": 50.0}
+    assert all(r["recorded_at"] == "abc1234" for r in bad["regressions"])

@@ -36,12 +36,21 @@ def test_time_to_resolve_and_between_a_nodes_hardware_incidents(tmp_path: Path) 
     ]
     for records in batches:
         observer.stored(store.process([it for r in records for it in mapper.items(r, "topic")] + mapper.flush_all()))
-    resolve = samples(observer, "xidpipe_worker_incident_time_to_resolve_seconds")
-    between = samples(observer, "xidpipe_worker_incident_time_between_seconds")
+    resolve = samples(observer, "xidpipe_worker_incident_time_to_resolve_by_node_seconds")
+    between = samples(observer, "xidpipe_worker_incident_time_between_by_node_seconds")
     # Two incidents of node-b resolved, each 10 minutes (the quiet period) after its first fault.
-    assert resolve == {("xidpipe_worker_incident_time_to_resolve_seconds_count", "node-b"): 2.0,
-                       ("xidpipe_worker_incident_time_to_resolve_seconds_sum", "node-b"): 1200.0}
+    assert resolve == {("xidpipe_worker_incident_time_to_resolve_by_node_seconds_count", "node-b"): 2.0,
+                       ("xidpipe_worker_incident_time_to_resolve_by_node_seconds_sum", "node-b"): 1200.0}
     # node-b's incidents began at 0:00:30, 2:00:30 and 4:00:30; node-a's application fault counts nowhere.
-    assert between == {("xidpipe_worker_incident_time_between_seconds_count", "node-b"): 2.0,
-                       ("xidpipe_worker_incident_time_between_seconds_sum", "node-b"): 14400.0}
+    assert between == {("xidpipe_worker_incident_time_between_by_node_seconds_count", "node-b"): 2.0,
+                       ("xidpipe_worker_incident_time_between_by_node_seconds_sum", "node-b"): 14400.0}
+    # The distributions fleet-wide, with no node label: the same counts, 10 minutes in the 15-minute bucket.
+    fleet = {(smp.name, smp.labels.get("le", "")): smp.value
+             for fam in text_string_to_metric_families(observer.metrics.render().decode())
+             if fam.name in ("xidpipe_worker_incident_time_to_resolve_seconds",
+                             "xidpipe_worker_incident_time_between_seconds") for smp in fam.samples
+             if "node" not in smp.labels}
+    assert fleet[("xidpipe_worker_incident_time_to_resolve_seconds_count", "")] == 2.0
+    assert fleet[("xidpipe_worker_incident_time_between_seconds_sum", "")] == 14400.0
+    assert fleet[("xidpipe_worker_incident_time_to_resolve_seconds_bucket", "+Inf")] == 2.0
     store.dispose()
