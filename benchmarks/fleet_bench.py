@@ -336,7 +336,7 @@ def main() -> int:
     ap.add_argument("--cordon", action="store_true", help="the cordon side (benchmarks/fleet_cordon.py)")
     ap.add_argument("--max-pool-share", type=float, default=0.05, help="--cordon: the breaker's pool share")
     ap.add_argument("--max-per-hour", type=int, default=10_000, help="--cordon: the breaker's hourly cap")
-    ap.add_argument("--concurrency", type=int, default=8, help="--cordon: requests handled at once")
+    ap.add_argument("--concurrency", type=int, default=8, help="--cordon: plans completed at once, after the decisions")
     ap.add_argument("--list-pool", action="store_true", help="--cordon: list the pool per decision (no node cache)")
     ap.add_argument("--record", action="store_true", help="write this run's figures as its configuration's recorded "
                                                           "ones (benchmarks/fleet_recorded.json)")

@@ -9,8 +9,10 @@ not in dry run, with the policy's breaker at --max-pool-share of the pool and --
 5% and 10,000 per hour, so that the pool share is the cap that binds in the burst: 250 of 5,000).
 
 The burst: an Xid 79 (GPU fallen off the bus: cordon at once) on one GPU of each of the first
---burst-share of the nodes (10%: 500 of 5,000), all at the same instant, handed to --concurrency
-threads sharing one executor, as the responder's cordon lane does. Reported: the outcomes, the nodes
+--burst-share of the nodes (10%: 500 of 5,000), all at the same instant, taken as the responder's
+cordon lane takes one fetch of requests (`respond.cordon_lane.CordonLane.offer_many`): every request
+decided in order (node read, decision, guarded patch, record), then every plan completed (the
+condition and the Event), here on --concurrency threads. Reported: the outcomes, the nodes
 the API server holds unschedulable afterwards (must equal the cap), whether the breaker tripped, and
 the time to cordon from the Xid's event time to the API server acknowledging the patch that set
 `spec.unschedulable`, p50/p99 over the cordoned nodes, plus each cordon's own service time (from its
@@ -41,7 +43,7 @@ from benchmarks.fleet_measure import percentiles
 from models.cordon import CordonRequest, pool_allowance
 from models.cordon_policy import Breaker, CordonPolicy
 from respond.cordon.action_log import JsonlActionStore
-from respond.cordon.executor import CordonExecutor
+from respond.cordon.executor import CordonExecutor, Decided
 from respond.cordon.kube_nodes import KubeNodes, NodeRead
 from tests.kube import apply_rbac, load_controlplane, make_configuration
 
@@ -107,19 +109,25 @@ def unschedulable(admin: client.ApiClient, pool: str) -> int:
 
 
 def burst(executor: CordonExecutor, nodes: TimedNodes, names: list[str], concurrency: int) -> dict[str, Any]:
+    """The burst as the responder's cordon lane takes one fetch of requests (`CordonLane.offer_many`):
+    every request decided in order (the node read, the decision, the guarded patch and the record),
+    then every plan completed (condition, Event), here on `concurrency` threads."""
     at_wall, at = datetime.now(UTC), time.monotonic()
     picked: dict[str, float] = {}
 
-    def handle(name: str) -> str:
+    def decide(name: str) -> Decided:
         picked[name] = time.monotonic()
-        return executor.handle(xid79(name, at_wall)).outcome
+        return executor.decide(xid79(name, at_wall))
 
+    decided = [decide(name) for name in names]
+    decided_s = time.monotonic() - at
     with ThreadPoolExecutor(concurrency) as pool:
-        outcomes = Counter(pool.map(handle, names))
+        outcomes = Counter(r.outcome for r in pool.map(executor.complete, decided))
     took = time.monotonic() - at
     done = [n for n in names if n in nodes.cordoned_at]
     return {
-        "requests": len(names), "seconds": round(took, 2), "outcomes": dict(outcomes),
+        "requests": len(names), "seconds": round(took, 2), "decided_s": round(decided_s, 2),
+        "outcomes": dict(outcomes),
         "xid_to_unschedulable_ms": percentiles([(nodes.cordoned_at[n] - at) * 1000 for n in done]),
         "service_ms": percentiles([(nodes.cordoned_at[n] - picked[n]) * 1000 for n in done]),
     }
@@ -142,6 +150,8 @@ def cordon_mode(args: argparse.Namespace, plane: Any = None) -> dict[str, Any]:
             names, create_s = create_nodes(admin, pool, args.nodes)
             nodes = TimedNodes(worker, reporting_instance="fleet-bench",
                                watch_nodes=not getattr(args, "list_pool", False))
+            if not getattr(args, "list_pool", False):  # a running responder lists and watches from its start
+                nodes.start_watch(policy.scope.pool_label, timeout=60)
             store = TimedStore(Path(tmp) / "actions.jsonl")
             executor = CordonExecutor(policy, store, nodes)
             hit = names[: max(1, round(args.nodes * args.burst_share))]

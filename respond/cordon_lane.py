@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -32,8 +32,8 @@ from history.cordon_inputs import cordon_request
 from history.tables import Incident
 from models.cordon import CordonRequest
 from models.cordon_retry import CordonFollowup, RetryBackoff, cordon_followup, incident_ended
-from respond.cordon.executor import ActionResult, CordonExecutor
-from respond.cordon.pending import PendingCordons
+from respond.cordon.executor import ActionResult, CordonExecutor, Decided
+from respond.cordon.pending import PendingCordon, PendingCordons
 from service.metrics import ResponderMetrics
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,18 @@ log = logging.getLogger(__name__)
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class _Decided:
+    """An offer between its decision and its completion (`CordonLane.offer_many`)."""
+
+    incident_id: str
+    request_key: str | None
+    node: str
+    ended: str | None
+    previous: PendingCordon | None
+    decided: Decided | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +82,39 @@ class CordonLane:
 
     async def offer(self, incident_id: str, request_key: str | None = None) -> CordonOffer:
         """Decide and act on the incident's cordon now; LookupError when the incident is not in the database."""
-        loaded = await asyncio.to_thread(self._request, incident_id)
-        if loaded is None:
-            raise LookupError(f"incident {incident_id} is not in the database")
-        node, req, ended = loaded
-        previous = await asyncio.to_thread(self.pending.get, incident_id)
-        result = None if req is None else await self.executor.handle_async(req)
+        (offer,) = await self.offer_many([(incident_id, request_key)])
+        if isinstance(offer, LookupError):
+            raise offer
+        return offer
+
+    async def offer_many(self, offers: Sequence[tuple[str, str | None]]) -> list[CordonOffer | LookupError]:
+        """Offer several incidents' cordons (incident id, request key), in order: every one decided (its
+        node read, decided, written and recorded: `CordonExecutor.decide`) before any is completed (its
+        condition, Event and drain, its follow-up). In a burst of cordons the last node is unschedulable
+        after the burst's decisions alone. Per offer, its result or the LookupError of an incident not
+        in the database."""
+        decided: list[_Decided | LookupError] = []
+        for incident_id, request_key in offers:
+            loaded = await asyncio.to_thread(self._request, incident_id)
+            if loaded is None:
+                decided.append(LookupError(f"incident {incident_id} is not in the database"))
+                continue
+            node, req, ended = loaded
+            previous = await asyncio.to_thread(self.pending.get, incident_id)
+            first = None if req is None else await asyncio.to_thread(self.executor.decide, req)
+            decided.append(_Decided(incident_id, request_key, node, ended, previous, first))
+        out: list[CordonOffer | LookupError] = []
+        for d in decided:
+            if isinstance(d, LookupError):
+                out.append(d)
+                continue
+            result = None if d.decided is None else await asyncio.to_thread(self.executor.complete, d.decided)
+            out.append(await self._settle(d, result))
+        return out
+
+    async def _settle(self, d: _Decided, result: ActionResult | None) -> CordonOffer:
+        """What is left pending of an offer, and the `after` callback."""
+        incident_id, request_key, node, ended, previous = d.incident_id, d.request_key, d.node, d.ended, d.previous
         followup = cordon_followup(
             ended=ended, outcome=result.outcome if result else "skipped", decision=result.decision if result else None,
             retryable=result.retryable if result else False, dry_run=result.dry_run if result else False,

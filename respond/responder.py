@@ -15,7 +15,7 @@ import contextlib
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +31,7 @@ from models.dead_letter import DeadLetter
 from models.node_records import dead_letter_topic
 from models.topics import topology
 from respond.cordon.executor import CordonExecutor
+from respond.cordon.kube_nodes import KubeNodes
 from respond.cordon_lane import CordonLane, CordonOffer
 from respond.dossier_builder import action_items, build_dossier
 from respond.lifecycle import cordoned, record_lifecycle_step
@@ -142,10 +143,10 @@ class Responder:
         if not isinstance(incident_id, str) or kind not in ("cordon_candidate", "ticket", "notification"):
             raise ValueError(f"not an action request: kind={kind!r} incident_id={incident_id!r}")
         if kind == "cordon_candidate":
-            offer = await self.cordons.offer(incident_id, message.get("idempotency_key"))
-            r = offer.result
-            what = "skipped" if r is None else f"{r.outcome}{' (dry run)' if r.dry_run else ''}"
-            outcome = HandlingResult(kind, incident_id, what, offer.followup.reason if r is None else r.reason)
+            (done,) = await self.handle_cordons([message])
+            if isinstance(done, Exception):
+                raise done
+            return done
         else:
             notice = await asyncio.to_thread(self._notice, incident_id)
             if notice is None:
@@ -166,6 +167,32 @@ class Responder:
         log.info("%s for %s: %s", kind, incident_id, outcome.result,
                  extra={"incident": incident_id, "action": kind, "detail": outcome.detail})
         return outcome
+
+    async def handle_cordons(self, messages: Sequence[dict[str, Any]]) -> list[HandlingResult | Exception]:
+        """Cordon candidates, in order, through the cordon lane: every one decided before any is
+        completed (`CordonLane.offer_many`). Per message, its result or why it cannot be handled
+        (ValueError: not a cordon candidate; LookupError: its incident is not in the database)."""
+        out: list[HandlingResult | Exception | None] = [None] * len(messages)
+        wanted: list[tuple[int, str, str | None]] = []
+        for i, message in enumerate(messages):
+            incident_id = message.get("incident_id")
+            if message.get("kind") != "cordon_candidate" or not isinstance(incident_id, str):
+                out[i] = ValueError(f"not a cordon request: kind={message.get('kind')!r} incident_id={incident_id!r}")
+            else:
+                wanted.append((i, incident_id, message.get("idempotency_key")))
+        offers = await self.cordons.offer_many([(incident_id, key) for _, incident_id, key in wanted])
+        for (i, incident_id, _), offer in zip(wanted, offers, strict=True):
+            if isinstance(offer, LookupError):
+                out[i] = offer
+                continue
+            r = offer.result
+            what = "skipped" if r is None else f"{r.outcome}{' (dry run)' if r.dry_run else ''}"
+            why = offer.followup.reason if r is None else r.reason
+            done = HandlingResult("cordon_candidate", incident_id, what, why)
+            log.info("%s for %s: %s", done.kind, incident_id, done.result,
+                     extra={"incident": incident_id, "action": done.kind, "detail": done.detail})
+            out[i] = done
+        return [o for o in out if o is not None]
 
     async def _after_cordon(self, offer: CordonOffer) -> None:
         """Record what a cordon offer did (the completed topic, the `mitigated` step) and ask the ticket
@@ -269,6 +296,8 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
           asyncio.create_task(sinks.pages.run(stop, sinks.page_drain_interval_s)),
           asyncio.create_task(responder.cordons.run(stop, settings.cordon_pending_interval_s))]
     gpu_watch = _start_gpu_watch(settings, responder, producer, stop, bg)
+    if isinstance(responder.executor.nodes, KubeNodes):  # the pool counts listed before the first burst, not in it
+        await asyncio.to_thread(responder.executor.nodes.start_watch, responder.executor.policy.scope.pool_label)
     if isinstance(responder.executor.nodes, RuleReleaser):  # a cluster whose DRA devices xidpipe quarantines
         bg.append(asyncio.create_task(responder.quarantines.run(stop, settings.quarantine_reconcile_interval_s)))
     if responder.remediator is not None:
@@ -283,13 +312,25 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
                 raise ValueError(why)
             await responder.handle(body)
         except (ValueError, LookupError, TypeError) as exc:
-            dead = DeadLetter(_dead_reason(body, exc), str(exc), tp.topic, tp.partition, msg.offset, msg.key,
-                              msg.value, datetime.now(UTC))
-            responder.metrics.dead_letters.inc()
-            await producer.send_and_wait(dead_letter_topic(tp.topic), dead.to_json(), key=msg.key,
-                                         headers=dead.headers())
-            log.error("action request to dead-letter topic (%s): %s", dead.reason, exc,
-                      extra={"topic": tp.topic, "partition": tp.partition, "offset": msg.offset})
+            await dead_letter(tp, msg, body, exc)
+
+    async def handle_cordons(items: list[Item]) -> None:
+        """The fetch's cordon candidates: all decided before any is completed (`Responder.handle_cordons`)."""
+        for _, msg, body, _ in items:
+            observe_request(responder.metrics, msg, body)
+        results = await responder.handle_cordons([body or {} for _, _, body, _ in items])
+        for (tp, msg, body, _), result in zip(items, results, strict=True):
+            if isinstance(result, Exception):
+                await dead_letter(tp, msg, body, result)
+
+    async def dead_letter(tp: Any, msg: Any, body: dict[str, Any] | None, exc: Exception) -> None:
+        dead = DeadLetter(_dead_reason(body, exc), str(exc), tp.topic, tp.partition, msg.offset, msg.key,
+                          msg.value, datetime.now(UTC))
+        responder.metrics.dead_letters.inc()
+        await producer.send_and_wait(dead_letter_topic(tp.topic), dead.to_json(), key=msg.key,
+                                     headers=dead.headers())
+        log.error("action request to dead-letter topic (%s): %s", dead.reason, exc,
+                  extra={"topic": tp.topic, "partition": tp.partition, "offset": msg.offset})
 
     async def handle_later(batch: _Batch, items: list[Item], after: asyncio.Task[None] | None) -> None:
         if after is not None:
@@ -314,8 +355,8 @@ async def run_responder(settings: RespondSettings, responder: Responder, stop: a
         while not stop.is_set():
             endpoint.beat()
             now, later, offsets = _sort_batch(await consumer.getmany(timeout_ms=100, max_records=100))
-            for item in now:
-                await handle_one(*item)
+            if now:
+                await handle_cordons(now)
             await _publish_completed(producer, completed_topic(settings), responder)
             refresh = responder.take_ticket_refreshes()
             if offsets or refresh:

@@ -128,6 +128,16 @@ class _After:
     steps: list[Step]
 
 
+@dataclass(slots=True)
+class Decided:
+    """A request decided, its decision's write done and recorded (`CordonExecutor.decide`); the plan's
+    later steps wait for `CordonExecutor.complete`."""
+
+    req: CordonRequest
+    result: ActionResult
+    after: _After | None = None
+
+
 class CordonExecutor:
     def __init__(
         self,
@@ -173,6 +183,14 @@ class CordonExecutor:
         return await asyncio.to_thread(self.handle, req)
 
     def handle(self, req: CordonRequest) -> ActionResult:
+        """Decide, write and complete the plan: `complete(decide(req))`."""
+        return self.complete(self.decide(req))
+
+    def decide(self, req: CordonRequest) -> Decided:
+        """Read the node, decide and, for a decision that writes the node (the cordon's guarded patch, a
+        quarantine's rule), write it and record it, under the lock. What a burst must do first: a lane
+        decides every request of a burst before it completes any (`complete`), so the last node is
+        unschedulable after the burst's decisions, not after their conditions, Events and drains too."""
         after: _After | None = None
         try:
             current = self.nodes.read(req.node) if self.nodes is not None else None
@@ -185,6 +203,13 @@ class CordonExecutor:
             after = None
             result = self._failed(req, exc)
             self._record(result, details={"changes": result.changes, "retryable": result.retryable})
+        return Decided(req, result, after)
+
+    def complete(self, decided: Decided) -> ActionResult:
+        """The plan's steps after the decision (the condition, the Event, the drain, ...); the result of
+        the whole. A process that stops between `decide` and this leaves the plan to the request's
+        redelivery, which finds the node cordoned for the incident and completes it."""
+        req, result, after = decided.req, decided.result, decided.after
         if after is not None and after.steps:
             result = self._run_after(req, result, after)
         self._log(req, result)

@@ -162,6 +162,12 @@ class KubeNodes:
         if cache is not None:
             cache.stop()
 
+    def start_watch(self, pool_label: str, timeout: float = 0.0) -> bool:
+        """List and watch the nodes now, by `pool_label` (the responder, as it starts), rather than at the
+        first decision, which would wait for the list of every node; whether it listed within `timeout`."""
+        cache = self._cache_for(pool_label)
+        return cache is not None and cache.synced(timeout)
+
     def _cache_for(self, pool_label: str) -> NodeCache | None:
         if not self.watch_nodes:
             return None
@@ -220,14 +226,31 @@ class KubeNodes:
     # --- reads ------------------------------------------------------------------------------------
 
     def read(self, name: str) -> NodeRead:
+        """The node, from the API server's watch cache but never older than the newest node version this
+        client has read or written (a GET's resourceVersion is "not older than"; a quorum read from etcd
+        before the first). A write decided on it is guarded by its resourceVersion (`_guarded_patch`):
+        a node changed since is read again and decided again."""
         try:
-            node = self._json(self._call(f"read node {name}", self.core.read_node, name, _preload_content=False))
+            node = self._call(f"read node {name}", self._get_node, name, str(self._seen_rv) if self._seen_rv else None)
         except PermanentError as exc:
             if exc.status == 404:
                 return NodeRead(NodeView(name=name, exists=False))
             raise
         self._saw(node)
         return self._node_read(name, node)
+
+    def _get_node(self, name: str, resource_version: str | None) -> dict[str, Any]:
+        """GET the node as JSON, with `resourceVersion` when given (the generated `read_node` has no such
+        parameter): the request as the client builds it, its errors raised as the client raises them."""
+        query = [("resourceVersion", resource_version)] if resource_version else []
+        request = self.api_client.param_serialize(
+            method="GET", resource_path="/api/v1/nodes/{name}", path_params={"name": name}, query_params=query,
+            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+        response = self.api_client.call_api(*request)
+        response.read()  # type: ignore[no-untyped-call]
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return self._json(response)
 
     def _node_read(self, name: str, node: client.V1Node | dict[str, Any]) -> NodeRead:
         if isinstance(node, dict):

@@ -15,7 +15,7 @@ from history.queries import incident_transitions
 from history.tables import Incident, IncidentTransition
 from models.cordon_policy import CordonPolicy
 from respond.cordon.action_log import JsonlActionStore
-from respond.cordon.executor import ActionResult
+from respond.cordon.executor import ActionResult, Decided
 from respond.cordon.runtime import build_executor
 from respond.cordon.settings import ActionSettings
 from respond.responder import Responder
@@ -43,9 +43,13 @@ class CordoningExecutor:
         self.store = JsonlActionStore(path)
         self.policy = CordonPolicy()
 
-    async def handle_async(self, req: Any) -> ActionResult:
-        return ActionResult(action="cordon", outcome="done", node=req.node, incident_id=req.incident_id,
-                            decision="cordon", reason="Xid 79: cordon at once", changes=["cordon", "taint"])
+    def decide(self, req: Any) -> Decided:
+        return Decided(req, ActionResult(action="cordon", outcome="done", node=req.node, incident_id=req.incident_id,
+                                         decision="cordon", reason="Xid 79: cordon at once",
+                                         changes=["cordon", "taint"]))
+
+    def complete(self, decided: Decided) -> ActionResult:
+        return decided.result
 
 
 def setup(tmp_path: Path) -> tuple[str, Any]:
@@ -126,3 +130,33 @@ def test_the_ticket_retry_loop_records_ticketed(tmp_path: Path) -> None:
 
     asyncio.run(go())
     assert steps(url, "inc-1") == [("open", "ticketed", "xidpipe-respond")]
+
+
+class RecordingExecutor(CordoningExecutor):
+    """Cordons every node, and remembers the order of the decisions and completions."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.calls: list[tuple[str, str]] = []
+
+    def decide(self, req: Any) -> Decided:
+        self.calls.append(("decide", req.incident_id))
+        return super().decide(req)
+
+    def complete(self, decided: Decided) -> ActionResult:
+        self.calls.append(("complete", decided.req.incident_id))
+        return super().complete(decided)
+
+
+def test_a_fetch_of_cordons_is_decided_whole_before_any_is_completed(tmp_path: Path) -> None:
+    """Of a burst of cordon candidates, every node is decided (and written) before any plan's
+    condition, Event or drain runs; an unknown incident is answered as such, the others go on."""
+    url, sinks = setup(tmp_path)
+    executor: Any = RecordingExecutor(tmp_path / "actions.jsonl")
+    responder = Responder(sa.create_engine(url), executor, sinks)
+    messages = [{"kind": "cordon_candidate", "incident_id": i} for i in ("inc-1", "inc-9", "inc-2")]
+    results = asyncio.run(responder.handle_cordons([*messages, {"kind": "ticket", "incident_id": "inc-1"}]))
+    assert executor.calls == [("decide", "inc-1"), ("decide", "inc-2"), ("complete", "inc-1"), ("complete", "inc-2")]
+    assert [type(r).__name__ for r in results] == ["HandlingResult", "LookupError", "HandlingResult", "ValueError"]
+    assert all(r.result == "done" for r in results if not isinstance(r, Exception))
+    assert steps(url, "inc-2") == [("open", "mitigated", "xidpipe-respond")]
