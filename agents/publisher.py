@@ -7,7 +7,9 @@ The producer retries for as long as Kafka is away (its delivery timeout is days,
 records leave the spool in order and a broker restart causes no duplicates. After a crash, the
 records the spool still holds as unacknowledged may already be in Kafka (acknowledged just before
 the crash): at start the publisher reads back the node's partition from shortly before the last
-acknowledgement it persisted and skips the records it finds there.
+acknowledgement it persisted, and again after a pause until the partition's end holds none of its
+node's records more (a request the dead process had sent may land late), and skips the records it
+finds there.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 
 WINDOW = 2000  # records in flight at most
 READBACK_MARGIN_S = 60.0
+READBACK_SETTLE_S = (1.0, 2.0)  # pauses before reading the partition's end again after a crash
+READBACK_RETRY_S = (1.0, 2.0, 4.0, 8.0)  # pauses between read-backs that failed, before resending instead
 STALL_S = 5.0
 PERSIST_EVERY_S = 0.5
 SPOOL_SYNC_S = 5.0  # fsync of the spool for power loss; a process crash loses nothing written
@@ -161,12 +165,17 @@ class Publisher:
             return
         since = self._spool.state_written_at
         topics = sorted({e.topic for e in pending})
-        try:
-            self._delivered = self._read_back(topics, since)
-        except Exception as exc:
-            log.warning("read-back after restart failed; unacknowledged records will be resent",
-                        extra={"error": repr(exc)})
-            return
+        for attempt, pause in enumerate((*READBACK_RETRY_S, None), start=1):
+            try:
+                self._delivered = self._read_back(topics, since)
+                break
+            except Exception as exc:  # a broker still starting, or too busy to answer in time: again
+                if pause is None:
+                    log.warning("read-back after restart failed %d times; unacknowledged records will be resent",
+                                attempt, extra={"error": repr(exc)})
+                    return
+                log.info("read-back after restart failed; again in %.0f s", pause, extra={"error": repr(exc)})
+                time.sleep(pause)
         found = sum(1 for e in pending if e.record_id in self._delivered)
         log.info("recovered spool after restart",
                  extra={"pending": len(pending), "already_in_kafka": found})
@@ -199,15 +208,25 @@ class Publisher:
                     start = found_offset.offset
                 consumer.seek(tp, start)
                 deadline = time.monotonic() + 60
-                while consumer.position(tp) < end and time.monotonic() < deadline:
-                    for records in consumer.poll(timeout_ms=500).values():
-                        for rec in records:
-                            if rec.key is None or key_node(rec.key) != key:
-                                continue
-                            try:
-                                found.add(json.loads(rec.value)["record_id"])
-                            except (ValueError, KeyError, TypeError):
-                                continue
+                # A produce request the crashed process had sent may reach the log after the first end
+                # offset was read (the kernel still delivers a dead process's socket buffer; a busy
+                # broker appends it later): read again from there after a pause, until a pass adds none.
+                for settle in (0.0, *READBACK_SETTLE_S):
+                    if settle:
+                        time.sleep(settle)
+                        end = consumer.end_offsets([tp])[tp]
+                    before = len(found)
+                    while consumer.position(tp) < end and time.monotonic() < deadline:
+                        for records in consumer.poll(timeout_ms=500).values():
+                            for rec in records:
+                                if rec.key is None or key_node(rec.key) != key:
+                                    continue
+                                try:
+                                    found.add(json.loads(rec.value)["record_id"])
+                                except (ValueError, KeyError, TypeError):
+                                    continue
+                    if settle and len(found) == before:
+                        break
         finally:
             consumer.close()
         return found

@@ -82,6 +82,7 @@ class RuleView(_Frozen):
     written_device: str = ""
     quarantined_at: str = ""
     resource_version: str | None = None
+    generation: int | None = None  # metadata.generation: moves with the spec only, not with the status
     eviction: str | None = None  # the EvictionInProgress condition: "True: <message>", ...
 
     @property

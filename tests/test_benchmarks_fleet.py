@@ -101,3 +101,18 @@ def test_the_bench_states_its_targets_and_the_figures_past_20_percent_of_the_rec
     worse = {r["figure"]: r["worse_pct"] for r in bad["regressions"]}
     assert worse == {"steady_p99_ms": 22.5, "consumed_records_per_s": 30.0, "burst_p99_ms": 50.0}
     assert all(r["recorded_at"] == "abc1234" for r in bad["regressions"])
+
+
+def test_the_store_profile_splits_the_time_by_record_kind(tmp_path: Path) -> None:
+    from benchmarks.store_profile import run
+
+    args = argparse.Namespace(nodes=20, fleet_s=40.0, warmup_s=30.0, batch=50, top=5,
+                              database_url=f"sqlite:///{tmp_path / 'p.db'}")
+    out = run(args)
+    kinds = out["records_by_kind"]
+    assert kinds["kernel_background"] > 0 and kinds["fault"] > 0 and kinds["burst_fault"] == 2 * 8  # 10%
+    per = out["per_kind"]
+    assert per["intake_total"]["records"] == out["messages_profiled"] > 0
+    assert 0 < per["faults_grouping"]["ms_total"] <= per["intake_total"]["ms_total"]
+    assert per["faults_fleet_count"]["ms_total"] <= per["faults_classify_outbox"]["ms_total"]
+    assert out["records_per_s"] > 0 and len(out["top_cumtime"]) == 5

@@ -7,7 +7,7 @@ Each pass lists xidpipe's rules (label `app.kubernetes.io/managed-by=xidpipe`) a
 - the incident is `repaired`, `returned` or `closed`: the rule is released (`release_quarantine`,
   recorded as `unquarantine` by `xidpipe-reconcile`);
 - someone changed the rule (its effect or device is not what xidpipe wrote), or the history has no
-  such incident: it is left alone and reported, once per version of the rule: a warning in the log
+  such incident: it is left alone and reported, once per version of the rule's spec: a warning in the log
   and a `quarantine_changed` record (outcome `refused`) on its incident;
 - otherwise it is kept.
 
@@ -73,8 +73,11 @@ class QuarantineReconciler:
             result = release_quarantine(self.executor, by=ACTOR, reason=decision.reason, gpu=rule.gpu_uuid,
                                         incident_id=rule.incident_id)
             return Reconciled(rule.name, "remove", decision.reason, result.outcome if result else "")
-        if decision.action == "report" and (rule.name, rule.resource_version) not in self._reported:
-            self._reported.add((rule.name, rule.resource_version))
+        # Once per version of the rule's spec (its generation): the eviction controller's status
+        # updates move its resourceVersion, not what people changed.
+        version = str(rule.generation) if rule.generation is not None else rule.resource_version
+        if decision.action == "report" and (rule.name, version) not in self._reported:
+            self._reported.add((rule.name, version))
             log.warning("quarantine reconciliation: %s", decision.reason, extra={
                 "rule": rule.name, "node": rule.node, "gpu": rule.gpu_uuid, "incident": rule.incident_id})
             self.executor.store.record(ActionRecord(

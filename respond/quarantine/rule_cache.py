@@ -43,6 +43,7 @@ def rule_view(raw: dict[str, Any]) -> RuleView | None:
         node=ann.get(ANN_NODE, "") or (device.pool if device else ""), written_effect=ann.get(ANN_EFFECT, ""),
         written_device=ann.get(ANN_DEVICE, ""), quarantined_at=ann.get(ANN_QUARANTINED_AT, ""),
         resource_version=meta.get("resourceVersion"), eviction=eviction,
+        generation=meta.get("generation") if isinstance(meta.get("generation"), int) else None,
     )
 
 
