@@ -153,6 +153,10 @@ def simulate(run: Run, fleet: Fleet, producer: FleetProducer, offsets: GroupOffs
     fleet.schedule_start(t0, spread_s=0.6 * args.warmup_s)
     window_at, end_at = t0 + args.warmup_s, t0 + args.warmup_s + args.measure_s
     burst_at = window_at + args.measure_s / 2 if args.burst_share > 0 else float("inf")
+    # --window-after-drain: the window opens once the start's backlog is drained (the lag under two
+    # seconds of the kernel lines' rate), at most --drain-wait-s after the warm-up.
+    drained_lag = 2 * args.nodes * args.kernel_rate
+    waited_until = window_at + (args.drain_wait_s if getattr(args, "window_after_drain", False) else 0.0)
     marks: dict[str, Any] = {}
     next_sample = t0
     while True:
@@ -162,7 +166,19 @@ def simulate(run: Run, fleet: Fleet, producer: FleetProducer, offsets: GroupOffs
         for record in fleet.due(now):
             producer.send(record)
         if "start" not in marks and now >= window_at:
+            if now < waited_until and (not run.lag or run.lag[-1][1] > drained_lag):
+                end_at = now + args.measure_s + 1.0  # not yet: the window (and its end) moves on
+                time.sleep(max(0.0, TICK_S - (time.monotonic() - now)))
+                if now >= next_sample:
+                    next_sample = now + 1.0
+                    end, done = offsets.sample()
+                    run.lag.append((now - t0, end - done))
+                    run.check_alive()
+                continue
             producer.flush()
+            window_at = time.monotonic()
+            end_at, marks["waited_s"] = window_at + args.measure_s, round(window_at - t0 - args.warmup_s, 1)
+            burst_at = window_at + args.measure_s / 2 if args.burst_share > 0 else float("inf")
             marks["start"] = (time.monotonic(), datetime.now(UTC), producer.sent, offsets.sample())
         if now >= burst_at and "burst" not in marks:
             marks["burst"] = datetime.now(UTC)
@@ -184,6 +200,7 @@ def simulate(run: Run, fleet: Fleet, producer: FleetProducer, offsets: GroupOffs
     offered = (producer.sent - sent_start) / seconds
     return {
         "window_s": round(seconds, 1), "since": wall_start, "until": wall_end,
+        "window_waited_s": marks.get("waited_s", 0.0),
         "offered_records_per_s": round(offered, 1),
         "consumed_records_per_s": round((done_end - done_start) / seconds, 1),
         "lag_max": max(window_lag, default=0), "lag_end_of_window": end_total - done_end,
@@ -326,6 +343,10 @@ def main() -> int:
     ap.add_argument("--warmup-s", type=float, default=30.0)
     ap.add_argument("--measure-s", type=float, default=60.0)
     ap.add_argument("--drain-timeout-s", type=float, default=300.0)
+    ap.add_argument("--window-after-drain", action="store_true",
+                    help="open the measured window once the start's backlog is drained (the lag under two seconds "
+                         "of kernel lines), at most --drain-wait-s after the warm-up (window_waited_s says how long)")
+    ap.add_argument("--drain-wait-s", type=float, default=300.0)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--slope-nodes", type=int, default=0,
                     help="also run the first worker count at this many nodes (fewer than --nodes) and print "
