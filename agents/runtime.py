@@ -109,6 +109,7 @@ class Agent:
             identity=_identity(settings),
         )
         self._source = source
+        self._resume: dict[str, Any] | None = None  # where the kernel log resumes, read at `start`
         self._threads: list[threading.Thread] = []
         self._kernel_thread: threading.Thread | None = None
         self._publisher_thread: threading.Thread | None = None
@@ -165,7 +166,7 @@ class Agent:
         try:
             source = self._source or build_source(
                 self.settings,
-                self.resume_cursor(),
+                self._resume if self._resume is not None else self.resume_cursor(),
                 lambda message: self.prefilter(message).keep,
                 self.prefilter.may_match,
                 lambda: self.metrics.inc("xidpipe_agent_kernel_foreign_dropped_total"),
@@ -310,6 +311,10 @@ class Agent:
             )
             self.health_server.start()
         self.thread_watch.install()
+        # Where the kernel log resumes, read before the publisher starts: once it runs it may find the
+        # unacknowledged records in Kafka and acknowledge them, and the spool would no longer say how
+        # far the log was read (lines past the persisted cursor would be read and sent again).
+        self._resume = self.resume_cursor()
         self._publisher_thread = self._spawn("publisher", lambda: self.publisher.run(self.stop_event))
         for component in self._side:
             component.start(self.stop_event)
